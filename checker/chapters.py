@@ -1,0 +1,160 @@
+"""A chapter is declared once, in chapters/<id>/chapter.toml; everything else reads it through here."""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from checker.errors import WorkbookError
+from checker.paths import chapters_dir, labs_dir, repo_root, solutions_dir
+
+DEVICE_KINDS = ("cuda", "cpu")
+VARIANTS = ("slow", "lab", "solution")
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """One check of a chapter: a kind from checker.checks, its thresholds per device kind, and its hint."""
+
+    name: str
+    doc: str
+    threshold: dict[str, Any]
+    skip: dict[str, str]
+    options: dict[str, Any]
+
+    def threshold_for(self, device: str) -> Any:
+        return self.threshold.get(device)
+
+    def skip_reason_for(self, device: str) -> str | None:
+        return self.skip.get(device)
+
+
+@dataclass(frozen=True)
+class Hint:
+    check: str
+    text: str
+    match: str | None = None  # a regex over the check's evidence; None: the default hint of that check
+
+
+@dataclass(frozen=True)
+class Chapter:
+    id: str
+    number: int
+    title: str
+    pattern: str
+    fix: str
+    lab_file: str
+    workload: dict[str, dict[str, Any]]
+    checks: tuple[CheckSpec, ...]
+    hints: tuple[Hint, ...]
+    recipe: dict[str, str]
+    look_for: dict[str, str]
+    raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def dir(self) -> Path:
+        return chapters_dir() / self.id
+
+    @property
+    def slow_script(self) -> Path:
+        return self.dir / "slow.py"
+
+    @property
+    def lab_script(self) -> Path:
+        return labs_dir() / self.id / self.lab_file
+
+    @property
+    def solution_script(self) -> Path:
+        return solutions_dir() / self.id / self.lab_file
+
+    @property
+    def docs_page(self) -> Path:
+        return repo_root() / "docs" / "chapters" / f"{self.id}.md"
+
+    def script_for(self, variant: str) -> Path:
+        if variant not in VARIANTS:
+            raise WorkbookError(f"unknown variant '{variant}'; choose one of {', '.join(VARIANTS)}")
+        return {"slow": self.slow_script, "lab": self.lab_script, "solution": self.solution_script}[variant]
+
+    def config(self, device: str) -> dict[str, Any]:
+        """The workload and harness settings for a device kind ('cuda' or 'cpu')."""
+        if device not in self.workload:
+            raise WorkbookError(f"chapter {self.id} declares no [workload.{device}] in chapter.toml")
+        return dict(self.workload[device])
+
+    def hint_for(self, check: str, evidence: list[str]) -> str | None:
+        default = None
+        for hint in self.hints:
+            if hint.check != check:
+                continue
+            if hint.match is None:
+                default = default or hint.text
+            elif any(re.search(hint.match, line) for line in evidence):
+                return hint.text
+        return default
+
+
+def _parse(path: Path) -> Chapter:
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise WorkbookError(f"{path}: not valid TOML ({err})") from None
+    chapter_id = path.parent.name
+    if raw.get("id") != chapter_id:
+        raise WorkbookError(f"{path}: id = {raw.get('id')!r} must match its folder name {chapter_id!r}")
+    checks = tuple(
+        CheckSpec(
+            name=c["name"],
+            doc=c.get("doc", c["name"]),
+            threshold=dict(c.get("threshold", {})),
+            skip=dict(c.get("skip", {})),
+            options={k: v for k, v in c.items() if k not in {"name", "doc", "threshold", "skip"}},
+        )
+        for c in raw.get("checks", [])
+    )
+    hints = tuple(Hint(check=h["check"], text=h["text"].strip(), match=h.get("match")) for h in raw.get("hints", []))
+    recipe = dict(raw.get("recipe", {}))
+    look_for = recipe.pop("look_for", {})
+    return Chapter(
+        id=chapter_id,
+        number=int(chapter_id.split("_", 1)[0]),
+        title=raw["title"],
+        pattern=raw["pattern"].strip(),
+        fix=raw.get("fix", "").strip(),
+        lab_file=raw.get("lab_file", "train.py"),
+        workload=raw.get("workload", {}),
+        checks=checks,
+        hints=hints,
+        recipe=recipe,
+        look_for=look_for,
+        raw=raw,
+    )
+
+
+@lru_cache(maxsize=None)
+def all_chapters() -> tuple[Chapter, ...]:
+    found = sorted(chapters_dir().glob("[0-9][0-9]_*/chapter.toml"))
+    return tuple(_parse(path) for path in found)
+
+
+def get_chapter(key: str) -> Chapter:
+    """Find a chapter by its id ('01_item_syncs') or its number ('01', '1')."""
+    chapters = all_chapters()
+    for chapter in chapters:
+        if key == chapter.id:
+            return chapter
+    if key.isdigit():
+        for chapter in chapters:
+            if int(key) == chapter.number:
+                return chapter
+    known = ", ".join(c.id for c in chapters) or "none"
+    raise WorkbookError(f"unknown chapter '{key}'; known chapters: {known} (see `workbook list`)")

@@ -1,0 +1,50 @@
+"""host_syncs: no host-device synchronization inside training steps, logging steps excepted.
+
+Counted in the candidate's own trace (torch.profiler or nsys) by checker.trace: on CUDA the
+cudaStreamSynchronize / cudaDeviceSynchronize / cudaEventSynchronize calls and synchronous copies; on a CPU
+trace the aten ops that would sync on a GPU. Each is traced back to its line in the script when the trace
+holds Python frames.
+"""
+
+from __future__ import annotations
+
+import linecache
+
+from checker.checks import FAILED, PASSED, check, result
+
+
+def source_line(where: str | None) -> str:
+    """'path:line' -> "path:line `code`" when the file is readable."""
+    if not where or ":" not in where:
+        return where or "(no Python frame in the trace)"
+    path, _, line = where.rpartition(":")
+    code = linecache.getline(path, int(line)).strip() if line.isdigit() else ""
+    return f"{where} `{code}`" if code else where
+
+
+@check("host_syncs")
+def host_syncs(ev, spec):
+    threshold = float(spec.threshold_for(ev.device))
+    trace = ev.trace()
+    steps = trace.get_steps()
+    log_steps = {int(s) for s in steps["step"] if ev.is_log_step(int(s))}
+    counted = [int(s) for s in steps["step"] if int(s) not in log_steps]
+    if not counted:
+        return result(spec, FAILED, threshold=threshold, evidence=["the trace holds no training steps outside logging steps"])
+    syncs = trace.get_host_syncs(exclude_steps=log_steps)
+    per_step = len(syncs) / len(counted)
+    measured = {
+        "host_syncs_per_step": round(per_step, 3),
+        "host_syncs": int(len(syncs)),
+        "steps": len(counted),
+        "logging_steps_excluded": sorted(log_steps),
+        "trace_tool": ev.trace_tool,
+    }
+    evidence = []
+    if len(syncs):
+        grouped = syncs.groupby(["name", "where"], dropna=False).size().sort_values(ascending=False)
+        for (name, where), count in grouped.items():
+            where = None if not isinstance(where, str) else where
+            evidence.append(f"{count / len(counted):g} per step: {name} from {source_line(where)}")
+    status = PASSED if per_step <= threshold else FAILED
+    return result(spec, status, measured=measured, threshold=threshold, evidence=evidence)

@@ -1,0 +1,194 @@
+"""The `workbook` command: list chapters, run their scripts, check a lab, print profiling recipes, read traces."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from checker.chapters import VARIANTS, all_chapters, get_chapter
+from checker.errors import WorkbookError
+from checker.paths import repo_root
+
+MARKS = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}
+
+
+def _rel(path: Path | str) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(repo_root()))
+    except ValueError:
+        return str(path)
+
+
+# -- list ---------------------------------------------------------------------------------------------
+def cmd_list(args: argparse.Namespace) -> int:
+    rows = []
+    for chapter in all_chapters():
+        rows.append({
+            "id": chapter.id, "number": chapter.number, "title": chapter.title, "pattern": chapter.pattern,
+            "lab": _rel(chapter.lab_script), "solution": _rel(chapter.solution_script),
+            "checks": [c.name for c in chapter.checks],
+            "devices": {d: [c.name for c in chapter.checks if c.threshold_for(d) is not None or c.name == "same_work"]
+                        for d in ("cuda", "cpu") if d in chapter.workload},
+        })
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for row in rows:
+            print(f"{row['id']:<22} {row['title']}")
+            print(f"{'':<22} lab: {row['lab']}   checks on cuda: {', '.join(row['devices'].get('cuda', []))}; "
+                  f"on cpu: {', '.join(row['devices'].get('cpu', [])) or 'none'}")
+    return 0
+
+
+# -- run ----------------------------------------------------------------------------------------------
+def cmd_run(args: argparse.Namespace) -> int:
+    chapter = get_chapter(args.chapter)
+    script = chapter.script_for(args.variant)
+    command = [sys.executable, str(script)]
+    if args.steps is not None:
+        command += ["--steps", str(args.steps)]
+    if args.device:
+        command += ["--device", args.device]
+    env = dict(os.environ, WORKBOOK_ROOT=str(repo_root()))
+    return subprocess.call(command, env=env)
+
+
+# -- check --------------------------------------------------------------------------------------------
+def _print_report(report, chapter) -> None:
+    print(f"{chapter.id}: {chapter.title}")
+    print(f"candidate {_rel(report.candidate)} ({report.variant}) on {report.device}, trace by {report.trace_tool}, "
+          f"{report.wall_s:.0f} s\n")
+    width = max(len(c.name) for c in report.checks)
+    for c in report.checks:
+        print(f"  [{MARKS[c.status]}] {c.name:<{width}}  {c.doc}")
+        if c.status == "skipped":
+            print(f"         skipped: {c.reason}")
+        for line in c.evidence:
+            print(f"         - {line}")
+        if c.status == "failed" and c.hint:
+            print(textwrap.indent(textwrap.fill("hint: " + " ".join(c.hint.split()), 96), " " * 9))
+    failed = [c.name for c in report.checks if c.status == "failed"]
+    print()
+    print("PASSED" if not failed else f"FAILED: {', '.join(failed)}")
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from checker.evaluate import evaluate
+
+    chapter = get_chapter(args.chapter)
+    report = evaluate(chapter, variant=args.variant, submission=args.submission, device=args.device,
+                      trace_tool=args.trace_tool)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        _print_report(report, chapter)
+    return 0 if report.passed else 1
+
+
+# -- profile ------------------------------------------------------------------------------------------
+def find_tool(tool: str) -> str | None:
+    env = os.environ.get(f"WORKBOOK_{tool.upper()}")
+    if env:
+        return env if Path(env).is_file() else None
+    return shutil.which(tool)
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    chapter = get_chapter(args.chapter)
+    if args.tool not in chapter.recipe:
+        raise WorkbookError(f"chapter {chapter.id} has no {args.tool} recipe; it has: {', '.join(chapter.recipe)}")
+    script = chapter.script_for(args.variant)
+    out_dir = chapter.lab_script.parent / "profiles"
+    out = out_dir / f"{args.variant}-{args.tool}"
+    command = chapter.recipe[args.tool].format(script=_rel(script), out=_rel(out))
+    print(command)
+    look_for = chapter.look_for.get(args.tool)
+    if look_for and not args.run:
+        print(textwrap.fill("look for: " + look_for, 100), file=sys.stderr)
+    if not args.run:
+        return 0
+    argv = shlex.split(command)
+    if argv[0] in ("nsys", "ncu"):
+        found = find_tool(argv[0])
+        if found is None:
+            raise WorkbookError(f"{argv[0]} not found on PATH; install it (it ships with the CUDA toolkit / Nsight) or "
+                                f"set WORKBOOK_{argv[0].upper()}=/path/to/{argv[0]}. Without it: workbook profile {chapter.number:02d} --tool torch --run")
+        argv[0] = found
+    argv = [sys.executable if a == "python" else a for a in argv]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, WORKBOOK_ROOT=str(repo_root()))
+    code = subprocess.call(argv, cwd=repo_root(), env=env)
+    if code == 0:
+        made = sorted(p for p in out_dir.glob(f"{out.name}*"))
+        print("wrote " + ", ".join(_rel(p) for p in made) if made else "the tool wrote no report")
+    return code
+
+
+# -- the parser ---------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="workbook", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("list", help="list the chapters")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("run", help="run a chapter's script and print samples/s")
+    p.add_argument("chapter", help="chapter id or number, e.g. 01")
+    p.add_argument("--variant", choices=VARIANTS, default="lab")
+    p.add_argument("--steps", type=int)
+    p.add_argument("--device", choices=("cpu", "cuda"))
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("check", help="grade a lab: same work, measured speedup, what the trace shows")
+    p.add_argument("chapter", help="chapter id or number, e.g. 01")
+    p.add_argument("--variant", choices=VARIANTS, default="lab")
+    p.add_argument("--submission", type=Path, help="a folder holding the lab file (instead of --variant)")
+    p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
+    p.add_argument("--trace-tool", choices=("torch", "nsys"), default="torch")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("profile", help="print (or run) the chapter's profiling recipe")
+    p.add_argument("chapter")
+    p.add_argument("--tool", choices=("nsys", "ncu", "torch"), required=True)
+    p.add_argument("--variant", choices=VARIANTS, default="lab")
+    p.add_argument("--run", action="store_true", help="run it; the report goes beside the lab")
+    p.set_defaults(func=cmd_profile)
+
+    try:
+        from checker.trace.cli import add_report_parser, run_report
+    except ImportError:  # the trace engine is optional at import time only while it is being built
+        pass
+    else:
+        p = add_report_parser(sub)
+        p.set_defaults(func=run_report)
+    return parser
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed one usage line
+        return 2 if exc.code not in (0, None) else 0
+    try:
+        return args.func(args)
+    except WorkbookError as err:
+        print(f"workbook: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("workbook: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

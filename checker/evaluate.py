@@ -1,0 +1,178 @@
+"""Grade one candidate script of one chapter on one device: run the chapter's checks, in order."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from checker import checks
+from checker.chapters import Chapter
+from checker.checks import FAILED, SKIPPED, CheckResult
+from checker.errors import WorkbookError
+from checker.runs import IncompleteWork, RunResult, find_nsys, run_script
+
+TRACE_TOOLS = ("torch", "nsys")
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def default_device() -> str:
+    return "cuda" if cuda_available() else "cpu"
+
+
+def resolve_candidate(chapter: Chapter, variant: str = "lab", submission: Path | None = None) -> Path:
+    """The script to grade: a variant of the chapter, or the lab file inside a submission folder."""
+    if submission is None:
+        return chapter.script_for(variant)
+    submission = Path(submission)
+    if not submission.is_dir():
+        raise WorkbookError(f"--submission {submission}: not a folder")
+    tried = [submission / chapter.lab_file, submission / chapter.id / chapter.lab_file,
+             submission / "labs" / chapter.id / chapter.lab_file]
+    for path in tried:
+        if path.is_file():
+            return path
+    raise WorkbookError(f"--submission {submission}: no {chapter.lab_file} in it (looked in "
+                        + ", ".join(str(p.relative_to(submission)) for p in tried) + ")")
+
+
+@dataclass
+class Report:
+    chapter: str
+    variant: str
+    candidate: str
+    device: str
+    trace_tool: str
+    checks: list[CheckResult]
+    wall_s: float
+    runs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(c.status != FAILED for c in self.checks)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "chapter": self.chapter, "variant": self.variant, "candidate": self.candidate, "device": self.device,
+            "trace_tool": self.trace_tool, "passed": self.passed, "wall_s": round(self.wall_s, 1),
+            "checks": [c.to_json() for c in self.checks],
+        }
+
+
+class Evaluation:
+    """The runs a chapter's checks share: baseline/candidate pairs and the candidate's trace, made once."""
+
+    def __init__(self, chapter: Chapter, candidate: Path, device: str, trace_tool: str = "torch"):
+        if device not in ("cpu", "cuda"):
+            raise WorkbookError(f"--device {device}: choose cpu or cuda")
+        if device == "cuda" and not cuda_available():
+            raise WorkbookError("--device cuda: this machine has no CUDA GPU that torch can use; try --device cpu")
+        if trace_tool not in TRACE_TOOLS:
+            raise WorkbookError(f"--trace-tool {trace_tool}: choose torch or nsys")
+        if trace_tool == "nsys":
+            if device != "cuda":
+                raise WorkbookError("--trace-tool nsys traces CUDA work; use it with --device cuda, or use --trace-tool torch")
+            if find_nsys() is None:
+                raise WorkbookError("--trace-tool nsys: nsys not found on PATH; install Nsight Systems, set WORKBOOK_NSYS=/path/to/nsys, or use --trace-tool torch")
+        if not candidate.is_file():
+            raise WorkbookError(f"{candidate}: no such file")
+        self.chapter, self.candidate, self.device, self.trace_tool = chapter, candidate, device, trace_tool
+        self.cfg = chapter.config(device)
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"workbook-{chapter.id}-"))
+        self._pairs: list[tuple[RunResult, RunResult]] | None = None
+        self._trace = None
+        self._run_count = 0
+
+    def is_log_step(self, step: int) -> bool:
+        log_every = int(self.cfg.get("log_every", 0))
+        return bool(log_every) and (step + 1) % log_every == 0
+
+    def _run(self, script: Path, **kwargs) -> RunResult:
+        self._run_count += 1
+        workdir = self.workdir / f"run{self._run_count:02d}"
+        workdir.mkdir()
+        return run_script(self.chapter, script, self.device, workdir=workdir, **kwargs)
+
+    def pairs(self) -> list[tuple[RunResult, RunResult]]:
+        """(baseline, candidate) runs, alternating which goes first; several trials when speed is checked."""
+        if self._pairs is None:
+            timed = any(c.name == "throughput" and c.threshold_for(self.device) is not None for c in self.chapter.checks)
+            trials = int(self.cfg.get("trials", 3)) if timed else 1
+            baseline = self.chapter.slow_script
+            self._pairs = []
+            for trial in range(trials):
+                if trial % 2 == 0:
+                    b = self._run(baseline)
+                    c = self._run(self.candidate)
+                else:
+                    c = self._run(self.candidate)
+                    b = self._run(baseline)
+                self._pairs.append((b, c))
+        return self._pairs
+
+    def trace(self):
+        """The candidate's steady-state steps, traced with the chosen tool and loaded by checker.trace."""
+        if self._trace is None:
+            from checker.trace import load
+
+            steps = int(self.cfg["warmup"]) + int(self.cfg.get("trace_steps", 10))
+            run = self._run(self.candidate, steps=steps, trace=self.trace_tool)
+            self._trace = load(run.trace_file)
+        return self._trace
+
+    def run_checks(self, variant_label: str) -> Report:
+        started = time.perf_counter()
+        results: list[CheckResult] = []
+        failed_first: set[str] = set()
+        incomplete = False
+        for spec in self.chapter.checks:
+            function = checks.REGISTRY.get(spec.name)
+            if function is None:
+                raise WorkbookError(f"{self.chapter.id}/chapter.toml declares an unknown check '{spec.name}'; "
+                                    f"known: {', '.join(sorted(checks.REGISTRY))}")
+            skip = spec.skip_reason_for(self.device)
+            if spec.threshold_for(self.device) is None and spec.name != "same_work" and skip is None:
+                skip = f"no threshold for {self.device} in {self.chapter.id}/chapter.toml"
+            if skip is None and "same_work" in failed_first and spec.name == "throughput":
+                skip = "the work differs from the baseline's, so their speeds are not comparable"
+            if skip is None and incomplete:
+                skip = "the candidate did not run every step, so nothing else can be measured"
+            if skip is not None:
+                results.append(checks.result(spec, SKIPPED, reason=skip, threshold=spec.threshold_for(self.device)))
+                continue
+            try:
+                outcome = function(self, spec)
+            except IncompleteWork as err:
+                incomplete = True
+                outcome = checks.result(spec, FAILED, evidence=[str(err)])
+            if outcome.status == FAILED:
+                failed_first.add(spec.name)
+                outcome.hint = self.chapter.hint_for(spec.name, outcome.evidence)
+            results.append(outcome)
+        report = Report(
+            chapter=self.chapter.id, variant=variant_label, candidate=str(self.candidate), device=self.device,
+            trace_tool=self.trace_tool, checks=results, wall_s=time.perf_counter() - started,
+        )
+        return report
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def evaluate(chapter: Chapter, *, variant: str = "lab", submission: Path | None = None, device: str | None = None,
+             trace_tool: str = "torch", keep: bool = False) -> Report:
+    candidate = resolve_candidate(chapter, variant, submission)
+    ev = Evaluation(chapter, candidate, device or default_device(), trace_tool)
+    try:
+        return ev.run_checks(str(submission) if submission else variant)
+    finally:
+        if not keep:
+            ev.cleanup()

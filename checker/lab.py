@@ -1,0 +1,274 @@
+"""The runtime every chapter script imports: the workload, the step loop, and the measured window.
+
+A script (slow, lab or solution) looks like this::
+
+    from checker.lab import start
+
+    session = start("01_item_syncs")
+    for step, (images, labels) in session.steps(session.batches):
+        ...                       # the training step: the part the learner edits
+    session.finish()
+
+``session.steps`` is where measuring happens, in code the learner does not edit:
+
+* every step is one NVTX range and one torch.profiler ``record_function`` range named ``step N``; the batch
+  is fetched inside it, under a nested ``data`` range, so time spent waiting for data counts in the step;
+* after the warm-up steps it synchronizes the device, starts the clock and calls ``cudaProfilerStart``
+  (``nsys profile --capture-range=cudaProfilerApi`` then captures steady state only); after the last step it
+  synchronizes, stops the clock and calls ``cudaProfilerStop``;
+* it counts the samples that flow through the loop, from the batch itself;
+* under ``python -m checker.launch --trace torch`` it records the window with torch.profiler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import torch
+
+try:  # the `nvtx` package; torch's own NVTX bindings work too when CUDA is there
+    import nvtx as _nvtx
+
+    _push_range, _pop_range = _nvtx.push_range, _nvtx.pop_range
+except ImportError:  # pragma: no cover - nvtx is a dependency
+    _push_range = _pop_range = None
+
+
+@dataclass
+class Workload:
+    """What a chapter's workload.py builds: everything the learner must not change."""
+
+    model: torch.nn.Module
+    loss_fn: Callable[..., torch.Tensor]
+    eval_loss: Callable[[torch.nn.Module], float]
+    batches: Iterable | None = None
+    dataset: Any = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LaunchOptions:
+    """Set by ``checker.launch`` before it runs a script; ``None`` when a script runs on its own."""
+
+    trace: str | None = None  # "torch": record the window with torch.profiler
+    trace_out: Path | None = None
+
+
+LAUNCH: LaunchOptions | None = None
+_CURRENT: "Session | None" = None
+
+HARNESS_KEYS = ("steps", "warmup", "log_every", "trace_steps", "seed", "trials", "timeout_s")
+
+
+def current() -> "Session | None":
+    """The session the last ``start()`` made in this process (the launcher reads it after the script)."""
+    return _CURRENT
+
+
+@contextmanager
+def marked_range(name: str) -> Iterator[None]:
+    """One NVTX range and one torch.profiler range with the same name."""
+    if _push_range is not None:
+        _push_range(name)
+    try:
+        with torch.profiler.record_function(name):
+            yield
+    finally:
+        if _pop_range is not None:
+            _pop_range()
+
+
+def _batch_size(batch: Any) -> int:
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            if isinstance(item, torch.Tensor) and item.dim():
+                return int(item.shape[0])
+    raise TypeError("cannot count samples: a batch must be a tensor, or a tuple/list/dict holding one")
+
+
+def _load_workload_module(chapter_dir: Path):
+    path = chapter_dir / "workload.py"
+    spec = importlib.util.spec_from_file_location(f"workbook_workload_{chapter_dir.name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--steps", type=int, default=None, help="steps to run (warm-up included)")
+    parser.add_argument("--warmup", type=int, default=None, help="steps before the measured window")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a workload setting")
+    args, _unknown = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    return args
+
+
+def _coerce(value: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(value.lower(), value)
+
+
+class Session:
+    """One run of a chapter's workload on one device, with the measured window."""
+
+    def __init__(self, chapter_id: str, device: str, cfg: dict[str, Any]):
+        from checker.chapters import get_chapter
+
+        self.chapter = get_chapter(chapter_id)
+        self.device = torch.device(device)
+        self.cfg = cfg
+        self.total_steps = int(cfg["steps"])
+        self.warmup = min(int(cfg.get("warmup", 0)), self.total_steps)
+        self.log_every = int(cfg.get("log_every", 0)) or None
+        torch.manual_seed(int(cfg.get("seed", 0)))
+        self.workload: Workload = _load_workload_module(self.chapter.dir).build(cfg, self.device)
+        self.model = self.workload.model
+        self.loss_fn = self.workload.loss_fn
+        self.batches = self.workload.batches
+        self.dataset = self.workload.dataset
+        self.extras = self.workload.extras
+        self.steps_done = 0
+        self.samples = 0
+        self.window_s: float | None = None
+        self.step_starts_ns: list[int] = []
+        self.trace_file: Path | None = None
+        self._stepped = False
+        self._profiler = None
+
+    # -- what scripts call -------------------------------------------------------------------------
+    def is_log_step(self, step: int) -> bool:
+        """True every ``log_every`` steps: reading values on the host there is allowed."""
+        return self.log_every is not None and (step + 1) % self.log_every == 0
+
+    def steps(self, source: Iterable) -> Iterator[tuple[int, Any]]:
+        """Yield ``(step, batch)`` for the configured number of steps, measuring the window."""
+        if self._stepped:
+            raise RuntimeError("session.steps() runs once per session")
+        self._stepped = True
+        batches = iter(source)
+        for step in range(self.total_steps):
+            if step == self.warmup:
+                self._open_window()
+            if self._window_open:
+                self.step_starts_ns.append(time.perf_counter_ns())
+            with marked_range(f"step {step}"):
+                with marked_range("data"):
+                    try:
+                        batch = next(batches)
+                    except StopIteration:  # a new epoch
+                        batches = iter(source)
+                        try:
+                            batch = next(batches)
+                        except StopIteration:
+                            raise RuntimeError(
+                                "the batch source is empty or cannot be iterated twice; pass a re-iterable "
+                                "(a list, a DataLoader) to session.steps()"
+                            ) from None
+                if self._window_open:
+                    self.samples += _batch_size(batch)
+                yield step, batch
+            self.steps_done = step + 1
+        self._close_window()
+
+    def finish(self) -> dict[str, Any]:
+        """Print and return what the harness measured."""
+        result = self.result()
+        if result["samples_per_s"] is None:
+            print(f"{self.chapter.id}: the measured window did not complete ({self.steps_done}/{self.total_steps} steps)")
+        else:
+            print(
+                f"{self.chapter.id} on {result['device_name']}: {result['samples']} samples in "
+                f"{result['window_s']:.3f} s = {result['samples_per_s']:,.0f} samples/s "
+                f"(steps {self.warmup}..{self.total_steps - 1} timed)"
+            )
+        return result
+
+    # -- the measured window -----------------------------------------------------------------------
+    _window_open = False
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _open_window(self) -> None:
+        self._sync()
+        if LAUNCH is not None and LAUNCH.trace == "torch":
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if self.device.type == "cuda":
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            self._profiler = torch.profiler.profile(activities=activities, with_stack=True, record_shapes=False)
+            self._profiler.__enter__()
+        if self.device.type == "cuda":
+            torch.cuda.profiler.start()
+        self._window_open = True
+        self._t0 = time.perf_counter_ns()
+
+    def _close_window(self) -> None:
+        self._sync()
+        t1 = time.perf_counter_ns()
+        self.step_starts_ns.append(t1)
+        self.window_s = (t1 - self._t0) / 1e9
+        self._window_open = False
+        if self.device.type == "cuda":
+            torch.cuda.profiler.stop()
+        if self._profiler is not None:
+            self._profiler.__exit__(None, None, None)
+            out = LAUNCH.trace_out or Path(f"{self.chapter.id}.trace.json.gz")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            self._profiler.export_chrome_trace(str(out))
+            self.trace_file = out
+            self._profiler = None
+
+    def result(self) -> dict[str, Any]:
+        complete = self.window_s is not None and self.steps_done == self.total_steps
+        step_ms = [(b - a) / 1e6 for a, b in zip(self.step_starts_ns, self.step_starts_ns[1:])]
+        return {
+            "chapter": self.chapter.id,
+            "device": self.device.type,
+            "device_name": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "CPU",
+            "steps_expected": self.total_steps,
+            "steps_done": self.steps_done,
+            "warmup": self.warmup,
+            "samples": self.samples,
+            "window_s": self.window_s,
+            "samples_per_s": self.samples / self.window_s if complete and self.window_s else None,
+            "step_ms": step_ms,
+            "trace_file": str(self.trace_file) if self.trace_file else None,
+        }
+
+
+def start(chapter_id: str, argv: list[str] | None = None) -> Session:
+    """Build the chapter's workload for this run (``--steps``, ``--device``, ``--set key=value``)."""
+    global _CURRENT
+    from checker.chapters import get_chapter
+
+    args = _parse_args(argv)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: this machine has no CUDA GPU that torch can use; try --device cpu")
+    cfg = get_chapter(chapter_id).config(device)
+    for item in args.set:
+        key, _, value = item.partition("=")
+        cfg[key] = _coerce(value)
+    if args.steps is not None:
+        cfg["steps"] = args.steps
+    if args.warmup is not None:
+        cfg["warmup"] = args.warmup
+    _CURRENT = Session(chapter_id, device, cfg)
+    return _CURRENT

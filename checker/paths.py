@@ -1,0 +1,49 @@
+"""Where the workbook's folders are.
+
+The repository root holds chapters/, labs/ and solutions/. It is found from WORKBOOK_ROOT, else from the
+installed package (an editable install sits in the repository), else from the working directory upwards.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from checker.errors import WorkbookError
+
+
+def _is_root(path: Path) -> bool:
+    return (path / "chapters").is_dir() and (path / "checker").is_dir()
+
+
+@lru_cache(maxsize=1)
+def repo_root() -> Path:
+    env = os.environ.get("WORKBOOK_ROOT")
+    if env:
+        root = Path(env).resolve()
+        if not _is_root(root):
+            raise WorkbookError(f"WORKBOOK_ROOT={env} has no chapters/ folder; point it at the workbook's checkout")
+        return root
+    candidates = [Path(__file__).resolve().parent.parent, *Path.cwd().resolve().parents]
+    candidates.insert(1, Path.cwd().resolve())
+    for path in candidates:
+        if _is_root(path):
+            return path
+    raise WorkbookError("cannot find the workbook's chapters/ folder; run from the checkout or set WORKBOOK_ROOT")
+
+
+def chapters_dir() -> Path:
+    return repo_root() / "chapters"
+
+
+def labs_dir() -> Path:
+    return repo_root() / "labs"
+
+
+def solutions_dir() -> Path:
+    return repo_root() / "solutions"
+
+
+def results_dir() -> Path:
+    return repo_root() / "docs" / "results"

@@ -1,0 +1,135 @@
+"""Results files: what a real GPU run measured, and the Markdown the docs include from them.
+
+`docs/results/<chapter>.json` is written by scripts/summarize_gpu_run.py from a run of scripts/gpu_verify.sh;
+`docs/results/<chapter>.md` is rendered from it by `render_markdown` (tests check the two agree), and the
+chapter page includes the Markdown. No number on a page is typed by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+# the one number that sums up each check kind in a table cell
+KEY_MEASURE = {
+    "same_work": ("relative_difference", "{:.1%} loss diff"),
+    "throughput": ("speedup", "{:.2f}x"),
+    "host_syncs": ("host_syncs_per_step", "{:g} syncs/step"),
+    "pageable_copies": ("pageable_h2d_per_step", "{:g} pageable/step"),
+    "dataloader_wait": ("data_wait_fraction", "{:.0%} of step waiting"),
+    "kernels_per_step": ("kernels_per_step", "{:,.0f} kernels/step"),
+    "elementwise_kernels": ("elementwise_kernels_per_step", "{:,.0f} elementwise/step"),
+}
+TOOL_NAMES = {"torch": "torch.profiler", "nsys": "nsys"}
+
+
+def build_results(env: dict[str, Any], rows: list[dict[str, Any]], chapter_id: str) -> dict[str, Any]:
+    """Collect one chapter's `workbook check --json` rows (several variants, tools, reruns) into a results file."""
+    runs = []
+    for row in rows:
+        if row.get("chapter") != chapter_id:
+            continue
+        runs.append({
+            "variant": row["variant"], "trace_tool": row["trace_tool"], "rerun": row.get("rerun", 1),
+            "passed": row.get("passed"), "exit_code": row.get("exit_code"), "wall_s": row.get("wall_s_outer"),
+            "error": row.get("error"),
+            "checks": {c["name"]: {"status": c["status"], "measured": c.get("measured", {}), "threshold": c.get("threshold"),
+                                   "reason": c.get("reason")} for c in row.get("checks", [])},
+        })
+    return {
+        "chapter": chapter_id,
+        "gpu": env.get("gpu"), "driver": env.get("driver"), "torch": env.get("torch"), "cuda": env.get("cuda"),
+        "cpu_count": env.get("cpu_count"), "nsys": env.get("nsys"), "date": env.get("date"),
+        "runs": runs,
+        "headline": headline(runs),
+    }
+
+
+def _median(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return round(statistics.median(values), 3) if values else None
+
+
+def headline(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The medians over reruns that pages quote."""
+
+    def measured(variant: str, check: str, key: str, tool: str | None = None) -> list[float]:
+        return [r["checks"][check]["measured"].get(key) for r in runs
+                if r["variant"] == variant and check in r["checks"] and (tool is None or r["trace_tool"] == tool)
+                and r["checks"][check]["status"] != "skipped"]
+
+    out: dict[str, Any] = {
+        "baseline_samples_per_s": _median(measured("solution", "throughput", "baseline_samples_per_s")),
+        "solution_samples_per_s": _median(measured("solution", "throughput", "candidate_samples_per_s")),
+        "solution_speedup": _median(measured("solution", "throughput", "speedup")),
+        "solution_speedup_min": min(measured("solution", "throughput", "speedup_min") or [None], key=lambda v: v or 0),
+        "solution_speedup_max": max(measured("solution", "throughput", "speedup_max") or [None], key=lambda v: v or 0),
+        "lab_speedup": _median(measured("lab", "throughput", "speedup")),
+        "check_wall_s": _median([r["wall_s"] for r in runs if r["variant"] == "solution" and r["trace_tool"] == "torch"]),
+        "reruns": max([r["rerun"] for r in runs] or [0]),
+        "verdicts_stable": all(
+            len({r["passed"] for r in runs if r["variant"] == v and r["trace_tool"] == t}) <= 1
+            for v in ("lab", "solution") for t in ("torch", "nsys")
+        ),
+    }
+    for check, (key, _fmt) in KEY_MEASURE.items():
+        if check in ("same_work", "throughput"):
+            continue
+        for variant in ("lab", "solution"):
+            for tool in ("torch", "nsys"):
+                value = _median(measured(variant, check, key, tool))
+                if value is not None:
+                    out[f"{variant}_{key}_{tool}"] = value
+    return out
+
+
+def _cell(runs: list[dict[str, Any]], variant: str, tool: str, check: str) -> str:
+    chosen = [r for r in runs if r["variant"] == variant and r["trace_tool"] == tool]
+    if not chosen:
+        return "not run"
+    statuses = sorted({r["checks"].get(check, {}).get("status", "error") for r in chosen})
+    status = "/".join(statuses)
+    key, fmt = KEY_MEASURE.get(check, (None, None))
+    values = [r["checks"][check]["measured"].get(key) for r in chosen
+              if check in r["checks"] and key and r["checks"][check]["measured"].get(key) is not None]
+    mark = {"passed": "pass", "failed": "**fail**", "skipped": "skipped"}.get(status, status)
+    if values:
+        mark += " · " + fmt.format(statistics.median(values))
+    return mark
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    runs = results["runs"]
+    head = results["headline"]
+    checks = list(dict.fromkeys(name for r in runs for name in r["checks"]))
+    columns = [(v, t) for v in ("lab", "solution") for t in ("torch", "nsys")
+               if any(r["variant"] == v and r["trace_tool"] == t for r in runs)]
+    lines = [
+        f"Measured on **{results['gpu']}** (driver {results['driver']}, torch {results['torch']}, CUDA "
+        f"{results['cuda']}, {results['cpu_count']} CPU cores) on {results['date'][:10]}, by `scripts/gpu_verify.sh`; "
+        f"{head['reruns']} run(s) of each check, medians shown.",
+        "",
+    ]
+    if head.get("solution_speedup") is not None:
+        lines += [
+            f"- slow script: **{head['baseline_samples_per_s']:,.0f} samples/s**; solution: "
+            f"**{head['solution_samples_per_s']:,.0f} samples/s**, "
+            f"**{head['solution_speedup']:.2f}x** (trials ranged {head['solution_speedup_min']:.2f}x to "
+            f"{head['solution_speedup_max']:.2f}x)",
+        ]
+        if head.get("lab_speedup") is not None:
+            lines.append(f"- the unmodified lab: {head['lab_speedup']:.2f}x the slow script")
+    if head.get("check_wall_s") is not None:
+        lines.append(f"- one `workbook check` of the solution took {head['check_wall_s']:.0f} s of wall time")
+    lines.append(f"- verdicts the same in every rerun: {'yes' if head['verdicts_stable'] else '**no**'}")
+    lines += ["", "| check | " + " | ".join(f"{v} ({TOOL_NAMES[t]})" for v, t in columns) + " |",
+              "|---|" + "---|" * len(columns)]
+    for check in checks:
+        lines.append(f"| {check} | " + " | ".join(_cell(runs, v, t, check) for v, t in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def load(path: Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text())

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Everything the workbook claims about GPUs, in one run on the GPU machine (the `device` tool).
+#
+#   STAGES="env sweep fixtures checks" bash scripts/gpu_verify.sh      # results under $OUT
+#
+# Stages (default: all but sweep):
+#   env       GPU, driver, torch, nsys/ncu versions -> $OUT/env.json
+#   sweep     slow vs solution over workload settings (SWEEP_ARGS) -> $OUT/sweep.jsonl
+#   fixtures  the trace engine's fixture programs under torch.profiler and nsys -> $OUT/fixtures.tar.gz
+#   checks    `workbook check` for every chapter: solution, lab and slow, with torch.profiler and nsys,
+#             RERUNS times each -> $OUT/checks.jsonl; one trace of slow+solution per chapter -> $OUT/traces.tar.gz
+#   summary   a table of it all -> $OUT/summary.md
+# Needs: .whl/ (the nvtx wheel) and .debs/ (libdw1, libelf1 for nsys's importer), carried.
+set -u
+OUT=${OUT:-/tmp/workbook-out}
+mkdir -p "$OUT"
+STAGES=${STAGES:-"env fixtures checks summary"}
+CHAPTERS=${CHAPTERS:-$(ls chapters | grep -E '^[0-9]{2}_' | tr '\n' ' ')}
+RERUNS=${RERUNS:-1}
+export PYTHONUNBUFFERED=1
+log() { echo "[$(date +%H:%M:%S)] $*"; }
+
+# -- setup: nvtx from the carried wheel, the project itself, nsys's missing libdw --------------------------
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+fi
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || { echo "pip install -e . failed"; exit 1; }
+mkdir -p /tmp/dw && for f in .debs/*.deb; do dpkg -x "$f" /tmp/dw; done
+export LD_LIBRARY_PATH=/tmp/dw/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+export WORKBOOK_NSYS=${WORKBOOK_NSYS:-/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys}
+NSYS=$WORKBOOK_NSYS
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+
+if has env; then
+  log "env"
+  python3 - <<'PY' > "$OUT/env.json"
+import json, subprocess, datetime, torch, os
+smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                     capture_output=True, text=True).stdout.strip()
+def version(cmd):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    except Exception as err:
+        return f"unavailable: {err}"
+print(json.dumps({
+    "gpu": torch.cuda.get_device_name(0), "nvidia_smi": smi, "driver": smi.split(", ")[1] if smi else None,
+    "torch": torch.__version__, "cuda": torch.version.cuda, "cpu_count": os.cpu_count(),
+    "nsys": version([os.environ["WORKBOOK_NSYS"], "--version"]), "ncu": version(["ncu", "--version"]),
+    "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+}, indent=2))
+PY
+  cat "$OUT/env.json"
+fi
+
+if has sweep; then
+  log "sweep ${SWEEP_ARGS:-}"
+  # shellcheck disable=SC2086
+  python3 scripts/sweep.py ${SWEEP_ARGS:-01 --trials 2} | tee -a "$OUT/sweep.jsonl"
+fi
+
+if has fixtures; then
+  log "fixtures"
+  F=/tmp/fixtures; rm -rf $F; mkdir -p $F
+  for program in pageable_item pinned_clean mask_any; do
+    mkdir -p $F/$program
+    python3 scripts/trace_fixture_programs.py --program $program --steps 7 --torch-trace $F/$program/kineto.json.gz
+    "$NSYS" profile -t cuda,nvtx,osrt --capture-range=cudaProfilerApi --capture-range-end=stop --force-overwrite=true \
+      -o $F/$program/nsys python3 scripts/trace_fixture_programs.py --program $program --steps 7 > $F/$program/nsys.log 2>&1
+    "$NSYS" export --type sqlite --force-overwrite=true -o $F/$program/nsys.sqlite $F/$program/nsys.nsys-rep >> $F/$program/nsys.log 2>&1
+    gzip -f $F/$program/nsys.sqlite; rm -f $F/$program/nsys.nsys-rep
+    ls -la $F/$program
+  done
+  tar -C $F -czf "$OUT/fixtures.tar.gz" .
+fi
+
+if has raw; then
+  log "raw traces of chapter 01 (slow) for the trace engine"
+  R=/tmp/raw; rm -rf $R; mkdir -p $R
+  python3 -m checker.launch --script chapters/01_item_syncs/slow.py --result $R/torch.result.json --trace torch \
+    --trace-out $R/ch01-slow-kineto.json.gz -- --steps 70
+  "$NSYS" profile -t cuda,nvtx,osrt --capture-range=cudaProfilerApi --capture-range-end=stop --python-backtrace=cuda \
+    --force-overwrite=true -o $R/ch01-slow python3 chapters/01_item_syncs/slow.py --steps 70 > $R/nsys.log 2>&1
+  "$NSYS" export --type sqlite --force-overwrite=true -o $R/ch01-slow.sqlite $R/ch01-slow.nsys-rep >> $R/nsys.log 2>&1
+  gzip -f $R/ch01-slow.sqlite; rm -f $R/*.nsys-rep; ls -la $R; tail -n 5 $R/nsys.log
+  tar -C $R -czf "$OUT/raw.tar.gz" .
+fi
+
+if has checks; then
+  T=/tmp/traces; rm -rf $T; mkdir -p $T
+  for chapter in $CHAPTERS; do
+    for rerun in $(seq 1 "$RERUNS"); do
+      for tool in torch nsys; do
+        for variant in solution lab; do
+          log "check $chapter $variant $tool (rerun $rerun)"
+          start=$(date +%s.%N)
+          python3 -m checker check "$chapter" --variant $variant --trace-tool $tool --json > /tmp/check.json 2> /tmp/check.err
+          code=$?
+          wall=$(python3 -c "import time; print(round(time.time() - $start, 1))")
+          python3 - "$chapter" "$variant" "$tool" "$rerun" "$code" "$wall" <<'PY' >> "$OUT/checks.jsonl"
+import json, sys
+chapter, variant, tool, rerun, code, wall = sys.argv[1:]
+try:
+    report = json.load(open("/tmp/check.json"))
+except Exception:
+    report = {"error": open("/tmp/check.err").read()[-2000:]}
+report.update(chapter=chapter, variant=variant, trace_tool=tool, rerun=int(rerun), exit_code=int(code), wall_s_outer=float(wall))
+print(json.dumps(report))
+PY
+          tail -n 1 "$OUT/checks.jsonl" | python3 -c "
+import json,sys; r=json.loads(sys.stdin.read())
+print('   exit', r['exit_code'], 'wall', r['wall_s_outer'], ' '.join(f\"{c['name']}={c['status']}:{c.get('measured',{}).get('speedup', c.get('measured',{}).get('host_syncs_per_step',''))}\" for c in r.get('checks', [])) or r.get('error','')[-400:])"
+        done
+      done
+    done
+    # traces for the docs: slow and solution, both tools
+    for variant in slow solution; do
+      for tool in torch nsys; do
+        python3 scripts/capture_trace.py "$chapter" --variant $variant --tool $tool --out $T/${chapter}-${variant}-${tool} 2>&1 | tail -n 2
+      done
+    done
+  done
+  tar -C $T -czf "$OUT/traces.tar.gz" . 2>/dev/null
+fi
+
+if has summary; then
+  python3 scripts/summarize_gpu_run.py "$OUT" > "$OUT/summary.md" 2>&1; cat "$OUT/summary.md"
+  [ -d "$OUT/results" ] && tar -C "$OUT" -czf "$OUT/results.tar.gz" results && rm -rf "$OUT/results"
+fi
+ls -la "$OUT"

@@ -1,0 +1,65 @@
+"""Measure a chapter's slow script against its solution over several workload settings.
+
+Predict, then measure: use this to choose a chapter's workload before fixing thresholds in chapter.toml.
+
+    python scripts/sweep.py 01 --device cuda --trials 2 --set batch_size=128,256 --set width=64,128
+
+Every combination runs baseline and solution alternately in separate processes (as `workbook check` does)
+and prints samples/s and the median speedup. --json writes the rows to a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from checker.chapters import get_chapter
+from checker.runs import run_script
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("chapter")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--trials", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=V1,V2")
+    parser.add_argument("--variants", default="slow,solution", help="baseline first, then candidates")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    chapter = get_chapter(args.chapter)
+    axes = [(k, v.split(",")) for k, _, v in (s.partition("=") for s in args.set)]
+    variants = args.variants.split(",")
+    rows = []
+    for values in itertools.product(*[vals for _, vals in axes]):
+        overrides = [f"{k}={v}" for (k, _), v in zip(axes, values)]
+        extra = [a for o in overrides for a in ("--set", o)]
+        sps = {v: [] for v in variants}
+        loss = {v: [] for v in variants}
+        for trial in range(args.trials):
+            order = variants if trial % 2 == 0 else variants[::-1]
+            for variant in order:
+                r = run_script(chapter, chapter.script_for(variant), args.device, steps=args.steps, extra_args=extra)
+                sps[variant].append(r.samples_per_s)
+                loss[variant].append(r.eval_loss)
+        base = variants[0]
+        row = {"settings": overrides}
+        for v in variants:
+            row[f"{v}_samples_per_s"] = round(statistics.median(sps[v]), 1)
+            row[f"{v}_eval_loss"] = round(statistics.median(loss[v]), 4)
+            if v != base:
+                ratios = [c / b for c, b in zip(sps[v], sps[base])]
+                row[f"{v}_speedup"] = round(statistics.median(ratios), 3)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

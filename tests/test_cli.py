@@ -1,0 +1,84 @@
+"""The `workbook` command as a user meets it: its JSON contracts, its exit codes, its one-line errors."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data" / "submissions"
+
+
+def one_clear_line(proc):
+    """Exit 2, one line on stderr naming the problem, no traceback."""
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+def test_list_json_names_chapter_01(workbook):
+    proc = workbook("list", "--json")
+    assert proc.returncode == 0
+    rows = json.loads(proc.stdout)
+    first = rows[0]
+    assert first["id"] == "01_item_syncs" and first["lab"] == "labs/01_item_syncs/train.py"
+    assert "host_syncs" in first["devices"]["cpu"] and "throughput" not in first["devices"]["cpu"]
+
+
+def test_unknown_chapter(workbook):
+    line = one_clear_line(workbook("check", "42"))
+    assert "unknown chapter '42'" in line and "01_item_syncs" in line
+
+
+def test_submission_without_the_lab_file(workbook):
+    line = one_clear_line(workbook("check", "01", "--submission", str(DATA / "no_lab"), "--device", "cpu"))
+    assert "no train.py" in line
+
+
+def test_submission_folder_that_does_not_exist(workbook, tmp_path):
+    line = one_clear_line(workbook("check", "01", "--submission", str(tmp_path / "nope"), "--device", "cpu"))
+    assert "not a folder" in line
+
+
+def test_bad_option_value_is_a_usage_error(workbook):
+    proc = workbook("check", "01", "--device", "tpu")
+    assert proc.returncode == 2 and "invalid choice" in proc.stderr
+
+
+@pytest.mark.slow
+def test_lab_that_raises(workbook):
+    line = one_clear_line(workbook("check", "01", "--submission", str(DATA / "raises"), "--device", "cpu"))
+    assert "ValueError: shapes do not match" in line and "train.py:8" in line
+
+
+@pytest.mark.slow
+def test_lab_that_hangs(workbook, monkeypatch):
+    monkeypatch.setenv("WORKBOOK_TIMEOUT_S", "20")
+    line = one_clear_line(workbook("check", "01", "--submission", str(DATA / "hangs"), "--device", "cpu"))
+    assert "did not finish within 20 s" in line
+
+
+@pytest.mark.slow
+def test_lab_that_leaves_the_loop_early_fails_same_work(workbook):
+    proc = workbook("check", "01", "--submission", str(DATA / "skips_steps"), "--device", "cpu", "--json")
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    same_work = report["checks"][0]
+    assert same_work["name"] == "same_work" and same_work["status"] == "failed"
+    assert "work differs" in same_work["evidence"][0] and "after 3 of" in same_work["evidence"][0]
+    assert all(c["status"] == "skipped" for c in report["checks"][1:])
+
+
+def test_profile_prints_the_recipe(workbook):
+    proc = workbook("profile", "01", "--tool", "nsys")
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("nsys profile") and "--capture-range=cudaProfilerApi" in proc.stdout
+    assert "labs/01_item_syncs/train.py" in proc.stdout
+
+
+def test_profile_run_without_nsys_explains(workbook, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("WORKBOOK_NSYS", raising=False)
+    line = one_clear_line(workbook("profile", "01", "--tool", "nsys", "--run"))
+    assert "nsys not found" in line and "--tool torch" in line

@@ -84,7 +84,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     chapter = get_chapter(args.chapter)
     report = evaluate(chapter, variant=args.variant, submission=args.submission, device=args.device,
-                      trace_tool=args.trace_tool)
+                      trace_tool=args.trace_tool, with_ncu=args.with_ncu)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
@@ -153,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--submission", type=Path, help="a folder holding the lab file (instead of --variant)")
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
     p.add_argument("--trace-tool", choices=("torch", "nsys"), default="torch")
+    p.add_argument("--with-ncu", action="store_true", help="also run the chapter's Nsight Compute checks (GPU, ncu)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_check)
 

@@ -70,7 +70,7 @@ class Report:
 class Evaluation:
     """The runs a chapter's checks share: baseline/candidate pairs and the candidate's trace, made once."""
 
-    def __init__(self, chapter: Chapter, candidate: Path, device: str, trace_tool: str = "torch"):
+    def __init__(self, chapter: Chapter, candidate: Path, device: str, trace_tool: str = "torch", with_ncu: bool = False):
         if device not in ("cpu", "cuda"):
             raise WorkbookError(f"--device {device}: choose cpu or cuda")
         if device == "cuda" and not cuda_available():
@@ -85,6 +85,7 @@ class Evaluation:
         if not candidate.is_file():
             raise WorkbookError(f"{candidate}: no such file")
         self.chapter, self.candidate, self.device, self.trace_tool = chapter, candidate, device, trace_tool
+        self.with_ncu = with_ncu  # checks that need Nsight Compute run only when asked (they take minutes)
         self.cfg = chapter.config(device)
         self.workdir = Path(tempfile.mkdtemp(prefix=f"workbook-{chapter.id}-"))
         self._pairs: list[tuple[RunResult, RunResult]] | None = None
@@ -168,9 +169,9 @@ class Evaluation:
 
 
 def evaluate(chapter: Chapter, *, variant: str = "lab", submission: Path | None = None, device: str | None = None,
-             trace_tool: str = "torch", keep: bool = False) -> Report:
+             trace_tool: str = "torch", with_ncu: bool = False, keep: bool = False) -> Report:
     candidate = resolve_candidate(chapter, variant, submission)
-    ev = Evaluation(chapter, candidate, device or default_device(), trace_tool)
+    ev = Evaluation(chapter, candidate, device or default_device(), trace_tool, with_ncu)
     try:
         return ev.run_checks(str(submission) if submission else variant)
     finally:

@@ -97,6 +97,19 @@ def _batch_size(batch: Any) -> int:
     raise TypeError("cannot count samples: a batch must be a tensor, or a tuple/list/dict holding one")
 
 
+def _loader_settings(source: Any) -> dict[str, Any] | None:
+    """The settings of a DataLoader given to session.steps(), as the checker may verify them."""
+    if not isinstance(source, torch.utils.data.DataLoader):
+        return None
+    return {
+        "num_workers": source.num_workers,
+        "pin_memory": bool(source.pin_memory),
+        "persistent_workers": bool(source.persistent_workers),
+        "prefetch_factor": source.prefetch_factor,
+        "batch_size": source.batch_size,
+    }
+
+
 def _load_workload_module(chapter_dir: Path):
     path = chapter_dir / "workload.py"
     spec = importlib.util.spec_from_file_location(f"workbook_workload_{chapter_dir.name}", path)
@@ -146,10 +159,12 @@ class Session:
         self.steps_done = 0
         self.samples = 0
         self.window_s: float | None = None
+        self.warmup_s: float | None = None
         self.step_starts_ns: list[int] = []
         self.trace_file: Path | None = None
         self._stepped = False
         self._profiler = None
+        self.loader_settings: dict[str, Any] | None = None
 
     # -- what scripts call -------------------------------------------------------------------------
     def is_log_step(self, step: int) -> bool:
@@ -161,8 +176,11 @@ class Session:
         if self._stepped:
             raise RuntimeError("session.steps() runs once per session")
         self._stepped = True
+        self.loader_settings = _loader_settings(source)
         batches = iter(source)
         for step in range(self.total_steps):
+            if step == 0:
+                self._t_first_step = time.perf_counter_ns()
             if step == self.warmup:
                 self._open_window()
             if self._window_open:
@@ -218,6 +236,8 @@ class Session:
             torch.cuda.profiler.start()
         self._window_open = True
         self._t0 = time.perf_counter_ns()
+        # warm-up: first-step costs (torch.compile, cudnn autotuning, allocator growth), outside the window
+        self.warmup_s = (self._t0 - self._t_first_step) / 1e9
 
     def _close_window(self) -> None:
         self._sync()
@@ -247,9 +267,11 @@ class Session:
             "warmup": self.warmup,
             "samples": self.samples,
             "window_s": self.window_s,
+            "warmup_s": self.warmup_s,
             "samples_per_s": self.samples / self.window_s if complete and self.window_s else None,
             "step_ms": step_ms,
             "trace_file": str(self.trace_file) if self.trace_file else None,
+            "loader": self.loader_settings,
         }
 
 

@@ -12,16 +12,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-# the one number that sums up each check kind in a table cell
-KEY_MEASURE = {
-    "same_work": ("relative_difference", "{:.1%} loss diff"),
-    "throughput": ("speedup", "{:.2f}x"),
-    "host_syncs": ("host_syncs_per_step", "{:g} syncs/step"),
-    "pageable_copies": ("pageable_h2d_per_step", "{:g} pageable/step"),
-    "dataloader_wait": ("data_wait_fraction", "{:.0%} of step waiting"),
-    "kernels_per_step": ("kernels_per_step", "{:,.0f} kernels/step"),
-    "elementwise_kernels": ("elementwise_kernels_per_step", "{:,.0f} elementwise/step"),
-}
+from checker.checks import KEY_MEASURE
 TOOL_NAMES = {"torch": "torch.profiler", "nsys": "nsys"}
 
 

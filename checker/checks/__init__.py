@@ -33,13 +33,20 @@ class CheckResult:
 
 CheckFunction = Callable[["Evaluation", "CheckSpec"], CheckResult]
 REGISTRY: dict[str, CheckFunction] = {}
+# check name -> (the key in `measured` that sums it up, a format for it): what results tables show
+KEY_MEASURE: dict[str, tuple[str, str]] = {}
 
 
-def check(name: str) -> Callable[[CheckFunction], CheckFunction]:
-    """Register a check kind under the name chapter.toml uses in [[checks]] name = ..."""
+def check(name: str, key: str | None = None, fmt: str = "{:g}") -> Callable[[CheckFunction], CheckFunction]:
+    """Register a check kind under the name chapter.toml uses in [[checks]] name = ...
+
+    ``key`` names the entry of ``measured`` that sums the check up in results tables, shown with ``fmt``.
+    """
 
     def register(function: CheckFunction) -> CheckFunction:
         REGISTRY[name] = function
+        if key is not None:
+            KEY_MEASURE[name] = (key, fmt)
         return function
 
     return register
@@ -49,4 +56,13 @@ def result(spec: "CheckSpec", status: str, **fields: Any) -> CheckResult:
     return CheckResult(name=spec.name, doc=spec.doc, status=status, **fields)
 
 
-from checker.checks import host_syncs, same_work, throughput  # noqa: E402,F401  (registers the kinds)
+def _register_all() -> None:
+    """Import every module of this package: each registers its check kinds with @check."""
+    import importlib
+    import pkgutil
+
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
+
+
+_register_all()

@@ -22,7 +22,7 @@ def source_line(where: str | None) -> str:
     return f"{where} `{code}`" if code else where
 
 
-@check("host_syncs")
+@check("host_syncs", key="host_syncs_per_step", fmt="{:g} syncs/step")
 def host_syncs(ev, spec):
     threshold = float(spec.threshold_for(ev.device))
     trace = ev.trace()

@@ -11,7 +11,7 @@ import statistics
 from checker.checks import FAILED, PASSED, check, result
 
 
-@check("same_work")
+@check("same_work", key="relative_difference", fmt="{:.1%} loss diff")
 def same_work(ev, spec):
     tolerance = float(spec.options.get("rel_tolerance", 0.05))
     pairs = ev.pairs()

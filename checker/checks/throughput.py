@@ -12,7 +12,7 @@ import statistics
 from checker.checks import FAILED, PASSED, check, result
 
 
-@check("throughput")
+@check("throughput", key="speedup", fmt="{:.2f}x")
 def throughput(ev, spec):
     threshold = float(spec.threshold_for(ev.device))
     pairs = ev.pairs()

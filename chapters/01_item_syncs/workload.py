@@ -34,8 +34,6 @@ def make_images(templates: torch.Tensor, count: int, generator: torch.Generator)
 
 
 def build(cfg: dict, device: torch.device) -> Workload:
-    if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True  # the same for every variant: the lesson is elsewhere
     generator = torch.Generator().manual_seed(int(cfg.get("seed", 0)))
     templates = torch.randn(NUM_CLASSES, 3, IMAGE_SIZE, IMAGE_SIZE, generator=generator)
     batch_size = int(cfg["batch_size"])

@@ -9,17 +9,30 @@ holds Python frames.
 from __future__ import annotations
 
 import linecache
+from pathlib import Path
 
 from checker.checks import FAILED, PASSED, check, result
 
 
-def source_line(where: str | None) -> str:
-    """'path:line' -> "path:line `code`" when the file is readable."""
+def source_line(where: str | None, script: Path | None = None) -> str:
+    """'path:line' -> "path:line `code`" when the file is readable.
+
+    Traces record paths as Python knew them, often relative ('train.py'); those are looked up beside the
+    graded script.
+    """
     if not where or ":" not in where:
         return where or "(no Python frame in the trace)"
     path, _, line = where.rpartition(":")
-    code = linecache.getline(path, int(line)).strip() if line.isdigit() else ""
-    return f"{where} `{code}`" if code else where
+    if not line.isdigit():
+        return where
+    candidates = [Path(path)]
+    if script is not None and not Path(path).is_absolute():
+        candidates.insert(0, script.parent / Path(path).name if Path(path).name == script.name else script.parent / path)
+    for candidate in candidates:
+        code = linecache.getline(str(candidate), int(line)).strip()
+        if code:
+            return f"{where} `{code}`"
+    return where
 
 
 @check("host_syncs", key="host_syncs_per_step", fmt="{:g} syncs/step")
@@ -45,6 +58,6 @@ def host_syncs(ev, spec):
         grouped = syncs.groupby(["name", "where"], dropna=False).size().sort_values(ascending=False)
         for (name, where), count in grouped.items():
             where = None if not isinstance(where, str) else where
-            evidence.append(f"{count / len(counted):g} per step: {name} from {source_line(where)}")
+            evidence.append(f"{count / len(counted):g} per step: {name} from {source_line(where, ev.candidate)}")
     status = PASSED if per_step <= threshold else FAILED
     return result(spec, status, measured=measured, threshold=threshold, evidence=evidence)

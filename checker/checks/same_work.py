@@ -14,6 +14,8 @@ from checker.checks import FAILED, PASSED, check, result
 @check("same_work", key="relative_difference", fmt="{:.1%} loss diff")
 def same_work(ev, spec):
     tolerance = float(spec.options.get("rel_tolerance", 0.05))
+    # a trained model's loss can be tiny, where a relative tolerance alone is too tight for run-to-run noise
+    abs_tolerance = float(spec.options.get("abs_tolerance", 0.0))
     pairs = ev.pairs()
     base_loss = statistics.median(b.eval_loss for b, _ in pairs)
     cand_loss = statistics.median(c.eval_loss for _, c in pairs)
@@ -28,10 +30,10 @@ def same_work(ev, spec):
     evidence = []
     if cand_samples != base_samples:
         evidence.append(f"work differs: the candidate trained {cand_samples} samples in the window, the baseline {base_samples}")
-    if measured["relative_difference"] > tolerance:
+    if measured["relative_difference"] > tolerance and abs(cand_loss - base_loss) > abs_tolerance:
         evidence.append(
             f"work differs: held-out loss {cand_loss:.4f} vs the baseline's {base_loss:.4f} "
-            f"({measured['relative_difference']:.1%} apart, tolerance {tolerance:.0%})"
+            f"({measured['relative_difference']:.1%} apart; tolerance {tolerance:.0%} or {abs_tolerance:g} absolute)"
         )
     status = FAILED if evidence else PASSED
     return result(spec, status, measured=measured, threshold=tolerance, evidence=evidence)

@@ -1,0 +1,78 @@
+"""data_wait: how much of a training step is spent waiting for the next batch, from the candidate's trace.
+
+The harness fetches each batch inside the step, under a range named ``data`` (NVTX for nsys,
+record_function for torch.profiler), so the wait for the DataLoader is that range's length
+(``TraceAnalysis.get_data_wait``). The check sums it over the traced steps (logging steps excepted) and
+divides by the steps' total length.
+
+It also reports the step-time distribution the harness measured in the timed runs (p50, p90, max, mean):
+the median alone can lie. With too few workers most steps find a batch ready and are fast, while every few
+steps the queue runs dry and one step waits for a whole batch to be made; p50 stays low, the mean (which
+sets throughput) does not.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from checker.checks import FAILED, PASSED, check, result
+
+
+def step_time_stats(step_ms: list[float]) -> dict[str, float]:
+    """p50, p90, max and mean of per-step times in milliseconds (nearest-rank percentiles)."""
+    if not step_ms:
+        return {}
+    ordered = sorted(step_ms)
+
+    def rank(q: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+    return {"p50": round(rank(0.5), 2), "p90": round(rank(0.9), 2), "max": round(ordered[-1], 2),
+            "mean": round(statistics.fmean(ordered), 2), "steps": len(ordered)}
+
+
+def describe_step_times(step_ms: list[float]) -> str:
+    stats = step_time_stats(step_ms)
+    if not stats:
+        return "no measured steps"
+    return (f"step time p50 {stats['p50']:.1f} ms, p90 {stats['p90']:.1f} ms, max {stats['max']:.1f} ms, "
+            f"mean {stats['mean']:.1f} ms ({stats['steps']} steps)")
+
+
+@check("data_wait", key="data_wait_fraction", fmt="{:.0%} of the step")
+def data_wait(ev, spec):
+    threshold = float(spec.threshold_for(ev.device))
+    trace = ev.trace()
+    log_steps = {int(s) for s in trace.get_steps()["step"] if ev.is_log_step(int(s))}
+    waits = trace.get_data_wait(exclude_steps=log_steps)
+    if waits.empty:
+        return result(spec, FAILED, threshold=threshold, evidence=["the trace holds no training steps outside logging steps"])
+    total_wait, total_step = int(waits["data_wait_ns"].sum()), int(waits["step_ns"].sum())
+    fraction = total_wait / total_step if total_step else 0.0
+    worst = waits.loc[waits["data_wait_ns"].idxmax()]
+    counted = len(waits)
+    pairs = ev.pairs()
+    candidate_ms = [ms for _, c in pairs for ms in c.step_ms]
+    baseline_ms = [ms for b, _ in pairs for ms in b.step_ms]
+    measured = {
+        "data_wait_fraction": round(fraction, 4),
+        "data_wait_ms_per_step": round(total_wait / counted / 1e6, 3),
+        "step_ms_traced": round(total_step / counted / 1e6, 3),
+        "worst_step": int(worst["step"]),
+        "worst_step_wait_ms": round(int(worst["data_wait_ns"]) / 1e6, 3),
+        "steps": counted,
+        "measured_from": str(waits["source"].iloc[0]),
+        "logging_steps_excluded": sorted(log_steps),
+        "trace_tool": ev.trace_tool,
+        "candidate_step_ms": step_time_stats(candidate_ms),
+        "baseline_step_ms": step_time_stats(baseline_ms),
+    }
+    evidence = [
+        f"waiting for the next batch: {fraction:.0%} of the step ({total_wait / counted / 1e6:.1f} ms of "
+        f"{total_step / counted / 1e6:.1f} ms per step over {counted} traced steps; the longest wait "
+        f"{int(worst['data_wait_ns']) / 1e6:.1f} ms in step {int(worst['step'])}), threshold {threshold:.0%}",
+        f"candidate {describe_step_times(candidate_ms)}",
+        f"baseline {describe_step_times(baseline_ms)}",
+    ]
+    status = PASSED if fraction <= threshold else FAILED
+    return result(spec, status, measured=measured, threshold=threshold, evidence=evidence)

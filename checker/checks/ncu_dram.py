@@ -1,0 +1,284 @@
+"""ncu_dram: the hottest elementwise kernel, profiled with Nsight Compute, streams memory at a stated fraction
+of the bandwidth this GPU can reach.
+
+It runs only with `workbook check 05 --with-ncu`, on CUDA, with ncu found (WORKBOOK_NCU, else PATH); anywhere
+else it is skipped with the reason. What it does:
+
+1. The candidate's trace (the one the other checks read) names its hottest elementwise-family kernel: the
+   one with the most GPU time per step (after compile, a fused triton_poi_/triton_per_ kernel).
+2. ncu profiles one launch of that kernel inside one steady-state step, around the same launcher the checker
+   uses for timing::
+
+       ncu --nvtx --nvtx-include "step N/" --kernel-name-base demangled -k "regex:<kernel>([^0-9A-Za-z_]|$)" -c 1
+           --section SpeedOfLight --section MemoryWorkloadAnalysis --metrics <dram bytes, duration>
+           --clock-control none -o <report> python -m checker.launch --script <candidate> ... -- --steps N+2 --warmup N
+
+   and `ncu --import <report> --csv --page raw --print-units base` turns the report into one CSV row per
+   profiled kernel (header: identity columns then one column per metric; second row: units).
+3. A copy probe (`dst.copy_(src)` over 1 GiB, timed with CUDA events, in its own process) measures the bytes
+   per second this GPU's memory actually streams. The kernel's DRAM bytes per second over that is the
+   measure: near 1.0, the kernel is at the bandwidth floor, and only fewer bytes (fusion, bf16) make it faster.
+
+Set WORKBOOK_NCU_OUT=<folder> to keep the .ncu-rep report and its CSV there (the docs' ncu excerpt comes from it).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from checker.checks import FAILED, PASSED, SKIPPED, check, result
+from checker.checks.step_counts import hottest_kernels
+from checker.paths import repo_root
+
+DRAM_PCT = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
+SM_PCT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
+MEMORY_PCT = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
+DURATION = "gpu__time_duration.sum"
+DRAM_READ = "dram__bytes_read.sum"
+DRAM_WRITE = "dram__bytes_write.sum"
+DRAM_RATE = "dram__bytes.sum.per_second"
+EXTRA_METRICS = (DURATION, DRAM_READ, DRAM_WRITE, DRAM_RATE)
+IDENTITY_COLUMNS = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",
+                    "Block Size", "Grid Size", "Device", "CC")
+
+_PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+           "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
+_TIME = {"nsecond": 1e-9, "ns": 1e-9, "usecond": 1e-6, "us": 1e-6, "msecond": 1e-3, "ms": 1e-3,
+         "second": 1.0, "s": 1.0}
+
+
+def find_ncu() -> str | None:
+    """ncu from WORKBOOK_NCU, else from PATH."""
+    env = os.environ.get("WORKBOOK_NCU")
+    if env:
+        return env if Path(env).is_file() else None
+    return shutil.which("ncu")
+
+
+# -- parsing ncu's raw CSV page ---------------------------------------------------------------------------
+def parse_number(text: str) -> float | None:
+    """'1,234.5' -> 1234.5; 'n/a' or '' -> None (ncu writes thousands separators in its CSV)."""
+    text = (text or "").strip().replace(",", "")
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def to_base_units(value: float | None, unit: str) -> float | None:
+    """Bytes, bytes per second and seconds from ncu's units ('Mbyte', 'Gbyte/second', 'usecond', '%', ...)."""
+    if value is None:
+        return None
+    unit = (unit or "").strip()
+    if unit in _TIME:
+        return value * _TIME[unit]
+    match = re.fullmatch(r"(Ki|Mi|Gi|Ti|K|M|G|T|P)?(?:byte|B)(?:/(second|s))?", unit)
+    if match:
+        return value * _PREFIX[match.group(1) or ""]
+    return value  # %, counts, cycles: as printed
+
+
+def parse_ncu_raw_csv(text: str) -> list[dict]:
+    """Rows of `ncu --import R --csv --page raw`: [{"id", "kernel", "grid", "block", "metrics": {name: value}}].
+
+    Values are converted to base units (bytes, bytes/s, seconds) using the units row under the header; lines
+    ncu prints around the table (==PROF==, ==WARNING==) are ignored.
+    """
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        raise ValueError("no ncu CSV table in the output (no header line starting with \"ID\")")
+    reader = csv.reader(io.StringIO("\n".join(line for line in lines[start:] if line.startswith('"'))))
+    header = next(reader)
+    rows = list(reader)
+    units: dict[str, str] = {}
+    if rows and not (rows[0][0] or "").strip():  # the units row: its ID cell is empty
+        units = dict(zip(header, rows[0]))
+        rows = rows[1:]
+    parsed = []
+    for row in rows:
+        cells = dict(zip(header, row))
+        metrics = {name: to_base_units(parse_number(value), units.get(name, ""))
+                   for name, value in cells.items() if name not in IDENTITY_COLUMNS}
+        parsed.append({
+            "id": cells.get("ID"), "kernel": cells.get("Kernel Name", ""), "grid": cells.get("Grid Size"),
+            "block": cells.get("Block Size"), "metrics": metrics,
+        })
+    return parsed
+
+
+def summarize_kernel(row: dict) -> dict:
+    """What the check reports about one profiled kernel, from its parsed metrics."""
+    metrics = row["metrics"]
+    duration_s = metrics.get(DURATION)
+    read, write = metrics.get(DRAM_READ), metrics.get(DRAM_WRITE)
+    dram_bytes = (read or 0.0) + (write or 0.0) if read is not None or write is not None else None
+    rate = metrics.get(DRAM_RATE)
+    if rate is None and dram_bytes is not None and duration_s:
+        rate = dram_bytes / duration_s
+    return {
+        "kernel": row["kernel"],
+        "grid": row.get("grid"),
+        "block": row.get("block"),
+        "duration_us": round(duration_s * 1e6, 2) if duration_s else None,
+        "dram_bytes": int(dram_bytes) if dram_bytes is not None else None,
+        "dram_gbytes_per_s": round(rate / 1e9, 1) if rate else None,
+        "dram_throughput_pct_of_peak": metrics.get(DRAM_PCT),
+        "memory_throughput_pct_of_peak": metrics.get(MEMORY_PCT),
+        "sm_throughput_pct_of_peak": metrics.get(SM_PCT),
+    }
+
+
+def kernel_regex(name: str) -> str:
+    """An ncu -k filter for one kernel of the trace, by its function name, not matching longer names."""
+    head = re.split(r"[<(]", str(name).replace("void ", "", 1), maxsplit=1)[0]
+    base = head.rsplit("::", 1)[-1].strip()
+    return f"regex:{re.escape(base)}([^0-9A-Za-z_]|$)"
+
+
+# -- the copy-bandwidth probe ----------------------------------------------------------------------------
+def measure_copy_bandwidth(size_bytes: int = 1 << 30, repeats: int = 20) -> float:
+    """Bytes per second a device-to-device copy streams (read + write), timed with CUDA events."""
+    import torch
+
+    source = torch.empty(size_bytes // 4, dtype=torch.float32, device="cuda").uniform_()
+    target = torch.empty_like(source)
+    for _ in range(3):
+        target.copy_(source)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeats):
+        target.copy_(source)
+    end.record()
+    end.synchronize()
+    seconds = start.elapsed_time(end) / 1e3 / repeats
+    return 2 * source.numel() * source.element_size() / seconds
+
+
+def copy_bandwidth_in_subprocess(timeout: float = 120) -> float:
+    code = "from checker.checks.ncu_dram import measure_copy_bandwidth as m; print(m())"
+    env = dict(os.environ, WORKBOOK_ROOT=str(repo_root()))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError((proc.stderr.strip().splitlines() or ["the copy probe failed"])[-1])
+    return float(proc.stdout.strip().splitlines()[-1])
+
+
+# -- running ncu ---------------------------------------------------------------------------------------------
+def ncu_command(ncu: str, report: Path, regex: str, step: int, script: Path, result_path: Path, sections) -> list[str]:
+    command = [ncu, "--nvtx", "--nvtx-include", f"step {step}/", "--kernel-name-base", "demangled",
+               "-k", regex, "-c", "1", "--clock-control", "none", "--force-overwrite", "-o", str(report)]
+    for section in sections:
+        command += ["--section", section]
+    command += ["--metrics", ",".join(EXTRA_METRICS)]
+    command += [sys.executable, "-m", "checker.launch", "--script", str(script), "--result", str(result_path),
+                "--", "--device", "cuda", "--steps", str(step + 2), "--warmup", str(step)]
+    return command
+
+
+def _ncu_problem(output: str) -> str | None:
+    """A reason to skip when ncu could not profile on this machine at all."""
+    if "ERR_NVGPUCTRPERM" in output:
+        return ("ncu may not read this GPU's performance counters (ERR_NVGPUCTRPERM): run as root, or load the "
+                "driver with NVreg_RestrictProfilingToAdminUsers=0")
+    return None
+
+
+def _shown(command: list[str]) -> str:
+    return " ".join(f"'{part}'" if (" " in part or "|" in part or "$" in part) else part for part in command)
+
+
+@check("ncu_dram", key="fraction_of_copy", fmt="{:.0%} of copy bandwidth")
+def ncu_dram(ev, spec):
+    if ev.device != "cuda":
+        return result(spec, SKIPPED, reason=f"Nsight Compute profiles CUDA kernels; this run is on {ev.device}")
+    threshold = float(spec.threshold_for(ev.device))
+    if not ev.with_ncu:
+        return result(spec, SKIPPED, threshold=threshold,
+                      reason=f"runs only when asked: workbook check {ev.chapter.number:02d} --with-ncu (ncu replays "
+                             "the kernel many times; a minute or two)")
+    ncu = find_ncu()
+    if ncu is None:
+        return result(spec, SKIPPED, threshold=threshold,
+                      reason="ncu not found on PATH; install Nsight Compute or set WORKBOOK_NCU=/path/to/ncu")
+
+    hot = hottest_kernels(ev.trace())
+    if hot.empty:
+        return result(spec, FAILED, threshold=threshold,
+                      evidence=["the candidate's trace holds no elementwise kernels to profile"])
+    target = hot.iloc[0]
+    sections = spec.options.get("section", ["SpeedOfLight", "MemoryWorkloadAnalysis"])
+    step = int(spec.options.get("ncu_step", ev.cfg["warmup"]))
+    workdir = ev.workdir / "ncu"
+    workdir.mkdir(exist_ok=True)
+    report = workdir / "hot_kernel"
+    command = ncu_command(ncu, report, kernel_regex(target["name"]), step, ev.candidate, workdir / "result.json", sections)
+    env = dict(os.environ, WORKBOOK_ROOT=str(repo_root()), PYTHONUNBUFFERED="1")
+    timeout = 2 * float(os.environ.get("WORKBOOK_TIMEOUT_S") or ev.cfg.get("timeout_s", 300)) + 120
+    proc = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+    output = proc.stdout + proc.stderr
+    problem = _ncu_problem(output)
+    if problem:
+        return result(spec, SKIPPED, threshold=threshold, reason=problem)
+    rep = report.with_suffix(".ncu-rep")
+    if proc.returncode != 0 or not rep.exists():
+        last = [line for line in output.splitlines() if line.strip()][-3:]
+        return result(spec, FAILED, threshold=threshold,
+                      evidence=[f"ncu exited {proc.returncode} without a report: {' | '.join(last)}",
+                                f"command: {_shown(command)}"])
+    imported = subprocess.run([ncu, "--import", str(rep), "--csv", "--page", "raw", "--print-units", "base"],
+                              capture_output=True, text=True, timeout=300)
+    try:
+        rows = parse_ncu_raw_csv(imported.stdout)
+    except ValueError as err:
+        return result(spec, FAILED, threshold=threshold, evidence=[f"ncu --import: {err}", f"command: {_shown(command)}"])
+    if not rows:
+        return result(spec, FAILED, threshold=threshold,
+                      evidence=[f"ncu profiled no kernel matching {target['short']} in step {step}",
+                                f"command: {_shown(command)}"])
+    keep = os.environ.get("WORKBOOK_NCU_OUT")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        stem = f"{ev.chapter.id}-{ev.candidate.parent.parent.name}"  # e.g. 05_pointwise_chains-solutions
+        shutil.copy(rep, Path(keep) / f"{stem}.ncu-rep")
+        (Path(keep) / f"{stem}.csv").write_text(imported.stdout)
+
+    kernel = summarize_kernel(rows[0])
+    try:
+        copy_rate = copy_bandwidth_in_subprocess()
+    except (RuntimeError, subprocess.TimeoutExpired, ValueError) as err:
+        return result(spec, FAILED, threshold=threshold, evidence=[f"the copy-bandwidth probe failed: {err}"])
+    rate = kernel["dram_gbytes_per_s"]
+    fraction = rate * 1e9 / copy_rate if rate else None
+    measured = {
+        **kernel,
+        "kernel_short": target["short"],
+        "hot_kernel_ms_per_step": round(float(target["ms_per_step"]), 3),
+        "hot_kernel_calls_per_step": round(float(target["calls_per_step"]), 2),
+        "copy_gbytes_per_s": round(copy_rate / 1e9, 1),
+        "fraction_of_copy": round(fraction, 3) if fraction is not None else None,
+        "ncu_step": step,
+    }
+    bound = ""
+    dram_pct, sm_pct = kernel["dram_throughput_pct_of_peak"], kernel["sm_throughput_pct_of_peak"]
+    if dram_pct is not None and sm_pct is not None:
+        bound = "memory-bound" if dram_pct > sm_pct else "compute-bound"
+        bound = f"; ncu: DRAM {dram_pct:.0f}% of peak, compute (SM) {sm_pct:.0f}%: {bound}"
+    if fraction is None:
+        return result(spec, FAILED, measured=measured, threshold=threshold,
+                      evidence=[f"ncu reported no DRAM bytes or duration for {target['short']}", json.dumps(kernel)])
+    evidence = [
+        f"{target['short']} ({measured['hot_kernel_ms_per_step']:.2f} ms per step, the hottest elementwise kernel): "
+        f"{rate:,.0f} GB/s from DRAM = {fraction:.0%} of the measured copy bandwidth ({copy_rate / 1e9:,.0f} GB/s), "
+        f"threshold {threshold:.0%}{bound}"
+    ]
+    status = PASSED if fraction >= threshold else FAILED
+    return result(spec, status, measured=measured, threshold=threshold, evidence=evidence)

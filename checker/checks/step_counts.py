@@ -1,0 +1,218 @@
+"""What one training step launches, counted in a trace: the evidence behind launches_per_step and
+elementwise_kernels. This module registers no check; it is shared by those that compare counts.
+
+On a CUDA trace the counts are host launch calls (cudaLaunchKernel and its kin; a cudaGraphLaunch replays a
+whole graph and counts once) and GPU kernels. A CPU-only trace has neither; its analogue is the top-level
+aten ops: each one is a trip through PyTorch's dispatcher, and on a GPU at least one kernel launch. An op that
+another op calls inside itself (aten::layer_norm calling aten::native_layer_norm) is part of its caller.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+LAUNCH_API = re.compile(r"^cu(?:da)?(?:LaunchKernel|LaunchCooperativeKernel|GraphLaunch)", re.IGNORECASE)
+GRAPH_LAUNCH_API = re.compile(r"^cu(?:da)?GraphLaunch", re.IGNORECASE)
+
+# Kernels that stream a tensor through memory once per op: PyTorch's elementwise, normalization and reduction
+# kernels, and the pointwise (poi), persistent-reduction (per) and reduction (red) kernels Inductor generates.
+# Matrix multiplies (cuBLAS, CUTLASS, Triton templates) and the optimizer's multi-tensor kernels are not here.
+ELEMENTWISE_KERNEL = re.compile(
+    r"elementwise_kernel|triton_(?:poi|per|red)_|layer_norm|LayerNorm|GammaBeta|reduce_kernel|softmax|Softmax"
+)
+
+# The CPU analogue: top-level aten ops that read a tensor and write one of the same size (or reduce it).
+ELEMENTWISE_ATEN = frozenset(
+    "add sub mul div neg reciprocal sigmoid sigmoid_backward tanh tanh_backward relu threshold_backward gelu "
+    "gelu_backward silu silu_backward rsqrt sqrt exp log pow where clamp lerp addcmul addcdiv copy fill zero "
+    "masked_fill layer_norm native_layer_norm native_layer_norm_backward sum mean var mse_loss mse_loss_backward "
+    "softmax _softmax log_softmax _log_softmax _softmax_backward_data _log_softmax_backward_data".split()
+)
+
+
+@dataclass
+class StepCount:
+    """One count over the steps of one trace."""
+
+    unit: str  # what was counted, in words
+    total: int
+    steps: int
+    top: list[tuple[str, float]] = field(default_factory=list)  # (name, per step), most frequent first
+    extra: dict[str, float] = field(default_factory=dict)  # other per-step counts worth reporting
+
+    @property
+    def per_step(self) -> float:
+        return self.total / self.steps if self.steps else float("nan")
+
+    def top_text(self, limit: int = 5) -> str:
+        return ", ".join(f"{name} {per_step:g}" for name, per_step in self.top[:limit])
+
+
+def step_numbers(trace) -> list[int]:
+    """The training steps the trace recorded."""
+    return [int(s) for s in trace.get_steps()["step"]]
+
+
+def _in_steps(frame: pd.DataFrame, steps: list[int]) -> pd.DataFrame:
+    return frame[frame["step"].isin(steps)]
+
+
+def launch_calls(events: pd.DataFrame) -> pd.DataFrame:
+    """Host calls that put kernels on the GPU: cudaLaunchKernel, cuLaunchKernel (Triton), cudaGraphLaunch, ..."""
+    api = events[events["kind"] == "cuda_api"]
+    return api[api["name"].astype(str).str.match(LAUNCH_API)]
+
+
+def gpu_kernels(events: pd.DataFrame) -> pd.DataFrame:
+    return events[events["kind"] == "kernel"]
+
+
+def top_level_aten_ops(events: pd.DataFrame) -> pd.DataFrame:
+    """aten ops not called from inside another aten op on the same thread."""
+    ops = events[(events["kind"] == "cpu_op") & events["name"].astype(str).str.startswith("aten::")]
+    if ops.empty:
+        return ops
+    keep = []
+    for _tid, group in ops.sort_values(["start_ns", "end_ns"], ascending=[True, False]).groupby("tid", sort=False):
+        open_until = None
+        for index, start, end in zip(group.index, group["start_ns"], group["end_ns"]):
+            if open_until is not None and start < open_until:
+                continue  # inside the op before it
+            keep.append(index)
+            open_until = end
+    return ops.loc[keep]
+
+
+def aten_base_name(name: str) -> str:
+    """'aten::add_' -> 'add': in-place and out-of-place forms are the same pass over memory."""
+    base = name.split("::", 1)[-1]
+    return base[:-1] if base.endswith("_") and not base.startswith("_") else base
+
+
+def elementwise_aten_ops(events: pd.DataFrame) -> pd.DataFrame:
+    ops = top_level_aten_ops(events)
+    return ops[ops["name"].astype(str).map(lambda n: aten_base_name(n) in ELEMENTWISE_ATEN)]
+
+
+def elementwise_kernels(events: pd.DataFrame) -> pd.DataFrame:
+    kernels = gpu_kernels(events)
+    return kernels[kernels["name"].astype(str).str.contains(ELEMENTWISE_KERNEL)]
+
+
+def short_kernel_name(name: str) -> str:
+    """A kernel's name as a person reads it: 'vectorized_elementwise_kernel<GeluCUDAKernelImpl>', 'triton_poi_fused_add_0'."""
+    name = str(name)
+    head = re.split(r"[<(]", name.replace("void ", "", 1), maxsplit=1)[0]
+    base = head.rsplit("::", 1)[-1].strip()
+    if "elementwise_kernel" in base:
+        rest = name[len(head):]
+        functor = re.search(r"(\w*(?:Functor|functor|_kernel_cuda|KernelImpl|_kernel)\w*)", rest)
+        if functor and functor.group(1) != base:
+            return f"{base}<{functor.group(1)}>"
+    return base or name[:80]
+
+
+def attribute_to_ops(calls: pd.DataFrame, events: pd.DataFrame) -> pd.Series:
+    """For each launch call, the top-level aten op it was made from (Kineto traces have them; nsys traces do not)."""
+    ops = top_level_aten_ops(events)
+    if ops.empty or calls.empty:
+        return pd.Series([None] * len(calls), index=calls.index, dtype=object)
+    left = calls[["start_ns", "tid"]].astype({"start_ns": "int64"}).reset_index().sort_values("start_ns")
+    right = ops[["start_ns", "end_ns", "tid", "name"]].astype({"start_ns": "int64"}).sort_values("start_ns")
+    right = right.rename(columns={"name": "op", "start_ns": "op_start", "end_ns": "op_end"})
+    merged = pd.merge_asof(left, right, left_on="start_ns", right_on="op_start", by="tid", direction="backward")
+    merged.loc[~(merged["start_ns"] <= merged["op_end"]), "op"] = None
+    return merged.set_index("index")["op"].reindex(calls.index)
+
+
+def _top(names: pd.Series, steps: int, limit: int = 8) -> list[tuple[str, float]]:
+    counts = names.dropna().astype(str).value_counts().head(limit)
+    return [(name, round(count / steps, 2)) for name, count in counts.items()]
+
+
+def count_launches(trace, device: str) -> StepCount:
+    """Kernel launches per step (CUDA), or top-level aten ops per step (CPU)."""
+    steps = step_numbers(trace)
+    events = trace.events
+    if device == "cuda":
+        calls = _in_steps(launch_calls(events), steps)
+        by_op = attribute_to_ops(calls, events)
+        names = by_op.where(by_op.notna(), calls["name"].astype(str))
+        graphs = int(calls["name"].astype(str).str.match(GRAPH_LAUNCH_API).sum())
+        kernels = len(_in_steps(gpu_kernels(events), steps))
+        extra = {"graph_launches_per_step": round(graphs / len(steps), 2) if steps else 0.0,
+                 "gpu_kernels_per_step": round(kernels / len(steps), 2) if steps else 0.0}
+        return StepCount("kernel launches", len(calls), len(steps), _top(names, len(steps)), extra)
+    ops = _in_steps(top_level_aten_ops(events), steps)
+    return StepCount("top-level aten ops", len(ops), len(steps), _top(ops["name"], len(steps)))
+
+
+def count_elementwise(trace, device: str) -> StepCount:
+    """Elementwise, normalization and reduction kernels per step (CUDA), or such top-level aten ops (CPU)."""
+    steps = step_numbers(trace)
+    events = trace.events
+    if device == "cuda":
+        kernels = _in_steps(elementwise_kernels(events), steps)
+        all_kernels = len(_in_steps(gpu_kernels(events), steps))
+        extra = {"gpu_kernels_per_step": round(all_kernels / len(steps), 2) if steps else 0.0}
+        if "end_ns" in kernels and len(kernels):
+            extra["elementwise_gpu_ms_per_step"] = round(
+                float((kernels["end_ns"] - kernels["start_ns"]).sum()) / 1e6 / len(steps), 3)
+        names = kernels["name"].map(short_kernel_name)
+        return StepCount("elementwise kernels", len(kernels), len(steps), _top(names, len(steps)), extra)
+    ops = _in_steps(elementwise_aten_ops(events), steps)
+    return StepCount("elementwise aten ops", len(ops), len(steps), _top(ops["name"], len(steps)))
+
+
+def hottest_kernels(trace, limit: int = 5) -> pd.DataFrame:
+    """Elementwise-family kernels by GPU time per step: name, short, calls_per_step, ms_per_step."""
+    steps = step_numbers(trace)
+    kernels = _in_steps(elementwise_kernels(trace.events), steps)
+    if kernels.empty:
+        return pd.DataFrame({"name": pd.Series(dtype=str), "short": pd.Series(dtype=str),
+                             "calls_per_step": pd.Series(dtype=float), "ms_per_step": pd.Series(dtype=float)})
+    frame = kernels.assign(dur_ns=kernels["end_ns"] - kernels["start_ns"])
+    grouped = frame.groupby("name").agg(calls=("dur_ns", "size"), dur_ns=("dur_ns", "sum")).reset_index()
+    grouped = grouped.sort_values("dur_ns", ascending=False).head(limit)
+    return pd.DataFrame({
+        "name": grouped["name"].astype(str),
+        "short": grouped["name"].map(short_kernel_name),
+        "calls_per_step": grouped["calls"] / len(steps),
+        "ms_per_step": grouped["dur_ns"] / 1e6 / len(steps),
+    }).reset_index(drop=True)
+
+
+def baseline_trace(ev):
+    """The slow script's trace, made once per evaluation with the same tool and steps as the candidate's."""
+    cached = getattr(ev, "_baseline_trace_analysis", None)
+    if cached is None:
+        from checker.trace import load
+
+        steps = int(ev.cfg["warmup"]) + int(ev.cfg.get("trace_steps", 10))
+        run = ev._run(ev.chapter.slow_script, steps=steps, trace=ev.trace_tool)
+        cached = load(run.trace_file)
+        ev._baseline_trace_analysis = cached
+    return cached
+
+
+def warmup_seconds(ev) -> dict[str, float]:
+    """Median warm-up time (torch.compile included) of the timed runs, baseline and candidate: outside the window."""
+    import statistics
+
+    pairs = ev.pairs()
+    out = {}
+    for label, runs in (("baseline", [b for b, _ in pairs]), ("candidate", [c for _, c in pairs])):
+        values = [r.raw.get("warmup_s") for r in runs if r.raw.get("warmup_s") is not None]
+        if values:
+            out[f"{label}_warmup_s"] = round(statistics.median(values), 2)
+    return out
+
+
+def fewer_by(baseline: float, candidate: float) -> float:
+    """How many times fewer the candidate has: baseline / candidate (inf when the candidate has none)."""
+    if candidate <= 0:
+        return float("inf") if baseline > 0 else 1.0
+    return baseline / candidate

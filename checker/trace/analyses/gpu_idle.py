@@ -1,0 +1,66 @@
+"""GPU busy and idle time per step, and why the GPU was idle.
+
+A step's window is its range on the host, from its start to its end. The GPU is busy while any kernel,
+copy or memset runs (on any stream; overlapping work counts once) and idle for the rest of the window.
+
+Each idle gap ends when the next piece of GPU work starts. If that work was launched by the host only
+after the gap began, the GPU sat waiting for the host: the gap up to the launch is ``idle_host_wait_ns``
+(Python overhead, a data loader, a host sync that drained the queue, ...). The rest of the gap, from
+the launch to the start, and gaps whose next work was already queued, are ``idle_other_ns`` (launch
+latency, waiting on a copy or another stream). A gap with no later GPU work is waiting on the host.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from checker.trace.analyses.copies import launch_rows
+from checker.trace.intervals import merge
+
+IDLE_COLUMNS = {"step": "int64", "window_ns": "int64", "busy_ns": "int64", "idle_ns": "int64",
+                "idle_host_wait_ns": "int64", "idle_other_ns": "int64", "idle_fraction": float}
+GPU_WORK = ("kernel", "memcpy", "memset")
+
+
+def empty_idle() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in IDLE_COLUMNS.items()})
+
+
+def gpu_idle(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per step: window_ns, busy_ns, idle_ns, idle_host_wait_ns, idle_other_ns, idle_fraction.
+
+    Empty when the trace has no GPU work (a CPU-only trace) or no steps.
+    """
+    rows = np.flatnonzero(events["kind"].isin(GPU_WORK).to_numpy())
+    if not len(rows) or steps.empty:
+        return empty_idle()
+    starts = events["start_ns"].to_numpy()[rows]
+    ends = events["end_ns"].to_numpy()[rows]
+    calls = launch_rows(events, rows)
+    call_start = np.where(calls >= 0, events["start_ns"].to_numpy()[np.maximum(calls, 0)], starts)
+    busy_s, busy_e = merge(starts, ends)
+    # when the work that opens each busy interval was launched (the earliest launch among its starters)
+    order = np.lexsort((call_start, starts))
+    first_at = np.searchsorted(starts[order], busy_s, side="left")
+    opened_by_launch = call_start[order][first_at]
+    out = []
+    for step, lo, hi in steps[["step", "start_ns", "end_ns"]].itertuples(index=False):
+        window = max(int(hi - lo), 0)
+        a = np.searchsorted(busy_e, lo, side="right")     # first busy interval ending after lo
+        b = np.searchsorted(busy_s, hi, side="left")      # busy intervals starting before hi
+        s, e = np.maximum(busy_s[a:b], lo), np.minimum(busy_e[a:b], hi)
+        busy = int(np.maximum(e - s, 0).sum())
+        gap_start = np.concatenate([[lo], e])
+        gap_end = np.concatenate([s, [hi]])
+        nxt = np.arange(a, b + 1)  # the busy interval that ends each gap (b: the first after the window)
+        host = 0
+        for g0, g1, k in zip(gap_start, gap_end, nxt):
+            if g1 <= g0:
+                continue
+            launched = opened_by_launch[k] if k < len(busy_s) else None
+            host += int(g1 - g0) if launched is None else int(max(0, min(launched, g1) - g0))
+        idle = window - busy
+        out.append((int(step), window, busy, idle, min(host, idle), idle - min(host, idle),
+                    idle / window if window else np.nan))
+    return pd.DataFrame(out, columns=list(IDLE_COLUMNS)).astype(IDLE_COLUMNS)

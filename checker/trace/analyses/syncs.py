@@ -1,0 +1,126 @@
+"""Host syncs: the moments the CPU stops and waits for the GPU.
+
+On a CUDA trace a host sync is a call to cudaStreamSynchronize, cudaDeviceSynchronize or
+cudaEventSynchronize, or a synchronous copy (cudaMemcpy and its non-Async kin), as torch.profiler and
+nsys record them. PyTorch makes them for you in places: a blocking ``.to('cuda')`` from pageable memory
+is a cudaMemcpyAsync followed by a cudaStreamSynchronize, and ``.item()`` is a device-to-host
+cudaMemcpyAsync followed by a cudaStreamSynchronize. Driver-API syncs (cuStreamSynchronize, ...) count
+only when no runtime call on the same thread holds them, so one sync is never counted twice.
+
+A CPU-only trace has no CUDA calls, so there the syncs are the aten ops that would make one on a GPU
+(checked with torch.profiler on the CPU, torch 2.14):
+
+- ``aten::_local_scalar_dense``: every ``.item()``, ``float(t)``, ``int(t)``, ``bool(t)`` and so every
+  ``if t.any():`` or ``if (t > 0):``, and ``f"{loss}"`` (through ``.item()``);
+- ``aten::nonzero``: ``torch.nonzero``, and boolean-mask indexing ``x[mask]`` (also in its backward pass,
+  when the masked tensor needs a gradient).
+
+What a CPU trace cannot show: ``print(loss)`` formats the tensor with several ``.item()`` calls (each one
+counted), while ``.tolist()``, ``.cpu()`` and ``.numpy()`` make no such op on the CPU and go unseen;
+on CUDA each of them is a device-to-host copy and a sync.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from checker.trace.analyses.stack import op_of, where_of
+from checker.trace.intervals import innermost
+
+RUNTIME_SYNCS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+                           "cudaThreadSynchronize"})
+DRIVER_SYNCS = frozenset({"cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize"})
+SYNC_COPY = re.compile(r"^cu(?:da)?Memcpy(?!.*Async)\w*$")
+CPU_SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero"})
+
+SYNC_COLUMNS = {"step": "Int64", "name": object, "start_ns": "int64", "dur_ns": "int64", "tid": "int64",
+                "op": object, "where": object}
+
+
+def is_sync_call(name: str) -> bool:
+    return name in RUNTIME_SYNCS or name in DRIVER_SYNCS or bool(SYNC_COPY.match(name))
+
+
+def has_cuda_calls(events: pd.DataFrame) -> bool:
+    return bool((events["kind"] == "cuda_api").any())
+
+
+def sync_rows(events: pd.DataFrame) -> np.ndarray:
+    """Row numbers of the host syncs in the whole trace (by the rules in this module's docstring)."""
+    names = events["name"]
+    if has_cuda_calls(events):
+        api = (events["kind"] == "cuda_api").to_numpy()
+        sync_names = [n for n in names[api].unique() if is_sync_call(str(n))]
+        rows = np.flatnonzero(api & names.isin(sync_names).to_numpy())
+        driver = np.array([str(names.iat[r]).startswith("cu") and not str(names.iat[r]).startswith("cuda")
+                           for r in rows], dtype=bool)
+        if driver.any():
+            rows = np.concatenate([rows[~driver], _outside_runtime(events, rows[driver], api)])
+        return np.sort(rows)
+    ops = (events["kind"] == "cpu_op").to_numpy()
+    return np.flatnonzero(ops & names.isin(list(CPU_SYNC_OPS)).to_numpy())
+
+
+def _outside_runtime(events: pd.DataFrame, rows: np.ndarray, api: np.ndarray) -> np.ndarray:
+    """The driver calls among rows that no runtime (cuda*) call on the same thread holds."""
+    runtime = api & events["name"].astype(str).str.startswith("cuda").to_numpy()
+    keep = []
+    tids, starts, ends = (events[c].to_numpy() for c in ("tid", "start_ns", "end_ns"))
+    for row in rows:
+        pool = np.flatnonzero(runtime & (tids == tids[row]))
+        if innermost(np.array([starts[row]]), starts[pool], ends[pool])[0] < 0:
+            keep.append(row)
+    return np.array(keep, dtype=np.int64)
+
+
+def host_syncs(events: pd.DataFrame, in_steps: bool, exclude_steps=()) -> pd.DataFrame:
+    """One row per host sync: step, name, start_ns, dur_ns, tid, op (the aten op around it), where.
+
+    With in_steps, only syncs inside a (not excluded) step; else every sync in the trace.
+    """
+    rows = sync_rows(events)
+    if in_steps and len(rows):
+        step = events["step"].to_numpy(dtype=np.int64, na_value=-1)[rows]
+        keep = step >= 0
+        if exclude_steps:
+            keep &= ~np.isin(step, [int(s) for s in exclude_steps])
+        rows = rows[keep]
+    if not len(rows):
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in SYNC_COLUMNS.items()})
+    sub = events.iloc[rows]
+    frame = pd.DataFrame({
+        "step": sub["step"].to_numpy(),
+        "name": sub["name"].astype(str).to_numpy(),
+        "start_ns": sub["start_ns"].to_numpy(),
+        "dur_ns": (sub["end_ns"] - sub["start_ns"]).to_numpy(),
+        "tid": sub["tid"].to_numpy(),
+        "op": op_of(events, rows),
+        "where": where_of(events, rows),
+    })
+    return frame.astype(SYNC_COLUMNS)
+
+
+def syncs_per_step(syncs: pd.DataFrame, steps: pd.DataFrame, exclude_steps=()) -> pd.DataFrame:
+    """One row per step (steps without syncs too): step, host_syncs, sync_ns."""
+    numbers = [int(s) for s in steps["step"] if int(s) not in {int(x) for x in exclude_steps}]
+    counts = syncs.groupby("step").agg(host_syncs=("name", "size"), sync_ns=("dur_ns", "sum"))
+    counts.index = counts.index.astype("int64")
+    out = counts.reindex(numbers, fill_value=0).rename_axis("step").reset_index()
+    return out.astype({"step": "int64", "host_syncs": "int64", "sync_ns": "int64"})
+
+
+def sync_sources(syncs: pd.DataFrame) -> pd.DataFrame:
+    """Syncs grouped by what made them: name, op, where, count, sync_ns; most frequent first."""
+    if syncs.empty:
+        return pd.DataFrame({"name": pd.Series(dtype=object), "op": pd.Series(dtype=object),
+                             "where": pd.Series(dtype=object), "count": pd.Series(dtype="int64"),
+                             "sync_ns": pd.Series(dtype="int64")})
+    grouped = (syncs.groupby(["name", "op", "where"], dropna=False, sort=False)
+               .agg(count=("step", "size"), sync_ns=("dur_ns", "sum")).reset_index())
+    grouped = grouped.sort_values(["count", "sync_ns"], ascending=False, kind="stable").reset_index(drop=True)
+    for column in ("op", "where"):
+        grouped[column] = grouped[column].astype(object).where(grouped[column].notna(), None)
+    return grouped.astype({"count": "int64", "sync_ns": "int64"})

@@ -1,0 +1,237 @@
+"""TraceAnalysis: one parsed trace and every analysis of it, each returning a DataFrame.
+
+    from checker.trace import load
+    trace = load("run.json.gz")            # or run.sqlite, run.nsys-rep, a TensorBoard folder
+    trace.get_steps()
+    trace.get_host_syncs(exclude_steps={0})
+    trace.summary()                         # the dict behind `workbook report --json`
+
+Counts are over the steps the trace marks. A trace without step ranges is analysed whole, as if it
+were one step (``has_steps`` is False and the summary says so).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from checker.trace.analyses import copies as copies_mod
+from checker.trace.analyses import dataloader, diff, gpu_idle, kernels, syncs
+from checker.trace.errors import TraceError
+from checker.trace.steps import DEFAULT_STEP_REGEX, assign_steps, compile_step_regex, find_steps
+
+
+class TraceAnalysis:
+    """A trace's normalized events and its steps, with the analyses as ``get_<noun>()`` methods."""
+
+    def __init__(self, events: pd.DataFrame, fmt: str, source: str = "", meta: dict | None = None,
+                 step_regex: str | None = None, skip_steps: int = 0):
+        if events.empty:
+            raise TraceError(f"{source}: the trace holds no events (was the profiler running while the program worked?)")
+        self.format = fmt
+        self.source = source
+        self.meta = meta or {}
+        self.step_pattern: re.Pattern = compile_step_regex(step_regex)
+        steps = find_steps(events, self.step_pattern)
+        self.skipped_steps = [int(s) for s in steps["step"].iloc[:max(0, skip_steps)]]
+        if skip_steps and len(steps) and skip_steps >= len(steps):
+            raise TraceError(f"{source}: asked to skip {skip_steps} warm-up steps, but the trace has only "
+                             f"{len(steps)}; skip fewer")
+        self._steps = steps.iloc[max(0, skip_steps):].reset_index(drop=True)
+        events["step"] = assign_steps(events, self._steps)
+        self.events = events
+
+    # ---- what the trace holds -------------------------------------------------------------------
+    @property
+    def has_steps(self) -> bool:
+        return not self._steps.empty
+
+    @property
+    def step_count(self) -> int:
+        return len(self._steps)
+
+    @cached_property
+    def has_cuda(self) -> bool:
+        """True when the trace recorded CUDA API calls (a GPU run traced with CUDA activity)."""
+        return syncs.has_cuda_calls(self.events)
+
+    @cached_property
+    def has_gpu_work(self) -> bool:
+        return bool(self.events["kind"].isin(gpu_idle.GPU_WORK).any())
+
+    @cached_property
+    def has_python_frames(self) -> bool:
+        return bool((self.events["kind"] == "python").any())
+
+    def _windows(self) -> pd.DataFrame:
+        """The steps, or one window over the whole trace (step -1) when it has none."""
+        if self.has_steps:
+            return self._steps
+        host = self.events[self.events["device"].isna()]
+        frame = host if len(host) else self.events
+        lo, hi = int(frame["start_ns"].min()), int(frame["end_ns"].max())
+        return pd.DataFrame({"step": [-1], "name": ["(whole trace)"], "start_ns": [lo], "end_ns": [hi],
+                             "dur_ns": [hi - lo], "pid": [-1], "tid": [-1]})
+
+    # ---- steps -----------------------------------------------------------------------------------
+    def get_steps(self) -> pd.DataFrame:
+        """The steps, one row each: step, name, start_ns, end_ns, dur_ns, pid, tid (warm-ups skipped)."""
+        return self._steps.copy()
+
+    def get_step_metrics(self, exclude_steps=()) -> pd.DataFrame:
+        """One row per step: dur_ns, host_syncs, kernels, launches, gpu_busy_ns, gpu_idle_ns,
+        gpu_idle_host_wait_ns, data_wait_ns."""
+        base = self._steps[["step", "dur_ns"]]
+        base = base[~base["step"].isin({int(s) for s in exclude_steps})]
+        frame = base.merge(self.get_host_syncs_per_step(exclude_steps)[["step", "host_syncs"]], on="step", how="left")
+        frame = frame.merge(self.get_kernels_per_step(exclude_steps)[["step", "kernels", "launches"]], on="step", how="left")
+        idle = self.get_gpu_idle().rename(columns={"busy_ns": "gpu_busy_ns", "idle_ns": "gpu_idle_ns",
+                                                   "idle_host_wait_ns": "gpu_idle_host_wait_ns"})
+        frame = frame.merge(idle[["step", "gpu_busy_ns", "gpu_idle_ns", "gpu_idle_host_wait_ns"]], on="step", how="left")
+        frame = frame.merge(self.get_data_wait(exclude_steps)[["step", "data_wait_ns"]], on="step", how="left")
+        return frame.astype({"step": "int64", "dur_ns": "int64", "host_syncs": "int64", "kernels": "int64",
+                             "launches": "int64", "gpu_busy_ns": "Int64", "gpu_idle_ns": "Int64",
+                             "gpu_idle_host_wait_ns": "Int64", "data_wait_ns": "int64"})
+
+    # ---- host syncs ------------------------------------------------------------------------------
+    @cached_property
+    def _all_syncs(self) -> pd.DataFrame:
+        return self._whole_trace_step(syncs.host_syncs(self.events, in_steps=self.has_steps))
+
+    def _whole_trace_step(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """Without steps, rows count for the whole trace: step -1."""
+        if not self.has_steps:
+            frame = frame.assign(step=pd.array(np.full(len(frame), -1), dtype="Int64"))
+        return frame
+
+    def get_host_syncs(self, exclude_steps=()) -> pd.DataFrame:
+        """One row per host sync inside a step: step, name, start_ns, dur_ns, tid, op, where.
+
+        ``name`` is the CUDA call (cudaStreamSynchronize, ...) or, in a CPU-only trace, the aten op that
+        would sync on a GPU; ``op`` the aten op it was made in; ``where`` the user's ``path:line`` (None
+        without Python frames). Steps in exclude_steps (e.g. logging steps) are left out.
+        """
+        frame = self._all_syncs
+        if exclude_steps:
+            frame = frame[~frame["step"].isin([int(s) for s in exclude_steps])]
+        return frame.reset_index(drop=True)
+
+    def get_host_syncs_per_step(self, exclude_steps=()) -> pd.DataFrame:
+        """One row per step, steps without syncs included: step, host_syncs, sync_ns."""
+        return syncs.syncs_per_step(self.get_host_syncs(exclude_steps), self._windows(), exclude_steps)
+
+    def get_sync_sources(self, exclude_steps=()) -> pd.DataFrame:
+        """Host syncs grouped by what made them: name, op, where, count, sync_ns; most frequent first."""
+        return syncs.sync_sources(self.get_host_syncs(exclude_steps))
+
+    # ---- copies ----------------------------------------------------------------------------------
+    @cached_property
+    def _all_copies(self) -> pd.DataFrame:
+        return self._whole_trace_step(copies_mod.copies(self.events, in_steps=self.has_steps))
+
+    def get_copies(self, exclude_steps=()) -> pd.DataFrame:
+        """One row per memcpy inside a step: step, name, start_ns, dur_ns, bytes, copy_kind, src_kind,
+        dst_kind, pageable, api (the launching call), cpu_blocked_ns, non_blocking_requested, where."""
+        frame = self._all_copies
+        if exclude_steps:
+            frame = frame[~frame["step"].isin([int(s) for s in exclude_steps])]
+        return frame.reset_index(drop=True)
+
+    def get_pageable_copies(self, exclude_steps=()) -> pd.DataFrame:
+        """The copies that read or write pageable host memory (same columns as get_copies)."""
+        frame = self.get_copies(exclude_steps)
+        return frame[frame["pageable"]].reset_index(drop=True)
+
+    def get_copy_summary(self, exclude_steps=()) -> pd.DataFrame:
+        """Copies by direction and memory kinds: count, bytes, gpu_ns, cpu_blocked_ns,
+        non_blocking_requested, gb_per_s."""
+        return copies_mod.copy_summary(self.get_copies(exclude_steps))
+
+    # ---- GPU time --------------------------------------------------------------------------------
+    @cached_property
+    def _idle(self) -> pd.DataFrame:
+        return gpu_idle.gpu_idle(self.events, self._windows())
+
+    def get_gpu_idle(self) -> pd.DataFrame:
+        """One row per step: window_ns, busy_ns, idle_ns, idle_host_wait_ns, idle_other_ns, idle_fraction.
+        Empty for a trace without GPU work."""
+        return self._idle.copy()
+
+    def get_kernels_per_step(self, exclude_steps=()) -> pd.DataFrame:
+        """One row per step: kernels, launches, kernel_ns, memcpys, memsets."""
+        if not self.has_steps:
+            events = self.events.assign(step=pd.array(np.full(len(self.events), -1), dtype="Int64"))
+            return kernels.per_step(events, self._windows())
+        return kernels.per_step(self.events, self._steps, exclude_steps)
+
+    def get_top_kernels(self, limit: int = 10, exclude_steps=()) -> pd.DataFrame:
+        """The kernels with the most GPU time in the steps: name, family, count, total_ns, mean_ns, share,
+        per_step."""
+        work = kernels.gpu_work(self.events, self.has_steps, exclude_steps)
+        return kernels.top_kernels(work, self._counted_steps(exclude_steps), limit)
+
+    def get_kernel_families(self, exclude_steps=()) -> pd.DataFrame:
+        """GPU time by kernel family (gemm/conv, fused/triton, reduction, elementwise, memcpy/memset,
+        other): family, count, total_ns, share, per_step."""
+        work = kernels.gpu_work(self.events, self.has_steps, exclude_steps)
+        return kernels.kernel_families(work, self._counted_steps(exclude_steps))
+
+    def _counted_steps(self, exclude_steps=()) -> int:
+        if not self.has_steps:
+            return 1
+        return int((~self._steps["step"].isin({int(s) for s in exclude_steps})).sum())
+
+    # ---- data loading ----------------------------------------------------------------------------
+    def get_data_wait(self, exclude_steps=()) -> pd.DataFrame:
+        """One row per step: step_ns, data_wait_ns, data_wait_fraction, source."""
+        return dataloader.data_wait(self.events, self._steps, exclude_steps)
+
+    # ---- two traces ------------------------------------------------------------------------------
+    def get_diff(self, baseline: "TraceAnalysis") -> pd.DataFrame:
+        """What changed from baseline to this trace, per step: kind, name, before_per_step,
+        after_per_step, change_per_step, status (disappeared, appeared, fewer, more)."""
+        return diff.event_diff(baseline, self)
+
+    def get_summary_diff(self, baseline: "TraceAnalysis") -> pd.DataFrame:
+        """The summary's per-step numbers before (baseline) and after (this trace): metric, label,
+        before, after, change, ratio."""
+        return diff.summary_diff(baseline.summary(), self.summary())
+
+    # ---- reports ---------------------------------------------------------------------------------
+    def summary(self) -> dict:
+        """The dict behind `workbook report --json` (see checker.trace.report for its keys)."""
+        from checker.trace.report import build_summary
+
+        if "_summary" not in self.__dict__:
+            self.__dict__["_summary"] = build_summary(self)
+        return self.__dict__["_summary"]
+
+    def timeline(self, out, baseline: "TraceAnalysis | None" = None, **kwargs) -> None:
+        """Draw the timeline picture (PNG or SVG by the file name); with baseline, before above after."""
+        from checker.trace.timeline import draw_timeline
+
+        draw_timeline(self, out, baseline=baseline, **kwargs)
+
+    def __repr__(self) -> str:
+        return (f"TraceAnalysis({self.source!r}, format={self.format!r}, events={len(self.events)}, "
+                f"steps={self.step_count})")
+
+
+def load(path, step_regex: str | None = None, skip_steps: int = 0) -> TraceAnalysis:
+    """Read a trace (format detected from the content) and find its steps.
+
+    path: a torch.profiler trace (.json, .json.gz, or a TensorBoard trace folder), an nsys SQLite
+    export (.sqlite or .sqlite.gz) or an .nsys-rep (needs nsys). step_regex: the step range pattern
+    (default ``^(?:ProfilerStep#|step |batch |iteration )(\\d+)$``, group 1 the step number).
+    skip_steps: drop this many steps at the start (warm-up). Raises TraceError for bad input.
+    """
+    from checker.trace.loader import read_events
+
+    events, meta, fmt = read_events(path)
+    return TraceAnalysis(events, fmt, source=str(path), meta=meta, step_regex=step_regex, skip_steps=skip_steps)
+
+
+__all__ = ["DEFAULT_STEP_REGEX", "TraceAnalysis", "load"]

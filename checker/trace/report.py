@@ -1,0 +1,198 @@
+"""The report: a summary dict (what `workbook report --json` prints) and its text, most costly finding first.
+
+Keys of the summary (other tools read them; counts are over the steps found, or over the whole trace
+when the trace marks none, which ``steps_found`` and the notes say):
+
+- ``format`` ("kineto" | "nsys"), ``source``, ``steps`` (int), ``steps_found`` (bool),
+  ``skipped_steps`` (list), ``step_ms_median`` / ``step_ms_mean`` (float | null)
+- ``host_syncs_in_steps`` (int), ``host_syncs_per_step`` (float), ``host_sync_ms_per_step`` (float),
+  ``sync_sources``: [{"name", "count", "where", "op"}] (most frequent first)
+- ``pageable_h2d_copies`` (int), ``pageable_h2d_bytes`` (int), ``pageable_h2d_per_step`` (float),
+  ``pageable_copy_cpu_ms_per_step`` (float), ``non_blocking_pageable_copies`` (int),
+  ``pinned_h2d_copies`` (int)
+- ``kernels_per_step`` (float), ``launches_per_step`` (float), ``kernel_families``: [{"family", "share",
+  "count"}], ``top_kernels``: [{"name", "family", "count", "total_ms", "share"}]
+- ``gpu_idle_fraction`` (float | null: null without GPU work), ``gpu_idle_host_wait_fraction``
+- ``data_wait_fraction`` (float | null: null without data ranges)
+- ``findings`` (list of str, most costly first), ``notes`` (list of str)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def _num(value, digits: int = 4):
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else round(value, digits)
+
+
+def build_summary(trace) -> dict:
+    steps = trace.get_steps()
+    counted = max(trace.step_count, 1)
+    window_ns = float(steps["dur_ns"].sum()) if trace.has_steps else float(trace._windows()["dur_ns"].sum())
+    notes = []
+    if not trace.has_steps:
+        notes.append(f"no step ranges matched {trace.step_pattern.pattern}: counts are over the whole trace")
+    if trace.skipped_steps:
+        notes.append(f"skipped {len(trace.skipped_steps)} warm-up steps ({_steps_text(trace.skipped_steps)})")
+    if not trace.has_cuda:
+        notes.append("no CUDA calls in the trace (CPU-only): host syncs are the aten ops that would sync on a GPU "
+                     "(_local_scalar_dense, nonzero); copies and GPU idle time cannot be seen")
+    elif not trace.has_python_frames:
+        notes.append("no Python frames in the trace, so syncs are not traced to a line "
+                     "(torch.profiler with_stack=True records them; nsys does not)")
+
+    syncs = trace.get_host_syncs()
+    sources = trace.get_sync_sources()
+    copies = trace.get_copies()
+    h2d = copies[copies["copy_kind"] == "HtoD"]
+    pageable_h2d = h2d[h2d["src_kind"] == "pageable"]
+    pageable_any = copies[copies["pageable"]]
+    per_step = trace.get_kernels_per_step()
+    idle = trace.get_gpu_idle()
+    wait = trace.get_data_wait()
+    families = trace.get_kernel_families()
+    top = trace.get_top_kernels(limit=5)
+
+    idle_fraction = host_wait_fraction = None
+    if len(idle) and idle["window_ns"].sum() > 0:
+        idle_fraction = idle["idle_ns"].sum() / idle["window_ns"].sum()
+        host_wait_fraction = idle["idle_host_wait_ns"].sum() / idle["window_ns"].sum()
+    data_fraction = None
+    if len(wait) and (wait["source"] != "none").any() and wait["step_ns"].sum() > 0:
+        data_fraction = wait["data_wait_ns"].sum() / wait["step_ns"].sum()
+
+    summary = {
+        "format": trace.format,
+        "source": trace.source,
+        "steps": int(trace.step_count),
+        "steps_found": bool(trace.has_steps),
+        "step_numbers": [int(s) for s in steps["step"]],
+        "skipped_steps": list(trace.skipped_steps),
+        "step_ms_median": _num(steps["dur_ns"].median() / 1e6) if len(steps) else None,
+        "step_ms_mean": _num(steps["dur_ns"].mean() / 1e6) if len(steps) else None,
+        "host_syncs_in_steps": int(len(syncs)),
+        "host_syncs_per_step": _num(len(syncs) / counted),
+        "host_sync_ms_per_step": _num(syncs["dur_ns"].sum() / 1e6 / counted),
+        "sync_sources": [{"name": r.name, "count": int(r.count), "where": r.where, "op": r.op}
+                         for r in sources.itertuples(index=False)],
+        "pageable_h2d_copies": int(len(pageable_h2d)),
+        "pageable_h2d_bytes": int(pageable_h2d["bytes"].fillna(0).sum()),
+        "pageable_h2d_per_step": _num(len(pageable_h2d) / counted),
+        "pageable_copy_cpu_ms_per_step": _num(pageable_any["cpu_blocked_ns"].sum() / 1e6 / counted),
+        "non_blocking_pageable_copies": int(pageable_any["non_blocking_requested"].sum()),
+        "pinned_h2d_copies": int((h2d["src_kind"] == "pinned").sum()),
+        "kernels_per_step": _num(per_step["kernels"].sum() / counted),
+        "launches_per_step": _num(per_step["launches"].sum() / counted),
+        "kernel_families": [{"family": r.family, "share": _num(r.share), "count": int(r.count)}
+                            for r in families.itertuples(index=False) if r.count],
+        "top_kernels": [{"name": r.name, "family": r.family, "count": int(r.count),
+                         "total_ms": _num(r.total_ns / 1e6), "share": _num(r.share)} for r in top.itertuples(index=False)],
+        "gpu_idle_fraction": _num(idle_fraction),
+        "gpu_idle_host_wait_fraction": _num(host_wait_fraction),
+        "data_wait_fraction": _num(data_fraction),
+        "notes": notes,
+    }
+    summary["findings"] = [text for _cost, text in sorted(_findings(summary, syncs, pageable_any, window_ns),
+                                                          key=lambda f: -f[0])]
+    return summary
+
+
+def _steps_text(numbers: list[int]) -> str:
+    if not numbers:
+        return "none"
+    if numbers == list(range(numbers[0], numbers[0] + len(numbers))) and len(numbers) > 2:
+        return f"steps {numbers[0]}..{numbers[-1]}"
+    return "step " + ", ".join(map(str, numbers)) if len(numbers) == 1 else "steps " + ", ".join(map(str, numbers))
+
+
+def _per(count: float, steps: int) -> str:
+    return f"{count / steps:g}" if steps else str(count)
+
+
+def _findings(s: dict, syncs, pageable, window_ns: float) -> list[tuple[float, str]]:
+    """(rank, sentence) for each problem found: causes (syncs, pageable copies, data waits) by the share of
+    step time they cost, then GPU idle time, the symptom they explain."""
+    out = []
+    steps = max(s["steps"], 1)
+    scope = f"in {s['steps']} steps" if s["steps_found"] else "in the whole trace"
+    if s["host_syncs_in_steps"]:
+        cost = float(syncs["dur_ns"].sum()) / window_ns if window_ns else 0.0
+        parts = []
+        for src in s["sync_sources"][:3]:
+            origin = " in ".join(x for x in (src["op"], src["where"]) if x)
+            parts.append(f"{_per(src['count'], steps)}/step {src['name']}" + (f" ({origin})" if origin else ""))
+        waited = f", waiting {cost:.0%} of step time" if cost >= 0.005 else ""
+        out.append((max(cost, 1e-6) + 1e-3, f"{s['host_syncs_in_steps']} host syncs {scope} "
+                    f"({s['host_syncs_per_step']:g} per step){waited}: " + "; ".join(parts)))
+    if len(pageable):
+        cost = float(pageable["cpu_blocked_ns"].sum()) / window_ns if window_ns else 0.0
+        mb = s["pageable_h2d_bytes"] / 1e6
+        text = (f"{s['pageable_h2d_copies']} pageable host-to-device copies {scope} "
+                f"({s['pageable_h2d_per_step']:g} per step, {mb / steps:.2f} MB per step) held the CPU for "
+                f"{cost:.0%} of step time; pin the batch (pin_memory=True) and copy with non_blocking=True")
+        if len(pageable) != s["pageable_h2d_copies"]:
+            text += f"; {len(pageable) - s['pageable_h2d_copies']} more copies write pageable memory"
+        if s["non_blocking_pageable_copies"]:
+            text += (f"; {s['non_blocking_pageable_copies']} of them asked for non_blocking=True, which pageable "
+                     "memory cannot give")
+        out.append((max(cost, 1e-6) + 1e-3, text))
+    if s["gpu_idle_fraction"] is not None and s["gpu_idle_fraction"] >= 0.05:
+        host = s["gpu_idle_host_wait_fraction"] or 0.0
+        out.append((-1.0 + s["gpu_idle_fraction"], f"GPU idle {s['gpu_idle_fraction']:.0%} of step time "
+                    f"({host:.0%} waiting for the host to launch work)"))
+    if s["data_wait_fraction"] is not None and s["data_wait_fraction"] >= 0.01:
+        out.append((s["data_wait_fraction"], f"waiting for data {s['data_wait_fraction']:.0%} of step time "
+                    "(the `data` ranges)"))
+    return out
+
+
+def render_text(summary: dict, diff_rows=None, summary_diff=None) -> str:
+    """The text report: header, findings (most costly first), then kernels and notes."""
+    s = summary
+    tool = "torch.profiler (Kineto)" if s["format"] == "kineto" else "Nsight Systems export"
+    if s["steps_found"]:
+        head = f"{s['source']}: {tool} trace, {s['steps']} steps ({_steps_text(s['step_numbers'])})"
+        if s["step_ms_median"] is not None:
+            head += f", median step {s['step_ms_median']:.2f} ms"
+    else:
+        head = f"{s['source']}: {tool} trace, no steps found (counts are over the whole trace)"
+    lines = [head]
+    if summary_diff is not None:
+        lines.append("Change from the baseline:")
+        for r in summary_diff.itertuples(index=False):
+            if np.isnan(r.before) and np.isnan(r.after):
+                continue
+            lines.append(f"  {r.label}: {_fmt(r.before)} -> {_fmt(r.after)}")
+    if s["findings"]:
+        lines += [f"  {i}. {text}" for i, text in enumerate(s["findings"], 1)]
+    else:
+        lines.append("  No host syncs, pageable copies, GPU idle time or data waits worth a mention.")
+    if not s["host_syncs_in_steps"]:
+        lines.append("  no host syncs" + (" inside steps" if s["steps_found"] else ""))
+    if not s["pageable_h2d_copies"] and s["format"] and (s["kernels_per_step"] or 0) > 0:
+        lines.append("  no pageable host-to-device copies" + (" inside steps" if s["steps_found"] else ""))
+    if s["kernels_per_step"]:
+        fams = ", ".join(f"{f['family']} {f['share']:.0%}" for f in s["kernel_families"] if f["share"])
+        lines.append(f"Kernels: {s['kernels_per_step']:g} per step, {s['launches_per_step']:g} launches per step"
+                     + (f"; GPU time: {fams}" if fams else ""))
+        for k in s["top_kernels"][:3]:
+            lines.append(f"  {k['share']:.0%} {k['name'][:100]} ({k['count']} calls)")
+    if diff_rows is not None and len(diff_rows):
+        lines.append("Calls and GPU work that changed (per step):")
+        for r in diff_rows.head(12).itertuples(index=False):
+            lines.append(f"  {r.status:<11} {r.kind:<8} {_fmt(r.before_per_step)} -> {_fmt(r.after_per_step)}  "
+                         f"{str(r.name)[:90]}")
+    lines += [f"Note: {n}" for n in s["notes"]]
+    return "\n".join(lines)
+
+
+def _fmt(value: float) -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "-"
+    return f"{value:.3g}"

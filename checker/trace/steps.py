@@ -1,0 +1,122 @@
+"""Training steps: find the step ranges, and give every event the step it belongs to.
+
+A step is a host-side range whose name matches the step pattern (by default ``ProfilerStep#N``,
+``step N``, ``batch N`` or ``iteration N``; the first group of the pattern is the step number). The
+ranges come from torch.profiler's ``record_function`` / ``profiler.step()`` on the host thread (its
+GPU-side copies, ``gpu_user_annotation``, are not counted again) and from NVTX push/pop and start/end
+ranges in nsys. When matching ranges nest (an NVTX ``step 3`` around a record_function ``step 3``, or
+``ProfilerStep#3`` around ``step 3``), the innermost one is the step.
+
+Each host event gets the step whose range holds its start on the same thread; events of a thread
+without step ranges (the autograd engine's backward thread, a pin-memory thread) get the step of the
+process's stepping thread at that time. GPU work gets the step of the CUDA API call that launched it,
+through the correlation id, wherever it ran on the GPU's own timeline.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from checker.trace.errors import TraceError
+from checker.trace.intervals import in_disjoint
+
+DEFAULT_STEP_REGEX = r"^(?:ProfilerStep#|step |batch |iteration )(\d+)$"
+
+STEP_COLUMNS = {"step": "int64", "name": object, "start_ns": "int64", "end_ns": "int64", "dur_ns": "int64",
+                "pid": "int64", "tid": "int64"}
+
+
+def compile_step_regex(pattern: str | None) -> re.Pattern:
+    try:
+        return re.compile(pattern or DEFAULT_STEP_REGEX)
+    except re.error as exc:
+        raise TraceError(f"step pattern {pattern!r} is not a valid regular expression ({exc})") from None
+
+
+def empty_steps() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in STEP_COLUMNS.items()})
+
+
+def find_steps(events: pd.DataFrame, pattern: re.Pattern) -> pd.DataFrame:
+    """The step ranges, one row each, sorted by start: step, name, start_ns, end_ns, dur_ns, pid, tid."""
+    ranges = events[(events["kind"] == "range") & events["device"].isna()]
+    if ranges.empty:
+        return empty_steps()
+    categories = ranges["name"].cat.categories
+    number = {}
+    for name in categories:
+        match = pattern.search(str(name))
+        if match:
+            number[name] = _number(match)
+    hits = ranges[ranges["name"].isin(list(number))]
+    if hits.empty:
+        return empty_steps()
+    hits = hits.sort_values(["tid", "start_ns", "end_ns"], ascending=[True, True, False], kind="stable")
+    starts, ends, tids = (hits[c].to_numpy() for c in ("start_ns", "end_ns", "tid"))
+    holds_next = np.zeros(len(hits), dtype=bool)  # a range that holds the next one on its thread is outer
+    holds_next[:-1] = (tids[1:] == tids[:-1]) & (starts[1:] < ends[:-1])
+    inner = hits[~holds_next]
+    names = inner["name"].astype(str).to_numpy()
+    numbers = [number[n] for n in inner["name"]]
+    steps = pd.DataFrame({
+        "step": numbers, "name": names,
+        "start_ns": inner["start_ns"].to_numpy(), "end_ns": inner["end_ns"].to_numpy(),
+        "pid": inner["pid"].to_numpy(), "tid": inner["tid"].to_numpy(),
+    }).sort_values("start_ns", kind="stable").reset_index(drop=True)
+    if steps["step"].isna().any():  # a pattern without a number group: number them in order
+        steps["step"] = np.arange(len(steps))
+    steps["dur_ns"] = steps["end_ns"] - steps["start_ns"]
+    steps = steps.drop_duplicates("step", keep="first").reset_index(drop=True)
+    return steps[list(STEP_COLUMNS)].astype(STEP_COLUMNS)
+
+
+def _number(match: re.Match):
+    for group in match.groups():
+        if group is not None and group.isdigit():
+            return int(group)
+    return None
+
+
+def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> pd.arrays.IntegerArray:
+    """The step of every event (missing outside steps), by the rules in this module's docstring."""
+    n = len(events)
+    out = np.full(n, -1, dtype=np.int64)
+    if steps.empty or not n:
+        return pd.arrays.IntegerArray(out, out < 0)
+    is_gpu = events["device"].notna().to_numpy()
+    t = events["start_ns"].to_numpy()
+    pid = events["pid"].to_numpy()
+    tid = events["tid"].to_numpy()
+    for step_pid, by_pid in steps.groupby("pid", sort=False):
+        main_tid = by_pid["tid"].value_counts().index[0]
+        stepping = set(by_pid["tid"])
+        host_in_pid = (~is_gpu) & (pid == step_pid)
+        for step_tid in stepping:
+            own = by_pid[by_pid["tid"] == step_tid].sort_values("start_ns")
+            rows = np.flatnonzero(host_in_pid & (tid == step_tid))
+            found = in_disjoint(t[rows], own["start_ns"].to_numpy(), own["end_ns"].to_numpy())
+            out[rows] = np.where(found >= 0, own["step"].to_numpy()[found], -1)
+        main = by_pid[by_pid["tid"] == main_tid].sort_values("start_ns")
+        rows = np.flatnonzero(host_in_pid & ~np.isin(tid, list(stepping)))
+        found = in_disjoint(t[rows], main["start_ns"].to_numpy(), main["end_ns"].to_numpy())
+        out[rows] = np.where(found >= 0, main["step"].to_numpy()[found], -1)
+    _gpu_steps_from_launches(events, is_gpu, out)
+    return pd.arrays.IntegerArray(out, out < 0)
+
+
+def _gpu_steps_from_launches(events: pd.DataFrame, is_gpu: np.ndarray, out: np.ndarray) -> None:
+    """GPU rows take the step of the cuda_api call with the same (process, correlation id)."""
+    corr = events["correlation"]
+    api = ((events["kind"] == "cuda_api") & corr.notna()).to_numpy()
+    gpu = is_gpu & corr.notna().to_numpy()
+    if not api.any() or not gpu.any():
+        return
+    pids = events["pid"].to_numpy()
+    corr_values = corr.to_numpy(dtype=np.int64, na_value=-1)
+    launches = pd.Series(out[api], index=pd.MultiIndex.from_arrays([pids[api], corr_values[api]]))
+    launches = launches[~launches.index.duplicated()]
+    keys = pd.MultiIndex.from_arrays([pids[gpu], corr_values[gpu]])
+    out[gpu] = launches.reindex(keys).fillna(-1).to_numpy(dtype=np.int64)

@@ -1,0 +1,114 @@
+"""The timeline picture: what the host and the GPU did during the steps, drawn with matplotlib.
+
+Rows, top to bottom: step and other ranges (NVTX / record_function), CUDA API calls (host syncs in
+red), GPU kernels, and copies (pageable ones in red). Time is in milliseconds from the first step's
+start. With a baseline, the baseline is drawn above the trace, both on the same time scale, so a fix
+that shortens the steps shows as a shorter picture.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from checker.trace.analyses.syncs import sync_rows
+from checker.trace.errors import TraceError
+
+ROWS = ("ranges", "CUDA API", "kernels", "copies")
+COLORS = {"step": "#9ecae1", "range": "#6baed6", "api": "#bdbdbd", "sync": "#d62728", "kernel": "#2ca02c",
+          "memset": "#98df8a", "copy": "#1f77b4", "pageable": "#ff7f0e"}
+MAX_STEPS = 12  # draw at most this many steps, so the bars stay readable
+
+
+def _window(trace, max_steps: int) -> tuple[int, int]:
+    steps = trace.get_steps()
+    if len(steps):
+        steps = steps.head(max_steps)
+        return int(steps["start_ns"].min()), int(steps["end_ns"].max())
+    windows = trace._windows()
+    return int(windows["start_ns"].iloc[0]), int(windows["end_ns"].iloc[0])
+
+
+def _bars(ax, y: float, starts, ends, lo: int, color: str, height: float = 0.8) -> None:
+    if not len(starts):
+        return
+    left = (np.asarray(starts) - lo) / 1e6
+    width = np.maximum((np.asarray(ends) - np.asarray(starts)) / 1e6, 1e-4)
+    ax.broken_barh(list(zip(left, width)), (y - height / 2, height), facecolors=color, edgecolors="none")
+
+
+def _draw(ax, trace, max_steps: int, title: str) -> float:
+    lo, hi = _window(trace, max_steps)
+    events = trace.events
+    inside = ((events["end_ns"] > lo) & (events["start_ns"] < hi)).to_numpy()
+    kind = events["kind"].to_numpy()
+    starts, ends = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
+    host = events["device"].isna().to_numpy()
+    y = {name: len(ROWS) - 1 - i for i, name in enumerate(ROWS)}
+
+    steps = trace.get_steps().head(max_steps)
+    ranges = inside & host & (kind == "range")
+    ranges &= ~events["name"].isin(list(steps["name"])).to_numpy()
+    _bars(ax, y["ranges"], steps["start_ns"], steps["end_ns"], lo, COLORS["step"], 0.8)
+    _bars(ax, y["ranges"], starts[ranges], ends[ranges], lo, COLORS["range"], 0.35)
+    for row in steps.itertuples(index=False):
+        ax.text((row.start_ns - lo) / 1e6, y["ranges"], f" {row.step}", va="center", fontsize=7)
+
+    api = inside & (kind == "cuda_api")
+    syncing = np.zeros(len(events), dtype=bool)
+    syncing[sync_rows(events)] = True
+    if not api.any():  # CPU-only: the sync ops stand in for the CUDA API row
+        api = inside & syncing
+    _bars(ax, y["CUDA API"], starts[api & ~syncing], ends[api & ~syncing], lo, COLORS["api"])
+    _bars(ax, y["CUDA API"], starts[api & syncing & inside], ends[api & syncing & inside], lo, COLORS["sync"])
+
+    kernels = inside & (kind == "kernel")
+    _bars(ax, y["kernels"], starts[kernels], ends[kernels], lo, COLORS["kernel"])
+    memset = inside & (kind == "memset")
+    _bars(ax, y["copies"], starts[memset], ends[memset], lo, COLORS["memset"])
+    copies = inside & (kind == "memcpy")
+    src = events["src_kind"].astype(object).to_numpy()
+    dst = events["dst_kind"].astype(object).to_numpy()
+    pageable = copies & ((src == "pageable") | (dst == "pageable"))
+    _bars(ax, y["copies"], starts[copies & ~pageable], ends[copies & ~pageable], lo, COLORS["copy"])
+    _bars(ax, y["copies"], starts[pageable], ends[pageable], lo, COLORS["pageable"])
+
+    ax.set_yticks([y[name] for name in ROWS], ROWS)
+    ax.set_ylim(-0.7, len(ROWS) - 0.3)
+    ax.set_title(title, fontsize=9, loc="left")
+    ax.grid(axis="x", alpha=0.3)
+    return (hi - lo) / 1e6
+
+
+def draw_timeline(trace, out, baseline=None, max_steps: int = MAX_STEPS) -> Path:
+    """Write the picture to out (.png or .svg); with baseline, baseline above, trace below, same scale."""
+    out = Path(out)
+    if out.suffix.lower() not in (".png", ".svg"):
+        raise TraceError(f"{out}: the timeline is written as .png or .svg; name the file so")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    panels = [(baseline, "before"), (trace, "after")] if baseline is not None else [(trace, "")]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(12, 2.2 * len(panels) + 0.8), squeeze=False)
+    spans = []
+    for ax, (tr, label) in zip(axes[:, 0], panels):
+        s = tr.summary()
+        name = "/".join(Path(tr.source).parts[-2:])
+        title = (f"{label + ': ' if label else ''}{name} ({tr.format}), {s['steps']} steps, "
+                 f"{s['host_syncs_per_step']:g} host syncs/step, {s['pageable_h2d_per_step']:g} pageable copies/step")
+        spans.append(_draw(ax, tr, max_steps, title))
+    for ax in axes[:, 0]:
+        ax.set_xlim(0, max(spans) * 1.01 if spans and max(spans) > 0 else 1)
+    axes[-1, 0].set_xlabel("ms from the first step's start")
+    legend = [Patch(color=COLORS[k], label=t) for k, t in (("step", "step"), ("range", "other range"), ("api", "CUDA call"),
+              ("sync", "host sync"), ("kernel", "kernel"), ("copy", "copy"), ("pageable", "pageable copy"))]
+    fig.legend(handles=legend, loc="lower center", ncol=7, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

@@ -1,0 +1,46 @@
+"""Chapter 02, reference solution: pinned batches, copied with non_blocking=True.
+
+`pin_memory=True` makes the DataLoader copy each batch into page-locked memory in a background thread of the
+main process, while the GPU computes the previous step. From pinned memory, `.to(device, non_blocking=True)`
+only queues a DMA copy and returns; the copy runs at the bus's full speed, in stream order before the kernels
+that use the batch, and the CPU goes on queueing them.
+
+    python solutions/02_pageable_copies/train.py --steps 80
+
+A stretch: solutions/02_pageable_copies/prefetch/train.py also overlaps the copy with compute, on a
+second CUDA stream.
+"""
+
+import torch
+from torch.utils.data import DataLoader
+
+from checker.lab import start
+
+session = start("02_pageable_copies")
+model = session.model
+optimizer = torch.optim.SGD(model.parameters(), lr=session.cfg["lr"], momentum=0.9)
+
+# --8<-- [start:loader]
+loader = DataLoader(
+    session.dataset,
+    batch_size=session.cfg["batch_size"],
+    num_workers=session.cfg["loader_workers"],  # loading runs in worker processes already (chapter 03's subject)
+    pin_memory=True,  # batches arrive page-locked: pinned by the loader's own thread, off the training thread
+)
+# --8<-- [end:loader]
+# --8<-- [start:loop]
+for step, (images, labels) in session.steps(loader):
+    # From pinned memory, non_blocking=True queues a DMA copy and returns at once. (From pageable memory it
+    # would still wait; and a blocking copy from pinned memory would wait too: both changes are needed.)
+    images = images.to(session.device, non_blocking=True)
+    labels = labels.to(session.device, non_blocking=True)
+    loss = session.loss_fn(model(images), labels)  # queued behind the copy on the same stream: no race
+
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    if session.is_log_step(step):
+        print(f"step {step:4d}  loss {loss.item():.4f}")  # one read per logging interval: allowed
+# --8<-- [end:loop]
+
+session.finish()

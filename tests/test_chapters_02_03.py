@@ -1,0 +1,216 @@
+"""Chapters 02 (pageable copies) and 03 (DataLoader workers): their checks on small fabricated traces, their
+workloads, and `workbook check` on a CPU as a learner with no GPU runs it."""
+
+import importlib.util
+import json
+
+import pandas as pd
+import pytest
+
+from checker.chapters import CheckSpec, get_chapter
+from checker.checks import FAILED, PASSED
+from checker.checks.dataloader_wait import data_wait, step_time_stats
+from checker.checks.loader_settings import loader_settings, unmet_settings
+from checker.checks.pageable_copies import pageable_copies
+from checker.lab import _load_workload_module
+
+needs_trace_engine = pytest.mark.skipif(importlib.util.find_spec("checker.trace.analysis") is None,
+                                        reason="checker.trace (the trace engine) is not there yet")
+
+MS = 1_000_000
+
+
+def fabricated_trace(step_ms=10.0, count=4, data_ms=0.0, copies=()):
+    """A trace of `count` steps of `step_ms`, each opening with a `data` range of `data_ms`, then the given
+    copies: (src_kind, megabytes, gpu_ms, blocking). A pageable copy holds its launching call for as long as it
+    runs; a blocking one is followed by a cudaStreamSynchronize. Read by the real checker.trace."""
+    from checker.trace.analysis import TraceAnalysis
+    from checker.trace.events import finish
+
+    rows, correlation = [], 0
+    host = {"pid": 1, "tid": 1}
+    for step in range(count):
+        start = int(step * step_ms * MS)
+        rows.append({"kind": "range", "name": f"step {step}", "start_ns": start, "end_ns": start + int(step_ms * MS), **host})
+        rows.append({"kind": "range", "name": "data", "start_ns": start, "end_ns": start + int(data_ms * MS), **host})
+        at = start + int(data_ms * MS) + 1000
+        for src_kind, megabytes, gpu_ms, blocking in copies:
+            correlation += 1
+            held = int(gpu_ms * MS) if src_kind == "pageable" else 5000
+            rows.append({"kind": "cuda_api", "name": "cudaMemcpyAsync", "start_ns": at, "end_ns": at + held,
+                         "correlation": correlation, **host})
+            rows.append({"kind": "memcpy", "name": "Memcpy HtoD", "start_ns": at, "end_ns": at + int(gpu_ms * MS),
+                         "pid": 1, "tid": 7, "device": 0, "stream": 7, "correlation": correlation,
+                         "bytes": int(megabytes * 1e6), "copy_kind": "HtoD", "src_kind": src_kind, "dst_kind": "device"})
+            at += held + 1000
+            if blocking:
+                wait = int(gpu_ms * MS) if src_kind == "pinned" else 2000
+                rows.append({"kind": "cuda_api", "name": "cudaStreamSynchronize", "start_ns": at, "end_ns": at + wait, **host})
+                at += wait + 1000
+    return TraceAnalysis(finish(pd.DataFrame(rows)), fmt="fabricated", source="test")
+
+
+class FakeRun:
+    def __init__(self, step_ms=(), loader=None, samples_per_s=100.0):
+        self.step_ms, self.samples_per_s = list(step_ms), samples_per_s
+        self.raw = {"loader": loader}
+
+
+class FakeEvaluation:
+    def __init__(self, trace=None, pairs=(), device="cuda", log_every=0):
+        self._trace, self._pairs, self.device, self.log_every = trace, list(pairs), device, log_every
+        self.trace_tool = "torch"
+
+    def trace(self):
+        return self._trace
+
+    def pairs(self):
+        return self._pairs
+
+    def is_log_step(self, step):
+        return bool(self.log_every) and (step + 1) % self.log_every == 0
+
+
+def spec(name, threshold, device="cuda"):
+    return CheckSpec(name=name, doc=name, threshold={device: threshold}, skip={}, options={})
+
+
+# -- loader_settings --------------------------------------------------------------------------------------
+def test_numbers_are_minimums_and_flags_must_match():
+    required = {"num_workers": 4, "persistent_workers": True, "pin_memory": True}
+    assert unmet_settings({"num_workers": 8, "persistent_workers": True, "pin_memory": True}, required) == []
+    unmet = unmet_settings({"num_workers": 0, "persistent_workers": False, "pin_memory": True}, required)
+    assert unmet == ["num_workers=0; this chapter needs num_workers >= 4",
+                     "persistent_workers=False; this chapter needs persistent_workers=True"]
+
+
+def test_loader_settings_names_the_missing_setting():
+    loader = {"num_workers": 8, "pin_memory": False, "persistent_workers": False, "prefetch_factor": 2}
+    outcome = loader_settings(FakeEvaluation(pairs=[(FakeRun(), FakeRun(loader=loader))]), spec("loader_settings", {"pin_memory": True}))
+    assert outcome.status == FAILED and outcome.evidence == ["pin_memory=False; this chapter needs pin_memory=True"]
+
+
+def test_loader_settings_fails_without_a_dataloader():
+    outcome = loader_settings(FakeEvaluation(pairs=[(FakeRun(), FakeRun(loader=None))]), spec("loader_settings", {"pin_memory": True}))
+    assert outcome.status == FAILED and "not given a torch.utils.data.DataLoader" in outcome.evidence[0]
+
+
+# -- pageable_copies --------------------------------------------------------------------------------------
+@needs_trace_engine
+def test_pageable_copies_are_counted_with_their_bandwidth_and_cpu_time():
+    trace = fabricated_trace(step_ms=30, copies=[("pageable", 154.0, 12.0, True), ("pageable", 0.002, 0.01, True)])
+    outcome = pageable_copies(FakeEvaluation(trace), spec("pageable_copies", 0))
+    assert outcome.status == FAILED
+    assert outcome.measured["pageable_copies_per_step"] == 2
+    assert outcome.measured["pageable_gb_per_s"] == pytest.approx(154.002 / 12.01, rel=1e-3)
+    assert outcome.evidence[0].startswith("2 pageable host-to-device copies per step, 154.0 MB per step at 12.8 GB/s, CPU held 12.0")
+
+
+@needs_trace_engine
+def test_non_blocking_from_pageable_memory_is_called_out():
+    trace = fabricated_trace(step_ms=30, copies=[("pageable", 154.0, 12.0, False)])
+    outcome = pageable_copies(FakeEvaluation(trace), spec("pageable_copies", 0))
+    assert outcome.status == FAILED and any("asked for non_blocking=True" in line for line in outcome.evidence)
+
+
+@needs_trace_engine
+def test_pinned_copies_pass_and_report_their_bandwidth():
+    trace = fabricated_trace(copies=[("pinned", 154.0, 2.8, False)])
+    outcome = pageable_copies(FakeEvaluation(trace), spec("pageable_copies", 0))
+    assert outcome.status == PASSED and outcome.measured["pinned_gb_per_s"] == 55.0
+    assert outcome.measured["pageable_copies_per_step"] == 0
+
+
+# -- data_wait --------------------------------------------------------------------------------------------
+def test_the_median_alone_can_lie():
+    stats = step_time_stats([10.0] * 9 + [100.0])  # nine fast steps, one that waited for a drained queue
+    assert stats["p50"] == 10.0 and stats["max"] == 100.0 and stats["mean"] == 19.0
+
+
+@needs_trace_engine
+def test_data_wait_fails_when_the_step_is_mostly_loading():
+    pairs = [(FakeRun([90.0] * 4), FakeRun([10.0] * 3 + [60.0]))]
+    outcome = data_wait(FakeEvaluation(fabricated_trace(step_ms=10, data_ms=8), pairs), spec("data_wait", 0.15))
+    assert outcome.status == FAILED and outcome.measured["data_wait_fraction"] == 0.8
+    assert outcome.evidence[0].startswith("waiting for the next batch: 80% of the step (8.0 ms of 10.0 ms")
+    assert "candidate step time p50 10.0 ms, p90 60.0 ms, max 60.0 ms, mean 22.5 ms" in outcome.evidence[1]
+
+
+@needs_trace_engine
+def test_data_wait_passes_and_skips_logging_steps():
+    trace = fabricated_trace(step_ms=10, data_ms=0.5, count=4)
+    outcome = data_wait(FakeEvaluation(trace, [(FakeRun([1.0]), FakeRun([1.0]))], log_every=2), spec("data_wait", 0.15))
+    assert outcome.status == PASSED and outcome.measured["data_wait_fraction"] == 0.05
+    assert outcome.measured["logging_steps_excluded"] == [1, 3] and outcome.measured["steps"] == 2
+
+
+# -- the workloads ----------------------------------------------------------------------------------------
+def _workload(chapter_id):
+    chapter = get_chapter(chapter_id)
+    return _load_workload_module(chapter.dir).build(chapter.config("cpu"), __import__("torch").device("cpu"))
+
+
+def test_chapter_03_samples_do_not_depend_on_who_loads_them():
+    """Augmentation is drawn from the sample's own seed: a worker process makes the same pixels as the main one."""
+    import torch
+
+    dataset = _workload("03_dataloader_workers").dataset
+    first = dataset[5][0]
+    _ = [dataset[i] for i in range(4)]  # other samples in between, in another order
+    assert torch.equal(first, dataset[5][0])
+    assert first.dtype == torch.float32 and first.shape[0] == 3
+
+
+def test_chapter_02_batches_are_large_on_cuda():
+    cfg = get_chapter("02_pageable_copies").config("cuda")
+    assert 3 * cfg["image_size"] ** 2 * 4 * cfg["batch_size"] > 100e6, "the copy must be plain to see in a trace"
+
+
+# -- `workbook check` on a CPU ----------------------------------------------------------------------------
+def _check(workbook, *args):
+    proc = workbook("check", *args, "--device", "cpu", "--json")
+    assert proc.returncode in (0, 1), proc.stderr
+    report = json.loads(proc.stdout)
+    for c in report["checks"]:
+        assert c["status"] != "skipped" or c["reason"], f"{c['name']} skipped without a reason"
+    return proc.returncode, {c["name"]: c for c in report["checks"]}
+
+
+@pytest.mark.slow
+def test_chapter_02_solution_passes_on_cpu(workbook):
+    code, checks = _check(workbook, "02", "--variant", "solution")
+    assert code == 0 and checks["loader_settings"]["status"] == "passed"
+    assert checks["throughput"]["status"] == "skipped"
+
+
+@pytest.mark.slow
+def test_chapter_02_lab_fails_on_cpu_and_says_why(workbook):
+    code, checks = _check(workbook, "02", "--variant", "lab")
+    assert code == 1 and checks["loader_settings"]["status"] == "failed"
+    assert "pin_memory=False" in checks["loader_settings"]["evidence"][0]
+    assert checks["same_work"]["status"] == "passed"
+
+
+@pytest.mark.slow
+def test_chapter_02_stretch_solution_passes_on_cpu(workbook):
+    submission = str(get_chapter("02").solution_script.parent / "prefetch")
+    code, checks = _check(workbook, "02", "--submission", submission)
+    assert code == 0 and checks["same_work"]["status"] == "passed"
+
+
+@pytest.mark.slow
+@needs_trace_engine
+def test_chapter_03_solution_passes_on_cpu(workbook):
+    code, checks = _check(workbook, "03", "--variant", "solution")
+    assert code == 0, checks
+    assert checks["data_wait"]["status"] == "passed" and checks["throughput"]["status"] == "skipped"
+
+
+@pytest.mark.slow
+@needs_trace_engine
+def test_chapter_03_lab_fails_on_cpu_and_says_why(workbook):
+    code, checks = _check(workbook, "03", "--variant", "lab")
+    assert code == 1
+    assert "num_workers=0" in checks["loader_settings"]["evidence"][0]
+    assert checks["data_wait"]["status"] == "failed"
+    assert checks["data_wait"]["evidence"][0].startswith("waiting for the next batch")

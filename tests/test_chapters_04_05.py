@@ -1,0 +1,264 @@
+"""Chapters 04 (eager micro-ops) and 05 (fp32 pointwise chains): their checks, and the CPU verdicts a learner sees.
+
+The unit tests build small event tables and an ncu CSV by hand; the slow tests run `workbook check` in a
+subprocess on the CPU, as CI does on a fresh clone.
+"""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from checker.checks import FAILED, PASSED, SKIPPED
+from checker.checks import ncu_dram as ncu
+from checker.checks import step_counts
+from checker.chapters import get_chapter
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# -- counting launches and passes in an event table -----------------------------------------------------------
+def _events(rows):
+    """An event table in the trace engine's shape from (kind, name, start_ns, end_ns, tid, step) tuples."""
+    from checker.trace.events import finish
+
+    frame = pd.DataFrame(rows, columns=["kind", "name", "start_ns", "end_ns", "tid", "step"])
+    frame["pid"] = 1
+    return finish(frame)
+
+
+def _trace(rows, steps):
+    events = _events(rows)
+    return SimpleNamespace(events=events, get_steps=lambda: pd.DataFrame({"step": steps}))
+
+
+def test_top_level_aten_ops_leave_out_the_ops_called_inside_them():
+    trace = _trace([
+        ("cpu_op", "aten::layer_norm", 0, 100, 1, 0),
+        ("cpu_op", "aten::native_layer_norm", 10, 90, 1, 0),  # inside layer_norm: part of it
+        ("cpu_op", "aten::empty", 20, 30, 1, 0),
+        ("cpu_op", "aten::mul", 100, 120, 1, 0),  # starts where layer_norm ends: top level
+        ("cpu_op", "aten::add", 15, 25, 2, 0),  # another thread: top level
+        ("cpu_op", "MulBackward0", 130, 200, 1, 0),  # not an aten op
+        ("cpu_op", "aten::sigmoid_backward", 140, 190, 1, 0),  # inside an autograd node, still top-level aten
+    ], steps=[0])
+    names = sorted(step_counts.top_level_aten_ops(trace.events)["name"].astype(str))
+    assert names == ["aten::add", "aten::layer_norm", "aten::mul", "aten::sigmoid_backward"]
+
+
+def test_cpu_launch_count_is_top_level_aten_ops_per_step():
+    rows = []
+    for step in (3, 4):
+        base = step * 1000
+        rows += [("cpu_op", "aten::mul", base + 10 * i, base + 10 * i + 5, 1, step) for i in range(6)]
+        rows += [("cpu_op", "aten::_foreach_add_", base + 100, base + 200, 1, step),
+                 ("cpu_op", "aten::add_", base + 110, base + 120, 1, step)]  # the foreach's own loop
+    count = step_counts.count_launches(_trace(rows, steps=[3, 4]), "cpu")
+    assert count.unit == "top-level aten ops" and count.per_step == 7
+    assert count.top[0] == ("aten::mul", 6.0)
+
+
+def test_cuda_launch_count_counts_launch_calls_and_graph_replays_once():
+    rows = [
+        ("cuda_api", "cudaLaunchKernel", 10, 15, 1, 0),
+        ("cuda_api", "cuLaunchKernel", 20, 25, 1, 0),  # a Triton kernel
+        ("cuda_api", "cudaGraphLaunch", 30, 40, 1, 0),  # one replay, however many kernels
+        ("cuda_api", "cudaMemcpyAsync", 50, 55, 1, 0),  # not a kernel launch
+        ("cuda_api", "cudaLaunchKernelExC", 60, 65, 1, 1),
+        ("kernel", "triton_poi_fused_add_0", 100, 110, 7, 0),
+    ]
+    count = step_counts.count_launches(_trace(rows, steps=[0, 1]), "cuda")
+    assert count.unit == "kernel launches" and count.total == 4 and count.per_step == 2
+    assert count.extra["graph_launches_per_step"] == 0.5
+
+
+def test_cuda_launches_are_named_after_the_aten_op_that_made_them():
+    rows = [
+        ("cpu_op", "aten::lerp_", 0, 50, 1, 0),
+        ("cuda_api", "cudaLaunchKernel", 10, 20, 1, 0),
+        ("cpu_op", "aten::addcdiv_", 60, 90, 1, 0),
+        ("cuda_api", "cudaLaunchKernel", 70, 80, 1, 0),
+        ("cuda_api", "cudaLaunchKernel", 95, 99, 1, 0),  # outside any op
+    ]
+    count = step_counts.count_launches(_trace(rows, steps=[0]), "cuda")
+    assert dict(count.top) == {"aten::lerp_": 1.0, "aten::addcdiv_": 1.0, "cudaLaunchKernel": 1.0}
+
+
+def test_elementwise_kernels_leave_out_matmuls_and_the_optimizer():
+    names = [
+        "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&)>(int)",
+        "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(int, float)",
+        "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>(at::native::ReduceOp<float>)",
+        "triton_per_fused_add_gelu_mul_native_layer_norm_sigmoid_0",
+        "triton_red_fused_sum_1",
+        "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32",  # a matmul
+        "nvjet_tst_128x64_64x8_1x2_h_bz_NNT",  # a matmul
+        "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>(...)",  # optimizer
+    ]
+    rows = [("kernel", name, 10 * i, 10 * i + 5, 7, 0) for i, name in enumerate(names)]
+    kept = step_counts.elementwise_kernels(_events(rows))["name"].astype(str).tolist()
+    assert kept == names[:5]
+
+
+def test_cpu_elementwise_count_takes_pointwise_and_norm_ops_only():
+    rows = [
+        ("cpu_op", "aten::mul", 0, 5, 1, 0),
+        ("cpu_op", "aten::add_", 10, 15, 1, 0),
+        ("cpu_op", "aten::layer_norm", 20, 40, 1, 0),
+        ("cpu_op", "aten::native_layer_norm", 21, 39, 1, 0),
+        ("cpu_op", "aten::addmm", 50, 60, 1, 0),
+        ("cpu_op", "aten::_fused_adamw_", 70, 80, 1, 0),
+        ("cpu_op", "aten::item", 90, 95, 1, 0),
+    ]
+    count = step_counts.count_elementwise(_trace(rows, steps=[0]), "cpu")
+    assert count.total == 3 and {name for name, _ in count.top} == {"aten::mul", "aten::add_", "aten::layer_norm"}
+
+
+@pytest.mark.parametrize("name, short", [
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::sigmoid_kernel_cuda(at::TensorIteratorBase&)::"
+     "{lambda()#1}>(int, float)", "vectorized_elementwise_kernel<sigmoid_kernel_cuda>"),
+    ("triton_poi_fused__to_copy_add_0", "triton_poi_fused__to_copy_add_0"),
+    ("void at::native::reduce_kernel<512, 1>(int)", "reduce_kernel"),
+])
+def test_kernel_names_are_shortened_for_people(name, short):
+    assert step_counts.short_kernel_name(name) == short
+
+
+def test_fewer_by():
+    assert step_counts.fewer_by(100, 10) == 10
+    assert step_counts.fewer_by(100, 0) == float("inf")
+    assert step_counts.fewer_by(0, 0) == 1.0
+
+
+# -- Nsight Compute: the CSV, the filter, the skips ------------------------------------------------------------
+# A sample constructed by hand in the layout of `ncu --import R --csv --page raw` as documented by Nsight
+# Compute (identity columns, then one column per metric; a second row of units; one row per profiled kernel;
+# thousands separators in values), with the ==PROF== lines ncu prints around it. It is not a capture from a
+# real run: replace it with one from the GPU machine (`WORKBOOK_NCU_OUT=... workbook check 05 --with-ncu`).
+NCU_RAW_CSV = """==PROF== Connected to process 4242 (/usr/bin/python3.12)
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","dram__bytes.sum.per_second","dram__bytes_read.sum","dram__bytes_write.sum","dram__throughput.avg.pct_of_peak_sustained_elapsed","gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed","gpu__time_duration.sum","sm__throughput.avg.pct_of_peak_sustained_elapsed"
+"","","","","","","","","","","","Tbyte/second","Mbyte","Mbyte","%","%","usecond","%"
+"0","4242","python3.12","gpu-host","triton_per_fused_add_gelu_mul_native_layer_norm_sigmoid_0","1","7","(512, 1, 1)","(32768, 1, 1)","0","9.0","2.95","134.22","67.11","88.41","88.41","68.24","21.37"
+==PROF== Disconnected from process 4242
+"""
+
+
+def test_ncu_raw_csv_is_read_in_base_units():
+    rows = ncu.parse_ncu_raw_csv(NCU_RAW_CSV)
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["kernel"] == "triton_per_fused_add_gelu_mul_native_layer_norm_sigmoid_0"
+    assert row["metrics"][ncu.DRAM_READ] == pytest.approx(134.22e6)
+    assert row["metrics"][ncu.DURATION] == pytest.approx(68.24e-6)
+    summary = ncu.summarize_kernel(row)
+    assert summary["dram_gbytes_per_s"] == pytest.approx(2950.0)
+    assert summary["dram_throughput_pct_of_peak"] == pytest.approx(88.41)
+    assert summary["sm_throughput_pct_of_peak"] == pytest.approx(21.37)
+    assert summary["dram_bytes"] == 201_330_000 and summary["duration_us"] == pytest.approx(68.24)
+
+
+def test_ncu_rate_falls_back_to_bytes_over_duration():
+    text = (
+        '"ID","Kernel Name","dram__bytes_read.sum","dram__bytes_write.sum","gpu__time_duration.sum"\n'
+        '"","","byte","byte","nsecond"\n'
+        '"0","void at::native::vectorized_elementwise_kernel<4>(int)","1,000,000","1,000,000","1,000"\n'
+    )
+    summary = ncu.summarize_kernel(ncu.parse_ncu_raw_csv(text)[0])
+    assert summary["dram_gbytes_per_s"] == pytest.approx(2000.0)  # 2 MB in 1 us
+
+
+def test_ncu_output_without_a_table_is_an_error():
+    with pytest.raises(ValueError, match="no ncu CSV table"):
+        ncu.parse_ncu_raw_csv("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission\n")
+
+
+@pytest.mark.parametrize("value, unit, base", [
+    (1.5, "Gbyte/second", 1.5e9), (2.0, "Kibyte", 2048.0), (3.0, "msecond", 3e-3), (42.0, "%", 42.0),
+    (None, "byte", None),
+])
+def test_ncu_units(value, unit, base):
+    assert ncu.to_base_units(value, unit) == (pytest.approx(base) if base is not None else None)
+
+
+def test_ncu_kernel_filter_matches_one_kernel_not_its_longer_namesakes():
+    import re
+
+    pattern = ncu.kernel_regex("triton_poi_fused_add_1")
+    assert pattern.startswith("regex:")
+    regex = re.compile(pattern[len("regex:"):])
+    assert regex.search("triton_poi_fused_add_1")
+    assert not regex.search("triton_poi_fused_add_10")
+    eager = ncu.kernel_regex("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>(int)")
+    assert re.compile(eager[len("regex:"):]).search("void at::native::vectorized_elementwise_kernel<4, X>(int)")
+
+
+def test_ncu_permission_error_becomes_a_skip_reason():
+    assert "NVreg_RestrictProfilingToAdminUsers" in ncu._ncu_problem("==ERROR== ERR_NVGPUCTRPERM - no access")
+    assert ncu._ncu_problem("==PROF== Disconnected") is None
+
+
+def _ncu_spec():
+    return next(c for c in get_chapter("05").checks if c.name == "ncu_dram")
+
+
+@pytest.mark.parametrize("device, with_ncu, env, reason", [
+    ("cpu", True, None, "this run is on cpu"),
+    ("cuda", False, None, "--with-ncu"),
+    ("cuda", True, "/nonexistent/ncu", "ncu not found"),
+])
+def test_ncu_check_skips_with_a_reason(monkeypatch, device, with_ncu, env, reason):
+    if env:
+        monkeypatch.setenv("WORKBOOK_NCU", env)
+    ev = SimpleNamespace(device=device, with_ncu=with_ncu, chapter=get_chapter("05"))
+    outcome = ncu.ncu_dram(ev, _ncu_spec())
+    assert outcome.status == SKIPPED and reason in outcome.reason
+
+
+# -- the verdicts on a CPU, as a learner sees them -----------------------------------------------------------
+def _check(workbook, *args):
+    proc = workbook("check", *args, "--device", "cpu", "--json")
+    assert proc.stdout.strip(), proc.stderr
+    return proc, json.loads(proc.stdout)
+
+
+def _by_name(report):
+    return {c["name"]: c for c in report["checks"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chapter", ["04", "05"])
+def test_solution_passes_on_cpu(workbook, chapter):
+    proc, report = _check(workbook, chapter, "--variant", "solution")
+    assert proc.returncode == 0, json.dumps(report, indent=1)
+    for c in report["checks"]:
+        assert c["status"] in (PASSED, SKIPPED)
+        if c["status"] == SKIPPED:
+            assert c["reason"], f"{c['name']} skipped without a reason"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chapter, check, unit", [
+    ("04", "launches_per_step", "top-level aten ops"),
+    ("05", "elementwise_kernels", "elementwise aten ops"),
+])
+def test_unmodified_lab_fails_on_cpu_with_evidence(workbook, chapter, check, unit):
+    proc, report = _check(workbook, chapter, "--variant", "lab")
+    assert proc.returncode == 1, json.dumps(report, indent=1)
+    outcome = _by_name(report)[check]
+    assert outcome["status"] == FAILED
+    assert unit in outcome["evidence"][0] and "1.0x fewer" in outcome["evidence"][0]
+    assert outcome["hint"]
+    assert _by_name(report)["same_work"]["status"] == PASSED  # the lab does the same work, just slowly
+
+
+@pytest.mark.slow
+def test_a_lab_that_skips_the_optimizer_step_does_different_work(workbook, tmp_path):
+    lab = (ROOT / "labs" / "04_eager_microops" / "train.py").read_text()
+    assert "    optimizer.step()\n" in lab
+    (tmp_path / "train.py").write_text(lab.replace("    optimizer.step()\n", "    pass  # no update\n"))
+    proc, report = _check(workbook, "04", "--submission", str(tmp_path))
+    assert proc.returncode == 1
+    same_work = _by_name(report)["same_work"]
+    assert same_work["status"] == FAILED and "held-out loss" in same_work["evidence"][0]

@@ -51,11 +51,11 @@ logging.disable(logging.CRITICAL)
 t0 = time.perf_counter()
 from hta.trace_analysis import TraceAnalysis
 analysis = TraceAnalysis(trace_dir=sys.argv[1])
-steps = analysis.t.get_trace(0)["name"].str.startswith("ProfilerStep").sum()
+steps = analysis.get_profiler_steps()
 idle = analysis.get_idle_time_breakdown(visualize=False)
 wall = time.perf_counter() - t0
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(f"{wall:.3f} {peak:.1f} {len(analysis.t.get_trace(0))} {steps} -")
+print(f"{wall:.3f} {peak:.1f} {len(analysis.t.get_trace(0))} {len(steps)} -")
 """
 
 

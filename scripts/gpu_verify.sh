@@ -87,11 +87,17 @@ if has raw; then
 fi
 
 if has checks; then
+  # Priority order, so that a run cut short by DEADLINE (seconds of this script) still has the most
+  # important verdicts: each chapter's torch.profiler checks first, then nsys, then the docs' traces.
   T=/tmp/traces; rm -rf $T; mkdir -p $T
+  DEADLINE=${DEADLINE:-100000}
+  TOOLS=${TOOLS:-"torch nsys"}
+  over() { [ "$SECONDS" -ge "$DEADLINE" ]; }
   for chapter in $CHAPTERS; do
     for rerun in $(seq 1 "$RERUNS"); do
-      for tool in torch nsys; do
+      for tool in $TOOLS; do
         for variant in solution lab; do
+          if over; then log "deadline: skipping check $chapter $variant $tool"; continue; fi
           log "check $chapter $variant $tool (rerun $rerun)"
           start=$(date +%s.%N)
           python3 -m checker check "$chapter" --variant $variant --trace-tool $tool --json > /tmp/check.json 2> /tmp/check.err
@@ -109,14 +115,15 @@ print(json.dumps(report))
 PY
           tail -n 1 "$OUT/checks.jsonl" | python3 -c "
 import json,sys; r=json.loads(sys.stdin.read())
-print('   exit', r['exit_code'], 'wall', r['wall_s_outer'], ' '.join(f\"{c['name']}={c['status']}:{c.get('measured',{}).get('speedup', c.get('measured',{}).get('host_syncs_per_step',''))}\" for c in r.get('checks', [])) or r.get('error','')[-400:])"
+print('   exit', r['exit_code'], 'wall', r['wall_s_outer'], ' '.join(f\"{c['name']}={c['status']}:{c.get('measured',{}).get('speedup', c.get('measured',{}).get('host_syncs_per_step',''))}\" for c in r.get('checks', [])) or r.get('error','')[-600:])"
         done
       done
     done
-    # traces for the docs: slow and solution, both tools
-    for variant in slow solution; do
-      for tool in torch nsys; do
-        python3 scripts/capture_trace.py "$chapter" --variant $variant --tool $tool --out $T/${chapter}-${variant}-${tool} 2>&1 | tail -n 2
+    # traces for the docs' timelines: slow and solution
+    for tool in ${TRACE_TOOLS:-torch}; do
+      for variant in slow solution; do
+        if over; then continue; fi
+        python3 scripts/capture_trace.py "$chapter" --variant $variant --tool $tool --out $T/${chapter}-${variant}-${tool} 2>&1 | tail -n 1
       done
     done
   done

@@ -27,3 +27,21 @@ def workbook():
                               timeout=timeout, cwd=ROOT)
 
     return run
+
+
+_GRADED = {}
+
+
+@pytest.fixture(scope="session")
+def graded():
+    """`workbook check` of a chapter's variant on the CPU, made once per test session and shared."""
+    from checker.chapters import get_chapter
+    from checker.evaluate import evaluate
+
+    def grade(chapter_id: str, variant: str):
+        key = (chapter_id, variant)
+        if key not in _GRADED:
+            _GRADED[key] = evaluate(get_chapter(chapter_id), variant=variant, device="cpu")
+        return _GRADED[key]
+
+    return grade

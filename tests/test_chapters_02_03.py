@@ -3,6 +3,7 @@ workloads, and `workbook check` on a CPU as a learner with no GPU runs it."""
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -119,6 +120,23 @@ def test_pinned_copies_pass_and_report_their_bandwidth():
     outcome = pageable_copies(FakeEvaluation(trace), spec("pageable_copies", 0))
     assert outcome.status == PASSED and outcome.measured["pinned_gb_per_s"] == 55.0
     assert outcome.measured["pageable_copies_per_step"] == 0
+
+
+FIXTURES = Path(__file__).parent / "data" / "traces"
+
+
+@needs_trace_engine
+@pytest.mark.parametrize("tool_file", ["kineto.json.gz", "nsys.sqlite.gz"])
+def test_pageable_copies_on_real_gpu_traces(tool_file):
+    """The trace engine's fixture programs, traced on an H100: two copies per step, pageable or pinned."""
+    from checker.trace import load
+
+    if not (FIXTURES / "pageable_item" / tool_file).is_file():
+        pytest.skip(f"no GPU trace fixture {tool_file} under {FIXTURES}")
+    slow = pageable_copies(FakeEvaluation(load(FIXTURES / "pageable_item" / tool_file)), spec("pageable_copies", 0))
+    assert slow.status == FAILED and slow.measured["pageable_copies_per_step"] == 2
+    fixed = pageable_copies(FakeEvaluation(load(FIXTURES / "pinned_clean" / tool_file)), spec("pageable_copies", 0))
+    assert fixed.status == PASSED and fixed.measured["pinned_copies_per_step"] == 2
 
 
 # -- data_wait --------------------------------------------------------------------------------------------

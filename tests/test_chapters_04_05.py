@@ -119,6 +119,9 @@ def test_cpu_elementwise_count_takes_pointwise_and_norm_ops_only():
 @pytest.mark.parametrize("name, short", [
     ("void at::native::vectorized_elementwise_kernel<4, at::native::sigmoid_kernel_cuda(at::TensorIteratorBase&)::"
      "{lambda()#1}>(int, float)", "vectorized_elementwise_kernel<sigmoid_kernel_cuda>"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, "
+     "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 3ul> >(int, float)",
+     "vectorized_elementwise_kernel<MulFunctor>"),
     ("triton_poi_fused__to_copy_add_0", "triton_poi_fused__to_copy_add_0"),
     ("void at::native::reduce_kernel<512, 1>(int)", "reduce_kernel"),
 ])
@@ -262,3 +265,45 @@ def test_a_lab_that_skips_the_optimizer_step_does_different_work(workbook, tmp_p
     assert proc.returncode == 1
     same_work = _by_name(report)["same_work"]
     assert same_work["status"] == FAILED and "held-out loss" in same_work["evidence"][0]
+
+
+def test_ncu_check_profiles_the_hottest_elementwise_kernel(monkeypatch, tmp_path):
+    """The whole ncu_dram flow on a CPU, with a stand-in for ncu that records its arguments and replays the
+    sample CSV above, and a fixed copy bandwidth in place of the CUDA probe."""
+    import sys
+
+    calls = tmp_path / "calls.jsonl"
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "ncu"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys\n"
+        f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        "args = sys.argv[1:]\n"
+        "if '--import' in args:\n"
+        f"    sys.stdout.write({NCU_RAW_CSV!r})\n"
+        "else:\n"
+        "    open(args[args.index('-o') + 1] + '.ncu-rep', 'w').write('report')\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("WORKBOOK_NCU", str(fake))
+    monkeypatch.setattr(ncu, "copy_bandwidth_in_subprocess", lambda: 3.2e12)
+    hot = "triton_per_fused_add_gelu_mul_native_layer_norm_sigmoid_0"
+    trace = _trace([
+        ("kernel", hot, 0, 700, 7, 20),
+        ("kernel", "triton_poi_fused_mul_sigmoid_1", 800, 900, 7, 20),
+        ("kernel", "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n", 1000, 5000, 7, 20),  # longer, but a matmul
+    ], steps=[20])
+    chapter = get_chapter("05")
+    ev = SimpleNamespace(device="cuda", with_ncu=True, chapter=chapter, cfg=chapter.config("cuda"),
+                         workdir=tmp_path, candidate=chapter.solution_script, trace=lambda: trace)
+    outcome = ncu.ncu_dram(ev, _ncu_spec())
+    assert outcome.status == PASSED, outcome.evidence
+    assert outcome.measured["fraction_of_copy"] == pytest.approx(2950 / 3200, abs=1e-3)
+    assert outcome.measured["kernel_short"] == hot and "memory-bound" in outcome.evidence[0]
+    profile, imported = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert profile[profile.index("--nvtx-include") + 1] == "step 20/"
+    assert profile[profile.index("-k") + 1] == f"regex:{hot}([^0-9A-Za-z_]|$)"
+    assert ["--section", "SpeedOfLight"] == profile[profile.index("--section"):profile.index("--section") + 2]
+    assert profile[-4:] == ["--steps", "22", "--warmup", "20"]
+    assert imported[:2] == ["--import", str(tmp_path / "ncu" / "hot_kernel.ncu-rep")] and "raw" in imported

@@ -1,9 +1,9 @@
 """Chapter 03's workload: JPEG images decoded and augmented on the CPU, sample by sample, then a ResNet.
 
 This is what a real image pipeline does for every sample: decode a JPEG, pick a random box and resize it
-(RandomResizedCrop), maybe flip it, convert to float and normalize, all with torchvision.transforms.v2. It
-costs about half a millisecond of one CPU core per sample: hundreds of milliseconds per batch, far more
-than the GPU needs to train on that batch.
+(RandomResizedCrop), maybe flip it, convert to float and normalize, all with Pillow and
+torchvision.transforms.v2. It costs up to a millisecond of one CPU core per sample: around a tenth of a
+second per batch, several times what the GPU needs to train on that batch.
 
 The JPEGs are synthetic (a smooth colour pattern per class, plus noise), encoded once in memory: nothing is
 downloaded. The random choices of each sample are drawn from the sample's own seed, so every variant trains

@@ -108,10 +108,10 @@ def short_kernel_name(name: str) -> str:
     head = re.split(r"[<(]", name.replace("void ", "", 1), maxsplit=1)[0]
     base = head.rsplit("::", 1)[-1].strip()
     if "elementwise_kernel" in base:
-        rest = name[len(head):]
-        functor = re.search(r"(\w*(?:Functor|functor|_kernel_cuda|KernelImpl|_kernel)\w*)", rest)
-        if functor and functor.group(1) != base:
-            return f"{base}<{functor.group(1)}>"
+        rest = name[len(head):]  # the innermost functor names the op: BinaryFunctor<..., MulFunctor<float>>
+        functors = [f for f in re.findall(r"\w*(?:Functor|functor|_kernel_cuda|KernelImpl|_kernel)\w*", rest) if f != base]
+        if functors:
+            return f"{base}<{functors[-1]}>"
     return base or name[:80]
 
 

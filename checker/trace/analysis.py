@@ -163,8 +163,7 @@ class TraceAnalysis:
     def get_kernels_per_step(self, exclude_steps=()) -> pd.DataFrame:
         """One row per step: kernels, launches, kernel_ns, memcpys, memsets."""
         if not self.has_steps:
-            events = self.events.assign(step=pd.array(np.full(len(self.events), -1), dtype="Int64"))
-            return kernels.per_step(events, self._windows())
+            return kernels.per_step(self.events, self._windows(), whole_trace=True)
         return kernels.per_step(self.events, self._steps, exclude_steps)
 
     def get_top_kernels(self, limit: int = 10, exclude_steps=()) -> pd.DataFrame:

@@ -245,8 +245,7 @@ class _Reader:
             except json.JSONDecodeError:
                 if self.eof:
                     raise self.broken("the JSON is cut off or corrupt") from None
-            if not self.fill():
-                continue
+            self.fill()  # cut off by the buffer's end: read on (at the end of the file, decide next round)
 
     def events(self, columns: _Columns) -> None:
         """Decode the traceEvents array (cursor after '[') a batch at a time into columns."""
@@ -260,10 +259,13 @@ class _Reader:
             batch, end = (None, 0) if singles else self._batch()
             if batch is None:
                 singles = singles - 1 if singles else 1000
-                columns.add_batch([self.value()])
+                batch = [self.value()]
             else:
-                columns.add_batch(batch)
                 self.pos = end
+            try:
+                columns.add_batch(batch)
+            except (TypeError, ValueError, AttributeError) as exc:  # an event of the wrong shape
+                raise self.broken(f"an event with a field of the wrong type: {exc}") from None
             sep = self.peek()
             if sep == "]":
                 self.pos += 1

@@ -8,7 +8,6 @@ installed). The file name's ending is only a hint; the first bytes decide.
 from __future__ import annotations
 
 import gzip
-import io
 import shutil
 import tempfile
 import zlib

@@ -25,8 +25,7 @@ import numpy as np
 import pandas as pd
 
 from checker.trace.errors import TraceError
-from checker.trace.events import (COPY_KINDS, DTYPES, KINDS, MEM_KINDS, categorical, copy_kind_of, finish,
-                                  mem_kind_of)
+from checker.trace.events import DTYPES, categorical, copy_kind_of, finish, mem_kind_of
 
 CUDA_TABLES = ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
                "CUPTI_ACTIVITY_KIND_MEMSET")

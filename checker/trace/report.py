@@ -3,7 +3,8 @@
 Keys of the summary (other tools read them; counts are over the steps found, or over the whole trace
 when the trace marks none, which ``steps_found`` and the notes say):
 
-- ``format`` ("kineto" | "nsys"), ``source``, ``steps`` (int), ``steps_found`` (bool),
+- ``format`` ("kineto" | "nsys"), ``source``, ``cuda`` (bool: the trace has CUDA calls), ``steps`` (int),
+  ``steps_found`` (bool), ``step_numbers`` (list),
   ``skipped_steps`` (list), ``step_ms_median`` / ``step_ms_mean`` (float | null)
 - ``host_syncs_in_steps`` (int), ``host_syncs_per_step`` (float), ``host_sync_ms_per_step`` (float),
   ``sync_sources``: [{"name", "count", "where", "op"}] (most frequent first)
@@ -72,6 +73,7 @@ def build_summary(trace) -> dict:
         "source": trace.source,
         "steps": int(trace.step_count),
         "steps_found": bool(trace.has_steps),
+        "cuda": bool(trace.has_cuda),
         "step_numbers": [int(s) for s in steps["step"]],
         "skipped_steps": list(trace.skipped_steps),
         "step_ms_median": _num(steps["dur_ns"].median() / 1e6) if len(steps) else None,
@@ -175,7 +177,7 @@ def render_text(summary: dict, diff_rows=None, summary_diff=None) -> str:
         lines.append("  No host syncs, pageable copies, GPU idle time or data waits worth a mention.")
     if not s["host_syncs_in_steps"]:
         lines.append("  no host syncs" + (" inside steps" if s["steps_found"] else ""))
-    if not s["pageable_h2d_copies"] and s["format"] and (s["kernels_per_step"] or 0) > 0:
+    if not s["pageable_h2d_copies"] and s["cuda"]:
         lines.append("  no pageable host-to-device copies" + (" inside steps" if s["steps_found"] else ""))
     if s["kernels_per_step"]:
         fams = ", ".join(f"{f['family']} {f['share']:.0%}" for f in s["kernel_families"] if f["share"])

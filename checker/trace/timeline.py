@@ -30,16 +30,18 @@ def _window(trace, max_steps: int) -> tuple[int, int]:
     return int(windows["start_ns"].iloc[0]), int(windows["end_ns"].iloc[0])
 
 
-def _bars(ax, y: float, starts, ends, lo: int, color: str, height: float = 0.8) -> None:
+def _bars(ax, y: float, starts, ends, lo: int, color: str, height: float = 0.8, min_ms: float = 1e-4) -> None:
+    """One bar per interval; very short ones are drawn min_ms wide so that they stay visible."""
     if not len(starts):
         return
     left = (np.asarray(starts) - lo) / 1e6
-    width = np.maximum((np.asarray(ends) - np.asarray(starts)) / 1e6, 1e-4)
+    width = np.maximum((np.asarray(ends) - np.asarray(starts)) / 1e6, min_ms)
     ax.broken_barh(list(zip(left, width)), (y - height / 2, height), facecolors=color, edgecolors="none")
 
 
 def _draw(ax, trace, max_steps: int, title: str) -> float:
     lo, hi = _window(trace, max_steps)
+    thin = (hi - lo) / 1e6 / 1500  # about one pixel of the picture
     events = trace.events
     inside = ((events["end_ns"] > lo) & (events["start_ns"] < hi)).to_numpy()
     kind = events["kind"].to_numpy()
@@ -60,19 +62,19 @@ def _draw(ax, trace, max_steps: int, title: str) -> float:
     syncing[sync_rows(events)] = True
     if not api.any():  # CPU-only: the sync ops stand in for the CUDA API row
         api = inside & syncing
-    _bars(ax, y["CUDA API"], starts[api & ~syncing], ends[api & ~syncing], lo, COLORS["api"])
-    _bars(ax, y["CUDA API"], starts[api & syncing & inside], ends[api & syncing & inside], lo, COLORS["sync"])
+    _bars(ax, y["CUDA API"], starts[api & ~syncing], ends[api & ~syncing], lo, COLORS["api"], min_ms=thin)
+    _bars(ax, y["CUDA API"], starts[api & syncing], ends[api & syncing], lo, COLORS["sync"], min_ms=thin)
 
     kernels = inside & (kind == "kernel")
-    _bars(ax, y["kernels"], starts[kernels], ends[kernels], lo, COLORS["kernel"])
+    _bars(ax, y["kernels"], starts[kernels], ends[kernels], lo, COLORS["kernel"], min_ms=thin)
     memset = inside & (kind == "memset")
-    _bars(ax, y["copies"], starts[memset], ends[memset], lo, COLORS["memset"])
+    _bars(ax, y["copies"], starts[memset], ends[memset], lo, COLORS["memset"], min_ms=thin)
     copies = inside & (kind == "memcpy")
     src = events["src_kind"].astype(object).to_numpy()
     dst = events["dst_kind"].astype(object).to_numpy()
     pageable = copies & ((src == "pageable") | (dst == "pageable"))
-    _bars(ax, y["copies"], starts[copies & ~pageable], ends[copies & ~pageable], lo, COLORS["copy"])
-    _bars(ax, y["copies"], starts[pageable], ends[pageable], lo, COLORS["pageable"])
+    _bars(ax, y["copies"], starts[copies & ~pageable], ends[copies & ~pageable], lo, COLORS["copy"], min_ms=thin)
+    _bars(ax, y["copies"], starts[pageable], ends[pageable], lo, COLORS["pageable"], min_ms=thin)
 
     ax.set_yticks([y[name] for name in ROWS], ROWS)
     ax.set_ylim(-0.7, len(ROWS) - 0.3)

@@ -33,7 +33,7 @@ loader = DataLoader(
     sampler=session.extras["sampler"],  # shuffles every epoch, the same order in every variant
     drop_last=True,
     num_workers=num_workers,  # samples are decoded and augmented in parallel, in other processes
-    persistent_workers=True,  # at an epoch's end the workers stay: no new processes, no re-import
+    persistent_workers=True,  # at an epoch's end the workers stay: no processes to start again
     prefetch_factor=4,  # each worker keeps up to 4 batches ready: slack for the slow samples
     pin_memory=True,  # batches arrive page-locked, so the copies below can be asynchronous
 )

@@ -20,6 +20,7 @@ import torch
 from checker.lab import start
 
 session = start("04_eager_microops")
+# --8<-- [start:setup]
 COMPILE_MODE = session.cfg.get("compile_mode", "reduce-overhead")  # "none": eager, "default": fusion only
 FUSED_OPTIMIZER = session.cfg.get("fused_optimizer", True)
 
@@ -34,6 +35,7 @@ optimizer = torch.optim.AdamW(
     fused=FUSED_OPTIMIZER,  # one kernel updates every parameter (foreach=False was ~7 launches per parameter)
     foreach=None if FUSED_OPTIMIZER else False,
 )
+# --8<-- [end:setup]
 
 # --8<-- [start:loop]
 for step, (inputs, labels) in session.steps(session.batches):

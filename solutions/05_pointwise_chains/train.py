@@ -18,13 +18,15 @@ import torch
 from checker.lab import start
 
 session = start("05_pointwise_chains")
+# --8<-- [start:setup]
 USE_COMPILE = session.cfg.get("use_compile", True)
-USE_BF16 = session.cfg.get("use_bf16", True)
+USE_BF16 = session.cfg.get("use_bf16", session.device.type == "cuda")  # CPUs without bf16 units run it slower
 
 model = session.model
 if USE_COMPILE:
     model = torch.compile(session.model)  # fusion: the chain's passes become a few kernels, backward too
 optimizer = torch.optim.AdamW(session.model.parameters(), lr=session.cfg["lr"], fused=True)
+# --8<-- [end:setup]
 
 # --8<-- [start:loop]
 for step, (inputs, targets) in session.steps(session.batches):

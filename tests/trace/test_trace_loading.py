@@ -176,3 +176,11 @@ def test_nsys_rep_is_exported_with_the_nsys_named_by_workbook_nsys(tmp_path, mon
     trace = load(report)
     assert trace.format == "nsys" and trace.summary()["host_syncs_in_steps"] == 21
     assert set(os.listdir(tmp_path)) == {"export.sqlite", "nsys", "run.nsys-rep"}  # exported to a temp folder
+
+
+def test_event_with_fields_of_the_wrong_type(tmp_path):
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": "soon", "dur": 1},
+        "not an event"]}))
+    assert "wrong type" in _error(path)

@@ -7,7 +7,8 @@ Each idle gap ends when the next piece of GPU work starts. If that work was laun
 after the gap began, the GPU sat waiting for the host: the gap up to the launch is ``idle_host_wait_ns``
 (Python overhead, a data loader, a host sync that drained the queue, ...). The rest of the gap, from
 the launch to the start, and gaps whose next work was already queued, are ``idle_other_ns`` (launch
-latency, waiting on a copy or another stream). A gap with no later GPU work is waiting on the host.
+latency, waiting on a copy or another stream). A gap with no later GPU work is waiting on the host;
+work whose launch call is not in the trace counts as queued in time.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def gpu_idle(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     starts = events["start_ns"].to_numpy()[rows]
     ends = events["end_ns"].to_numpy()[rows]
     calls = launch_rows(events, rows)
-    call_start = np.where(calls >= 0, events["start_ns"].to_numpy()[np.maximum(calls, 0)], starts)
+    unknown = np.iinfo(np.int64).min  # work with no launch call in the trace: taken as queued in time
+    call_start = np.where(calls >= 0, events["start_ns"].to_numpy()[np.maximum(calls, 0)], unknown)
     busy_s, busy_e = merge(starts, ends)
     # when the work that opens each busy interval was launched (the earliest launch among its starters)
     order = np.lexsort((call_start, starts))

@@ -49,10 +49,16 @@ def is_launch(name: str) -> bool:
     return bool(LAUNCH.match(name))
 
 
-def per_step(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=()) -> pd.DataFrame:
-    """One row per step: kernels, launches, kernel_ns (summed kernel time), memcpys, memsets."""
+def per_step(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=(), whole_trace: bool = False) -> pd.DataFrame:
+    """One row per step: kernels, launches, kernel_ns (summed kernel time), memcpys, memsets.
+
+    With whole_trace, every event counts, under the one window of steps (step -1).
+    """
     numbers = [int(s) for s in steps["step"] if int(s) not in {int(x) for x in exclude_steps}]
-    in_steps = events[events["step"].notna()]
+    wanted = events["kind"].isin(("cuda_api", "kernel", "memcpy", "memset"))
+    in_steps = events[wanted] if whole_trace else events[wanted & events["step"].notna()]
+    if whole_trace:
+        in_steps = in_steps.assign(step=-1)
     api = in_steps[in_steps["kind"] == "cuda_api"]
     launch_names = [n for n in api["name"].unique() if is_launch(str(n))]
     launches = api[api["name"].isin(launch_names)]

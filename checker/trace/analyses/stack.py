@@ -2,10 +2,11 @@
 
 torch.profiler records Python frames (``with_stack=True``) as ``python_function`` events named
 ``path(line): function``, with ``path`` as Python knew the file (often relative to the folder on
-``sys.path`` that holds it: ``torch/nn/modules/module.py``, ``train.py``). The user's line of an event is
-the innermost enclosing frame on the same thread whose file is the user's: not the standard library,
+``sys.path`` that holds it: ``torch/nn/modules/module.py``, ``train.py``). The user's frame of an event
+is the innermost enclosing frame on the same thread whose file is the user's: not the standard library,
 not an installed package (``site-packages``, or a known library such as ``torch``), and not this
-workbook's own ``checker`` package. nsys traces carry no Python frames, so there it is None.
+workbook's own ``checker`` package; the line is taken from the call it made (see where_of). nsys
+traces carry no Python frames, so there it is None.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ LIBRARIES = frozenset({
     "torch", "torchvision", "torchaudio", "torchtext", "torchdata", "functorch", "triton", "numpy", "nvtx",
     "checker", "tqdm", "PIL", "pandas", "transformers", "accelerate", "lightning", "pytorch_lightning", "timm",
     "apex", "pytest", "_pytest", "pluggy", "runpy", "typing_extensions", "einops", "safetensors", "datasets",
-}) | frozenset(getattr(sys, "stdlib_module_names", ()))
+}) | (frozenset(getattr(sys, "stdlib_module_names", ())) - {"test", "code", "trace", "profile"})  # common script names
 
 
 def is_user_path(path: str) -> bool:
@@ -66,36 +67,32 @@ def _holder(events: pd.DataFrame, kind_mask: np.ndarray, rows: np.ndarray, label
         if tid not in by_tid:
             continue
         pool = candidates[by_tid[tid]]  # already sorted by (start, -end): the table's order
+        pool_starts, pool_ends = starts_all[pool], ends_all[pool]
         which = np.flatnonzero(row_tids == tid)
         points = starts_all[rows[which]]
-        found = innermost(points, starts_all[pool], ends_all[pool])
-        if exclude_self:  # a row that is itself in the pool: take its parent instead
+        found = innermost(points, pool_starts, pool_ends)
+        if exclude_self:  # a row that is itself in the pool: take the innermost one holding it instead
             for k, (w, f) in enumerate(zip(which, found)):
-                while f >= 0 and pool[f] == rows[w]:
-                    f = _parent(f, points[k], starts_all[pool], ends_all[pool], rows[w], pool)
-                found[k] = f
+                if f >= 0 and pool[f] == rows[w]:
+                    found[k] = innermost(points[k:k + 1], pool_starts[:f], pool_ends[:f])[0]
         for w, f in zip(which, found):
             if f >= 0:
                 out[w] = label[pool[f]]
     return out
 
 
-def _parent(f: int, point: int, starts: np.ndarray, ends: np.ndarray, row: int, pool: np.ndarray) -> int:
-    j = f - 1
-    while j >= 0:
-        if ends[j] > point and starts[j] <= point and pool[j] != row:
-            return j
-        j -= 1
-    return -1
-
-
 def where_of(events: pd.DataFrame, rows: np.ndarray) -> list:
     """For each event row, the user's 'path:line' that was running when it started, or None.
 
     The innermost user frame holding the event names the function; the line is where that function
-    made the call that led to the event: the ``CallFrom`` of the frame it called (torch.profiler >=
-    2.12). Without CallFrom, the user frame's own line is used, which torch.profiler records as the
-    function's first line (or, for a frame already running when profiling began, the line it was on).
+    made the call that led to the event: the ``CallFrom`` (torch.profiler >= 2.12) of the innermost frame
+    called from user code, when that frame is inside the user frame. A sync reached through an operator
+    (``if t:``, ``float(t)``, ``x[mask]``) has no call around it; Python runs a line's calls before the
+    operator that consumes them, so the line of the last call the user frame made before the event is
+    used: exact for ``if torch.isnan(x).any():`` or ``float(x.sum())``, the line before for a line that
+    makes no call of its own (``hard = x[mask]`` right after ``mask = ...``). Without any ``CallFrom``
+    (torch < 2.12), the user frame's own line is used: the function's first line, or, for a frame already
+    running when profiling began, the line it was on.
     """
     rows = np.asarray(rows, dtype=np.int64)
     out: list = [None] * len(rows)
@@ -105,24 +102,26 @@ def where_of(events: pd.DataFrame, rows: np.ndarray) -> list:
     names = events["name"]
     user = {name: user_where(str(name)) for name in names[python].unique()}
     label = np.array(names.map(user).astype(object), dtype=object)
-    user_mask = python & pd.notna(label)
-    holders = _holder(events, user_mask, rows, np.arange(len(events)))  # row of the innermost user frame
-    callers = events["call_from"].astype(object).to_numpy()
+    holders = _holder(events, python & pd.notna(label), rows, np.arange(len(events)))
+    callers = events["call_from"]
+    called_from_user = {c: _caller_line(str(c)) for c in callers.cat.categories}
+    caller_line = np.array(callers.map(called_from_user).astype(object), dtype=object)
+    callees = _holder(events, python & pd.notna(caller_line), rows, np.arange(len(events)))
+    has_caller = np.flatnonzero(python & pd.notna(caller_line))
     tids, starts, ends = (events[c].to_numpy() for c in ("tid", "start_ns", "end_ns"))
-    frames_by_tid = pd.Series(np.flatnonzero(python)).groupby(tids[python]).indices
-    python_rows = np.flatnonzero(python)
-    for i, (row, holder) in enumerate(zip(rows, holders)):
+    for i, (holder, callee) in enumerate(zip(holders, callees)):
         if holder is None:
             continue
-        out[i] = label[holder]
-        pool = python_rows[frames_by_tid[tids[holder]]]
-        lo = np.searchsorted(pool, holder, side="right")           # frames after the holder, in start order
-        hi = np.searchsorted(starts[pool], starts[row], side="right")
-        inside = np.flatnonzero(ends[pool[lo:hi]] > starts[row])
-        if inside.size:  # the frame the user's function called, on the way to this event
-            line = _caller_line(callers[pool[lo + inside[0]]])
-            if line:
-                out[i] = line
+        if callee is not None and callee > holder:  # rows are in start order, holders first
+            out[i] = caller_line[callee]
+            continue
+        # No call holds the event: an operator reached it (`if t:`, float(t), x[mask]). Python runs a line's
+        # calls before the operator that consumes their result, so the last call the user frame made
+        # before the event names the line; without one, the frame's own line is all the trace has.
+        row = rows[i]
+        pool = has_caller[(tids[has_caller] == tids[row]) & (starts[has_caller] >= starts[holder])
+                          & (ends[has_caller] <= starts[row])]
+        out[i] = caller_line[pool[np.argmax(ends[pool])]] if len(pool) else label[holder]
     return out
 
 

@@ -1,0 +1,96 @@
+"""`workbook report`: text, --json keys, --baseline, --timeline, and bad input as one line with exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from checker.trace.cli import main
+from trace_helpers import ROOT, cpu_trace_path, gpu_trace_path, need
+
+CONTRACT = {"format": str, "steps": int, "host_syncs_in_steps": int, "host_syncs_per_step": float,
+            "pageable_h2d_copies": int, "pageable_h2d_bytes": int, "kernels_per_step": float,
+            "gpu_idle_fraction": (float, type(None)), "sync_sources": list}
+
+
+def run(capsys, *argv):
+    code = main(["report", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_has_the_contract_keys_and_types(capsys):
+    code, out, err = run(capsys, cpu_trace_path("mask_any"), "--json")
+    assert code == 0 and err == ""
+    summary = json.loads(out)
+    for key, kind in CONTRACT.items():
+        assert isinstance(summary[key], kind), key
+    assert summary["format"] == "kineto" and summary["steps"] == 7 and summary["host_syncs_in_steps"] == 14
+    assert summary["host_syncs_per_step"] == 2.0 and summary["gpu_idle_fraction"] is None
+    assert {tuple(sorted(s)) for s in summary["sync_sources"]} == {("count", "name", "op", "where")}
+
+
+@need(gpu_trace_path("pageable_item", "nsys"))
+def test_text_puts_a_finding_first_and_names_the_syncs(capsys):
+    code, out, _ = run(capsys, gpu_trace_path("pageable_item", "nsys"))
+    assert code == 0
+    lines = out.splitlines()
+    assert "7 steps" in lines[0]
+    assert lines[1].lstrip().startswith("1. ")
+    assert "21 host syncs in 7 steps (3 per step)" in out
+    assert "14 pageable host-to-device copies" in out
+
+
+def test_report_of_a_trace_without_steps_says_the_counts_cover_the_whole_trace(capsys):
+    code, out, _ = run(capsys, cpu_trace_path("pageable_item"), "--steps", r"^no such range (\d+)$")
+    assert code == 0
+    assert "no steps found (counts are over the whole trace)" in out
+
+
+@need(gpu_trace_path("pinned_clean", "kineto"))
+def test_baseline_comparison_and_timeline(capsys, tmp_path):
+    picture = tmp_path / "timeline.png"
+    code, out, _ = run(capsys, gpu_trace_path("pinned_clean", "kineto"), "--baseline",
+                       gpu_trace_path("pageable_item", "kineto"), "--timeline", picture)
+    assert code == 0
+    assert "host syncs per step: 3 -> 0" in out
+    assert "disappeared" in out and "cudaStreamSynchronize" in out
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = tmp_path / "timeline.svg"
+    assert run(capsys, cpu_trace_path("mask_any"), "--timeline", svg)[0] == 0
+    assert b"<svg" in svg.read_bytes()[:500]
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda d: d / "missing.json", "no such file"),
+    (lambda d: _write(d / "notes.txt", b"hello"), "not a trace"),
+    (lambda d: _write(d / "cut.json", b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "na'), "cut off or corrupt"),
+    (lambda d: _write(d / "r.nsys-rep", b"NVIDIA Tegra Profiler Report\n"), "nsys export --type sqlite"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch, make, expected):
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+    monkeypatch.delenv("WORKBOOK_NSYS", raising=False)
+    code, out, err = run(capsys, make(tmp_path))
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and expected in err
+    assert "Traceback" not in err
+
+
+def test_timeline_needs_png_or_svg(capsys, tmp_path):
+    code, _, err = run(capsys, cpu_trace_path("mask_any"), "--timeline", tmp_path / "t.pdf")
+    assert code == 2 and ".png or .svg" in err
+
+
+def test_module_entry_point_runs_without_a_traceback(tmp_path):
+    bad = _write(tmp_path / "bad.json", b"[1, 2, 3]")
+    done = subprocess.run([sys.executable, "-m", "checker.trace.cli", "report", str(bad)], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "not a trace" in done.stderr
+
+
+def _write(path, data: bytes):
+    path.write_bytes(data)
+    return path

@@ -112,8 +112,12 @@ def _loader_settings(source: Any) -> dict[str, Any] | None:
 
 def _load_workload_module(chapter_dir: Path):
     path = chapter_dir / "workload.py"
-    spec = importlib.util.spec_from_file_location(f"workbook_workload_{chapter_dir.name}", path)
+    name = f"workbook_workload_{chapter_dir.name}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its classes can then be pickled (DataLoader workers started by fork need no more)
     spec.loader.exec_module(module)
     return module
 

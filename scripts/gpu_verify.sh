@@ -50,7 +50,7 @@ print(json.dumps({
     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
 }, indent=2))
 PY
-  cat "$OUT/env.json"
+  cat "$OUT/env.json"; df -h /dev/shm | tail -n 1
 fi
 
 if has sweep; then
@@ -87,23 +87,38 @@ if has raw; then
 fi
 
 if has checks; then
-  # Priority order, so that a run cut short by DEADLINE (seconds of this script) still has the most
-  # important verdicts: each chapter's torch.profiler checks first, then nsys, then the docs' traces.
+  # PLAN: items run in order until DEADLINE (seconds of this script), so that a cut-short run still has the
+  # most important verdicts. Items: check:<chapter>:<variant>:<tool>  trace:<chapter>:<variant>:<tool>.
+  # Default: for every chapter, RERUNS x (solution, lab) x (torch, nsys) checks, then slow+solution traces.
   T=/tmp/traces; rm -rf $T; mkdir -p $T
   DEADLINE=${DEADLINE:-100000}
-  TOOLS=${TOOLS:-"torch nsys"}
-  over() { [ "$SECONDS" -ge "$DEADLINE" ]; }
-  for chapter in $CHAPTERS; do
-    for rerun in $(seq 1 "$RERUNS"); do
-      for tool in $TOOLS; do
-        for variant in solution lab; do
-          if over; then log "deadline: skipping check $chapter $variant $tool"; continue; fi
-          log "check $chapter $variant $tool (rerun $rerun)"
-          start=$(date +%s.%N)
-          python3 -m checker check "$chapter" --variant $variant --trace-tool $tool --json > /tmp/check.json 2> /tmp/check.err
-          code=$?
-          wall=$(python3 -c "import time; print(round(time.time() - $start, 1))")
-          python3 - "$chapter" "$variant" "$tool" "$rerun" "$code" "$wall" <<'PY' >> "$OUT/checks.jsonl"
+  if [ -z "${PLAN:-}" ]; then
+    PLAN=""
+    for chapter in $CHAPTERS; do
+      for rerun in $(seq 1 "$RERUNS"); do
+        for tool in ${TOOLS:-torch nsys}; do
+          for variant in solution lab; do PLAN="$PLAN check:$chapter:$variant:$tool"; done
+        done
+      done
+      PLAN="$PLAN trace:$chapter:slow:torch trace:$chapter:solution:torch"
+    done
+  fi
+  declare -A done_count
+  for item in $PLAN; do
+    IFS=: read -r what chapter variant tool <<< "$item"
+    if [ "$SECONDS" -ge "$DEADLINE" ]; then log "deadline: skipping $item"; continue; fi
+    if [ "$what" = trace ]; then
+      log "trace $chapter $variant $tool"
+      python3 scripts/capture_trace.py "$chapter" --variant $variant --tool $tool --out $T/${chapter}-${variant}-${tool} 2>&1 | tail -n 1
+      continue
+    fi
+    key="$chapter:$variant:$tool"; done_count[$key]=$(( ${done_count[$key]:-0} + 1 )); rerun=${done_count[$key]}
+    log "check $chapter $variant $tool (run $rerun)"
+    start=$(date +%s.%N)
+    python3 -m checker check "$chapter" --variant $variant --trace-tool $tool --json > /tmp/check.json 2> /tmp/check.err
+    code=$?
+    wall=$(python3 -c "import time; print(round(time.time() - $start, 1))")
+    python3 - "$chapter" "$variant" "$tool" "$rerun" "$code" "$wall" <<'PY' >> "$OUT/checks.jsonl"
 import json, sys
 chapter, variant, tool, rerun, code, wall = sys.argv[1:]
 try:
@@ -113,19 +128,9 @@ except Exception:
 report.update(chapter=chapter, variant=variant, trace_tool=tool, rerun=int(rerun), exit_code=int(code), wall_s_outer=float(wall))
 print(json.dumps(report))
 PY
-          tail -n 1 "$OUT/checks.jsonl" | python3 -c "
+    tail -n 1 "$OUT/checks.jsonl" | python3 -c "
 import json,sys; r=json.loads(sys.stdin.read())
-print('   exit', r['exit_code'], 'wall', r['wall_s_outer'], ' '.join(f\"{c['name']}={c['status']}:{c.get('measured',{}).get('speedup', c.get('measured',{}).get('host_syncs_per_step',''))}\" for c in r.get('checks', [])) or r.get('error','')[-600:])"
-        done
-      done
-    done
-    # traces for the docs' timelines: slow and solution
-    for tool in ${TRACE_TOOLS:-torch}; do
-      for variant in slow solution; do
-        if over; then continue; fi
-        python3 scripts/capture_trace.py "$chapter" --variant $variant --tool $tool --out $T/${chapter}-${variant}-${tool} 2>&1 | tail -n 1
-      done
-    done
+print('   exit', r['exit_code'], 'wall', r['wall_s_outer'], ' '.join(f\"{c['name']}={c['status']}:{json.dumps(c.get('measured',{}))[:160]}\" for c in r.get('checks', [])) or r.get('error','')[-600:])"
   done
   tar -C $T -czf "$OUT/traces.tar.gz" . 2>/dev/null
 fi

@@ -39,9 +39,14 @@ def test_every_skip_states_its_reason(graded, chapter_id, variant):
 
 
 def test_lab_01_sync_evidence_names_the_item_line(graded):
+    from checker.chapters import get_chapter
+
+    lab = get_chapter("01").lab_script.read_text().splitlines()
+    item_line = next(n for n, line in enumerate(lab, 1) if "loss.item()" in line)
     host_syncs = next(c for c in graded("01_item_syncs", "lab").checks if c.name == "host_syncs")
     assert host_syncs.status == "failed"
-    assert any("loss.item()" in line and "train.py:29" in line for line in host_syncs.evidence), host_syncs.evidence
+    assert any(f"train.py:{item_line} `running_loss += loss.item()" in line for line in host_syncs.evidence), \
+        host_syncs.evidence
     assert host_syncs.measured["host_syncs_per_step"] == 3  # .item(), `if not isfinite`, float(): three per step
 
 

@@ -21,6 +21,8 @@ running_loss = 0.0
 correct = 0
 seen = 0
 for step, (images, labels) in session.steps(session.batches):
+    # pinned host batches: a queued copy, the host does not wait for it (chapter 02 is about this)
+    images, labels = images.to(session.device, non_blocking=True), labels.to(session.device, non_blocking=True)
     logits = model(images)
     loss = session.loss_fn(logits, labels)
     running_loss += loss.item()  # sync: the host waits for the whole forward pass

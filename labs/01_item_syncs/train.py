@@ -24,6 +24,8 @@ correct = 0
 seen = 0
 # --8<-- [start:loop]
 for step, (images, labels) in session.steps(session.batches):
+    # pinned host batches: a queued copy, the host does not wait for it (chapter 02 is about this)
+    images, labels = images.to(session.device, non_blocking=True), labels.to(session.device, non_blocking=True)
     logits = model(images)
     loss = session.loss_fn(logits, labels)
     running_loss += loss.item()  # TODO: .item() syncs every step; add loss.detach() to a device tensor instead

@@ -22,6 +22,8 @@ correct = torch.zeros((), device=session.device, dtype=torch.long)
 seen = 0
 # --8<-- [start:loop]
 for step, (images, labels) in session.steps(session.batches):
+    # pinned host batches: a queued copy, the host does not wait for it (chapter 02 is about this)
+    images, labels = images.to(session.device, non_blocking=True), labels.to(session.device, non_blocking=True)
     logits = model(images)
     loss = session.loss_fn(logits, labels)
     running_loss += loss.detach()  # no sync: a device-side add; detach so no graph is kept alive

@@ -90,6 +90,7 @@ class Evaluation:
         self.workdir = Path(tempfile.mkdtemp(prefix=f"workbook-{chapter.id}-"))
         self._pairs: list[tuple[RunResult, RunResult]] | None = None
         self._trace = None
+        self._baseline_trace = None
         self._run_count = 0
 
     def is_log_step(self, step: int) -> bool:
@@ -122,12 +123,20 @@ class Evaluation:
     def trace(self):
         """The candidate's steady-state steps, traced with the chosen tool and loaded by checker.trace."""
         if self._trace is None:
-            from checker.trace import load
-
-            steps = int(self.cfg["warmup"]) + int(self.cfg.get("trace_steps", 10))
-            run = self._run(self.candidate, steps=steps, trace=self.trace_tool)
-            self._trace = load(run.trace_file)
+            self._trace = self._traced(self.candidate)
         return self._trace
+
+    def baseline_trace(self):
+        """The slow script's steady-state steps, traced the same way (for checks that compare counts)."""
+        if self._baseline_trace is None:
+            self._baseline_trace = self._traced(self.chapter.slow_script)
+        return self._baseline_trace
+
+    def _traced(self, script: Path):
+        from checker.trace import load
+
+        steps = int(self.cfg["warmup"]) + int(self.cfg.get("trace_steps", 10))
+        return load(self._run(script, steps=steps, trace=self.trace_tool).trace_file)
 
     def run_checks(self, variant_label: str) -> Report:
         started = time.perf_counter()

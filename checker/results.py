@@ -16,6 +16,12 @@ from checker.checks import KEY_MEASURE
 TOOL_NAMES = {"torch": "torch.profiler", "nsys": "nsys"}
 
 
+def empty_results(chapter_id: str) -> dict[str, Any]:
+    """The results file of a chapter with no GPU run of its current code."""
+    return {"chapter": chapter_id, "gpu": None, "driver": None, "torch": None, "cuda": None, "cpu_count": None,
+            "nsys": None, "date": None, "runs": [], "headline": {}}
+
+
 def build_results(env: dict[str, Any], rows: list[dict[str, Any]], chapter_id: str) -> dict[str, Any]:
     """Collect one chapter's `workbook check --json` rows (several variants, tools, reruns) into a results file."""
     runs = []
@@ -91,8 +97,21 @@ def _cell(runs: list[dict[str, Any]], variant: str, tool: str, check: str) -> st
     return mark
 
 
+def lesson_status(runs: list[dict[str, Any]]) -> str | None:
+    """None when the GPU runs show the lesson (solution passes and lab fails, with both trace tools), else why not."""
+    missing = [f"{v} with {TOOL_NAMES[t]}" for v in ("solution", "lab") for t in ("torch", "nsys")
+               if not any(r["variant"] == v and r["trace_tool"] == t for r in runs)]
+    wrong = sorted({f"the {r['variant']} {'failed' if r['variant'] == 'solution' else 'passed'} with {TOOL_NAMES[r['trace_tool']]}"
+                    for r in runs if r["passed"] is not (r["variant"] == "solution")})
+    reasons = wrong + ([f"not run: {', '.join(missing)}"] if missing else [])
+    return "; ".join(reasons) or None
+
+
 def render_markdown(results: dict[str, Any]) -> str:
     runs = results["runs"]
+    if not runs:
+        return ("!!! warning \"Not measured on a GPU yet\"\n    No GPU run of this chapter's current code is recorded: "
+                "`scripts/gpu_verify.sh` writes the results this block is rendered from.\n")
     head = results["headline"]
     checks = list(dict.fromkeys(name for r in runs for name in r["checks"]))
     columns = [(v, t) for v in ("lab", "solution") for t in ("torch", "nsys")
@@ -115,6 +134,9 @@ def render_markdown(results: dict[str, Any]) -> str:
     if head.get("check_wall_s") is not None:
         lines.append(f"- one `workbook check` of the solution took {head['check_wall_s']:.0f} s of wall time")
     lines.append(f"- verdicts the same in every rerun: {'yes' if head['verdicts_stable'] else '**no**'}")
+    status = lesson_status(runs)
+    if status:
+        lines = ["!!! warning \"GPU verification incomplete\"", f"    {status}.", ""] + lines
     lines += ["", "| check | " + " | ".join(f"{v} ({TOOL_NAMES[t]})" for v, t in columns) + " |",
               "|---|" + "---|" * len(columns)]
     for check in checks:

@@ -185,25 +185,25 @@ def test_chapter_02_batches_are_large_on_cuda():
 
 
 # -- `workbook check` on a CPU ----------------------------------------------------------------------------
-def _check(workbook, *args):
-    proc = workbook("check", *args, "--device", "cpu", "--json")
-    assert proc.returncode in (0, 1), proc.stderr
-    report = json.loads(proc.stdout)
+def _check(graded, chapter_id, variant):
+    from conftest import report_json
+
+    code, report = report_json(graded(chapter_id, variant))
     for c in report["checks"]:
         assert c["status"] != "skipped" or c["reason"], f"{c['name']} skipped without a reason"
-    return proc.returncode, {c["name"]: c for c in report["checks"]}
+    return code, {c["name"]: c for c in report["checks"]}
 
 
 @pytest.mark.slow
-def test_chapter_02_solution_passes_on_cpu(workbook):
-    code, checks = _check(workbook, "02", "--variant", "solution")
+def test_chapter_02_solution_passes_on_cpu(graded):
+    code, checks = _check(graded, "02_pageable_copies", "solution")
     assert code == 0 and checks["loader_settings"]["status"] == "passed"
     assert checks["throughput"]["status"] == "skipped"
 
 
 @pytest.mark.slow
-def test_chapter_02_lab_fails_on_cpu_and_says_why(workbook):
-    code, checks = _check(workbook, "02", "--variant", "lab")
+def test_chapter_02_lab_fails_on_cpu_and_says_why(graded):
+    code, checks = _check(graded, "02_pageable_copies", "lab")
     assert code == 1 and checks["loader_settings"]["status"] == "failed"
     assert "pin_memory=False" in checks["loader_settings"]["evidence"][0]
     assert checks["same_work"]["status"] == "passed"
@@ -212,22 +212,23 @@ def test_chapter_02_lab_fails_on_cpu_and_says_why(workbook):
 @pytest.mark.slow
 def test_chapter_02_stretch_solution_passes_on_cpu(workbook):
     submission = str(get_chapter("02").solution_script.parent / "prefetch")
-    code, checks = _check(workbook, "02", "--submission", submission)
+    proc = workbook("check", "02", "--submission", submission, "--device", "cpu", "--json")
+    code, checks = proc.returncode, {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
     assert code == 0 and checks["same_work"]["status"] == "passed"
 
 
 @pytest.mark.slow
 @needs_trace_engine
-def test_chapter_03_solution_passes_on_cpu(workbook):
-    code, checks = _check(workbook, "03", "--variant", "solution")
+def test_chapter_03_solution_passes_on_cpu(graded):
+    code, checks = _check(graded, "03_dataloader_workers", "solution")
     assert code == 0, checks
     assert checks["data_wait"]["status"] == "passed" and checks["throughput"]["status"] == "skipped"
 
 
 @pytest.mark.slow
 @needs_trace_engine
-def test_chapter_03_lab_fails_on_cpu_and_says_why(workbook):
-    code, checks = _check(workbook, "03", "--variant", "lab")
+def test_chapter_03_lab_fails_on_cpu_and_says_why(graded):
+    code, checks = _check(graded, "03_dataloader_workers", "lab")
     assert code == 1
     assert "num_workers=0" in checks["loader_settings"]["evidence"][0]
     assert checks["data_wait"]["status"] == "failed"

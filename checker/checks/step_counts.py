@@ -186,16 +186,8 @@ def hottest_kernels(trace, limit: int = 5) -> pd.DataFrame:
 
 
 def baseline_trace(ev):
-    """The slow script's trace, made once per evaluation with the same tool and steps as the candidate's."""
-    cached = getattr(ev, "_baseline_trace_analysis", None)
-    if cached is None:
-        from checker.trace import load
-
-        steps = int(ev.cfg["warmup"]) + int(ev.cfg.get("trace_steps", 10))
-        run = ev._run(ev.chapter.slow_script, steps=steps, trace=ev.trace_tool)
-        cached = load(run.trace_file)
-        ev._baseline_trace_analysis = cached
-    return cached
+    """The slow script's trace, made once per evaluation and shared by the counting checks."""
+    return ev.baseline_trace()
 
 
 def warmup_seconds(ev) -> dict[str, float]:

@@ -89,7 +89,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json(), indent=2))
     else:
         _print_report(report, chapter)
-    return 0 if report.passed else 1
+    return report.exit_code
 
 
 # -- profile ------------------------------------------------------------------------------------------
@@ -189,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("workbook: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `workbook report ... | head`: the reader left; stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -59,6 +59,11 @@ class Report:
     def passed(self) -> bool:
         return all(c.status != FAILED for c in self.checks)
 
+    @property
+    def exit_code(self) -> int:
+        """What `workbook check` exits with: 0 when every check passed (skips allowed), 1 when one failed."""
+        return 0 if self.passed else 1
+
     def to_json(self) -> dict[str, Any]:
         return {
             "chapter": self.chapter, "variant": self.variant, "candidate": self.candidate, "device": self.device,

@@ -117,6 +117,7 @@ def main(argv=None) -> int:
     parser.add_argument("--hta-python", help="an interpreter with holistictraceanalysis installed")
     parser.add_argument("--cores", default="0,1", help="taskset core list ('' for no pinning)")
     parser.add_argument("--workdir", default=None, help="where to write the synthetic traces")
+    parser.add_argument("--out", type=Path, help="also write the table, with the machine and versions, here")
     args = parser.parse_args(argv)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_trace_"))
     work.mkdir(parents=True, exist_ok=True)
@@ -136,15 +137,37 @@ def main(argv=None) -> int:
         rows.append((count, size_mb, ours, hta))
         print(f"{count:,} events ({size_mb:.0f} MB): checker.trace {ours[0]:.2f} s {ours[1]:.0f} MB"
               + (f"; HTA {hta[0]:.2f} s {hta[1]:.0f} MB" if hta else ""), file=sys.stderr)
-    print("\n| events | JSON MB | checker.trace s | checker.trace peak MB | HTA s | HTA peak MB | speed-up | memory ratio |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    lines = ["| events | JSON MB | checker.trace s | checker.trace peak MB | HTA s | HTA peak MB | speed-up | memory ratio |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for count, size_mb, ours, hta in rows:
         if hta:
-            print(f"| {count:,} | {size_mb:.0f} | {ours[0]:.2f} | {ours[1]:.0f} | {hta[0]:.2f} | {hta[1]:.0f} | "
-                  f"{hta[0] / ours[0]:.1f}x | {ours[1] / hta[1]:.2f} |")
+            lines.append(f"| {count:,} | {size_mb:.0f} | {ours[0]:.2f} | {ours[1]:.0f} | {hta[0]:.2f} | {hta[1]:.0f} | "
+                         f"{hta[0] / ours[0]:.1f}x | {ours[1] / hta[1]:.2f} |")
         else:
-            print(f"| {count:,} | {size_mb:.0f} | {ours[0]:.2f} | {ours[1]:.0f} | - | - | - | - |")
+            lines.append(f"| {count:,} | {size_mb:.0f} | {ours[0]:.2f} | {ours[1]:.0f} | - | - | - | - |")
+    print("\n" + "\n".join(lines))
+    if args.out:
+        args.out.write_text(_machine(args.hta_python, cores) + "\n\n" + "\n".join(lines) + "\n")
     return 0
+
+
+def _machine(hta_python: str | None, cores: str | None) -> str:
+    """One line naming what the benchmark ran on: CPU, cores used, versions, date."""
+    import datetime
+    import platform
+
+    import pandas
+    import torch
+
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    hta = "not run"
+    if hta_python:
+        hta = subprocess.run([hta_python, "-c", "import importlib.metadata as m; print(m.version('HolisticTraceAnalysis'))"],
+                             capture_output=True, text=True).stdout.strip() or "?"
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return (f"Measured by `scripts/bench_trace.py` on {cpu} (cores {cores or 'all'} of {os.cpu_count()}), Python "
+            f"{platform.python_version()}, pandas {pandas.__version__}, torch {torch.__version__}, "
+            f"HolisticTraceAnalysis {hta}, {date}. Parse + steps + GPU idle, each engine in a fresh process.")
 
 
 if __name__ == "__main__":

@@ -45,8 +45,3 @@ def graded():
         return _GRADED[key]
 
     return grade
-
-
-def report_json(report):
-    """A Report as `workbook check --json` prints it, with the exit code the CLI would return."""
-    return (0 if report.passed else 1), report.to_json()

@@ -186,9 +186,8 @@ def test_chapter_02_batches_are_large_on_cuda():
 
 # -- `workbook check` on a CPU ----------------------------------------------------------------------------
 def _check(graded, chapter_id, variant):
-    from conftest import report_json
-
-    code, report = report_json(graded(chapter_id, variant))
+    graded_report = graded(chapter_id, variant)
+    code, report = graded_report.exit_code, graded_report.to_json()
     for c in report["checks"]:
         assert c["status"] != "skipped" or c["reason"], f"{c['name']} skipped without a reason"
     return code, {c["name"]: c for c in report["checks"]}

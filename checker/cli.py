@@ -14,16 +14,9 @@ from pathlib import Path
 
 from checker.chapters import VARIANTS, all_chapters, get_chapter
 from checker.errors import WorkbookError
+from checker.feedback import display_path, format_report
 from checker.paths import repo_root
 
-MARKS = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}
-
-
-def _rel(path: Path | str) -> str:
-    try:
-        return str(Path(path).resolve().relative_to(repo_root()))
-    except ValueError:
-        return str(path)
 
 
 # -- list ---------------------------------------------------------------------------------------------
@@ -32,7 +25,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     for chapter in all_chapters():
         rows.append({
             "id": chapter.id, "number": chapter.number, "title": chapter.title, "pattern": chapter.pattern,
-            "lab": _rel(chapter.lab_script), "solution": _rel(chapter.solution_script),
+            "lab": display_path(chapter.lab_script), "solution": display_path(chapter.solution_script),
             "checks": [c.name for c in chapter.checks],
             "devices": {d: [c.name for c in chapter.checks if c.threshold_for(d) is not None or c.name == "same_work"]
                         for d in ("cuda", "cpu") if d in chapter.workload},
@@ -61,24 +54,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 # -- check --------------------------------------------------------------------------------------------
-def _print_report(report, chapter) -> None:
-    print(f"{chapter.id}: {chapter.title}")
-    print(f"candidate {_rel(report.candidate)} ({report.variant}) on {report.device}, trace by {report.trace_tool}, "
-          f"{report.wall_s:.0f} s\n")
-    width = max(len(c.name) for c in report.checks)
-    for c in report.checks:
-        print(f"  [{MARKS[c.status]}] {c.name:<{width}}  {c.doc}")
-        if c.status == "skipped":
-            print(f"         skipped: {c.reason}")
-        for line in c.evidence:
-            print(f"         - {line}")
-        if c.status == "failed" and c.hint:
-            print(textwrap.indent(textwrap.fill("hint: " + " ".join(c.hint.split()), 96), " " * 9))
-    failed = [c.name for c in report.checks if c.status == "failed"]
-    print()
-    print("PASSED" if not failed else f"FAILED: {', '.join(failed)}")
-
-
 def cmd_check(args: argparse.Namespace) -> int:
     from checker.evaluate import evaluate
 
@@ -88,8 +63,23 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
-        _print_report(report, chapter)
+        print(format_report(report, chapter))
     return report.exit_code
+
+
+# -- grade --------------------------------------------------------------------------------------------
+def cmd_grade(args: argparse.Namespace) -> int:
+    from checker.grading import grade_all
+
+    chapter = get_chapter(args.chapter)
+    gradebook = grade_all(chapter, args.submissions, out=args.out, device=args.device, trace_tool=args.trace_tool,
+                          progress=lambda line: print(line, file=sys.stderr))
+    columns = ["student", "verdict"] + [c.name for c in chapter.checks]
+    if (gradebook["verdict"] == "error").any():
+        columns.append("reason")
+    print(gradebook[columns].to_string(index=False, max_colwidth=70))
+    print(f"\nwrote {args.out / 'gradebook.csv'} and {len(gradebook)} feedback files in {args.out / 'feedback'}")
+    return 0
 
 
 # -- profile ------------------------------------------------------------------------------------------
@@ -107,7 +97,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     script = chapter.script_for(args.variant)
     out_dir = chapter.lab_script.parent / "profiles"
     out = out_dir / f"{args.variant}-{args.tool}"
-    command = chapter.recipe[args.tool].format(script=_rel(script), out=_rel(out))
+    command = chapter.recipe[args.tool].format(script=display_path(script), out=display_path(out))
     print(command)
     look_for = chapter.look_for.get(args.tool)
     if look_for and not args.run:
@@ -127,7 +117,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     code = subprocess.call(argv, cwd=repo_root(), env=env)
     if code == 0:
         made = sorted(p for p in out_dir.glob(f"{out.name}*"))
-        print("wrote " + ", ".join(_rel(p) for p in made) if made else "the tool wrote no report")
+        print("wrote " + ", ".join(display_path(p) for p in made) if made else "the tool wrote no report")
     return code
 
 
@@ -156,6 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--with-ncu", action="store_true", help="also run the chapter's Nsight Compute checks (GPU, ncu)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("grade", help="grade every submission in a folder: a gradebook and feedback per student")
+    p.add_argument("chapter")
+    p.add_argument("submissions", type=Path, help="a folder with one subfolder per student, each holding the lab file")
+    p.add_argument("--out", type=Path, default=Path("grades"), help="where gradebook.csv and feedback/ go (default: grades)")
+    p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
+    p.add_argument("--trace-tool", choices=("torch", "nsys"), default="torch")
+    p.set_defaults(func=cmd_grade)
 
     p = sub.add_parser("profile", help="print (or run) the chapter's profiling recipe")
     p.add_argument("chapter")

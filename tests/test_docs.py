@@ -54,3 +54,13 @@ def test_incomplete_verification_is_flagged_on_the_page():
     results = {"gpu": "G", "driver": "D", "torch": "T", "cuda": "C", "cpu_count": 1, "date": "2026-01-01",
                "runs": [_run("solution", "torch", False)], "headline": headline([_run("solution", "torch", False)])}
     assert render_markdown(results).startswith('!!! warning "GPU verification incomplete"')
+
+
+@pytest.mark.parametrize("chapter", all_chapters(), ids=lambda c: c.id)
+def test_thresholds_quoted_on_a_page_are_the_chapters_own(chapter):
+    """A page that says "at least **3×**" must say what chapter.toml declares, on some device."""
+    import re
+
+    declared = {float(v) for spec in chapter.checks for v in spec.threshold.values() if isinstance(v, (int, float))}
+    quoted = {float(n) for n in re.findall(r"\*\*(\d+(?:\.\d+)?)×\*\*", chapter.docs_page.read_text())}
+    assert quoted <= declared, f"{chapter.docs_page} quotes {sorted(quoted - declared)}x; chapter.toml declares {sorted(declared)}"

@@ -120,3 +120,14 @@ def _gpu_steps_from_launches(events: pd.DataFrame, is_gpu: np.ndarray, out: np.n
     launches = launches[~launches.index.duplicated()]
     keys = pd.MultiIndex.from_arrays([pids[gpu], corr_values[gpu]])
     out[gpu] = launches.reindex(keys).fillna(-1).to_numpy(dtype=np.int64)
+
+
+def rows_in_steps(events: pd.DataFrame, rows: np.ndarray, exclude_steps=()) -> np.ndarray:
+    """The rows among ``rows`` whose event lies in a step, leaving out the steps in ``exclude_steps``."""
+    if not len(rows):
+        return rows
+    step = events["step"].to_numpy(dtype=np.int64, na_value=-1)[rows]
+    keep = step >= 0
+    if exclude_steps:
+        keep &= ~np.isin(step, [int(s) for s in exclude_steps])
+    return rows[keep]

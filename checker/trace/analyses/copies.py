@@ -18,6 +18,7 @@ import pandas as pd
 
 from checker.trace.analyses.stack import where_of
 from checker.trace.analyses.syncs import is_sync_call
+from checker.trace.steps import rows_in_steps
 
 COPY_COLUMNS = {"step": "Int64", "name": object, "start_ns": "int64", "dur_ns": "int64", "bytes": "Int64",
                 "copy_kind": object, "src_kind": object, "dst_kind": object, "pageable": bool, "api": object,
@@ -63,12 +64,8 @@ def next_call_rows(events: pd.DataFrame, calls: np.ndarray) -> np.ndarray:
 def copies(events: pd.DataFrame, in_steps: bool, exclude_steps=()) -> pd.DataFrame:
     """One row per memcpy (inside steps when in_steps), with its launch call and the CPU time it held."""
     rows = np.flatnonzero((events["kind"] == "memcpy").to_numpy())
-    if in_steps and len(rows):
-        step = events["step"].to_numpy(dtype=np.int64, na_value=-1)[rows]
-        keep = step >= 0
-        if exclude_steps:
-            keep &= ~np.isin(step, [int(s) for s in exclude_steps])
-        rows = rows[keep]
+    if in_steps:
+        rows = rows_in_steps(events, rows, exclude_steps)
     if not len(rows):
         return empty_copies()
     sub = events.iloc[rows]

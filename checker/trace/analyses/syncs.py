@@ -29,6 +29,7 @@ import pandas as pd
 
 from checker.trace.analyses.stack import op_of, where_of
 from checker.trace.intervals import innermost
+from checker.trace.steps import rows_in_steps
 
 RUNTIME_SYNCS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
                            "cudaThreadSynchronize"})
@@ -82,12 +83,8 @@ def host_syncs(events: pd.DataFrame, in_steps: bool, exclude_steps=()) -> pd.Dat
     With in_steps, only syncs inside a (not excluded) step; else every sync in the trace.
     """
     rows = sync_rows(events)
-    if in_steps and len(rows):
-        step = events["step"].to_numpy(dtype=np.int64, na_value=-1)[rows]
-        keep = step >= 0
-        if exclude_steps:
-            keep &= ~np.isin(step, [int(s) for s in exclude_steps])
-        rows = rows[keep]
+    if in_steps:
+        rows = rows_in_steps(events, rows, exclude_steps)
     if not len(rows):
         return pd.DataFrame({c: pd.Series(dtype=t) for c, t in SYNC_COLUMNS.items()})
     sub = events.iloc[rows]

@@ -7,7 +7,7 @@ run; the copy itself runs at a fraction of what the bus can do.
 
     python chapters/02_pageable_copies/slow.py --steps 80
 
-Numbers: see docs/results/02_pageable_copies.md (measured on an H100 by scripts/gpu_verify.sh).
+Numbers: see docs/results/02_pageable_copies.md (measured on a GPU by scripts/gpu_verify.sh, which names it).
 This file is the baseline the checker measures speedups against. Do not edit it: edit
 labs/02_pageable_copies/train.py.
 """

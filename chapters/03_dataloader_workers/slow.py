@@ -6,7 +6,7 @@ the GPU, which trains on a batch many times faster than one core can prepare it,
 
     python chapters/03_dataloader_workers/slow.py --steps 40
 
-Numbers: see docs/results/03_dataloader_workers.md (measured on an H100 by scripts/gpu_verify.sh).
+Numbers: see docs/results/03_dataloader_workers.md (measured on a GPU by scripts/gpu_verify.sh, which names it).
 This file is the baseline the checker measures speedups against. Do not edit it: edit
 labs/03_dataloader_workers/train.py.
 """

@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -14,8 +13,9 @@ from pathlib import Path
 
 from checker.chapters import VARIANTS, all_chapters, get_chapter
 from checker.errors import WorkbookError
-from checker.feedback import display_path, format_report
-from checker.paths import repo_root
+from checker.feedback import format_report
+from checker.paths import display_path, repo_root
+from checker.tools import find_tool
 
 
 
@@ -83,13 +83,6 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 # -- profile ------------------------------------------------------------------------------------------
-def find_tool(tool: str) -> str | None:
-    env = os.environ.get(f"WORKBOOK_{tool.upper()}")
-    if env:
-        return env if Path(env).is_file() else None
-    return shutil.which(tool)
-
-
 def cmd_profile(args: argparse.Namespace) -> int:
     chapter = get_chapter(args.chapter)
     if args.tool not in chapter.recipe:

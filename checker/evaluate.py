@@ -13,7 +13,8 @@ from checker import checks
 from checker.chapters import Chapter
 from checker.checks import FAILED, SKIPPED, CheckResult
 from checker.errors import WorkbookError
-from checker.runs import IncompleteWork, RunResult, find_nsys, run_script
+from checker.runs import IncompleteWork, RunResult, run_script
+from checker.tools import find_tool
 
 TRACE_TOOLS = ("torch", "nsys")
 
@@ -85,7 +86,7 @@ class Evaluation:
         if trace_tool == "nsys":
             if device != "cuda":
                 raise WorkbookError("--trace-tool nsys traces CUDA work; use it with --device cuda, or use --trace-tool torch")
-            if find_nsys() is None:
+            if find_tool("nsys") is None:
                 raise WorkbookError("--trace-tool nsys: nsys not found on PATH; install Nsight Systems, set WORKBOOK_NSYS=/path/to/nsys, or use --trace-tool torch")
         if not candidate.is_file():
             raise WorkbookError(f"{candidate}: no such file")

@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
-from checker.paths import repo_root
+from checker.paths import display_path
 
 MARKS = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}
-
-
-def display_path(path: Path | str) -> str:
-    try:
-        return str(Path(path).resolve().relative_to(repo_root()))
-    except ValueError:
-        return str(path)
 
 
 def format_report(report, chapter) -> str:

@@ -47,3 +47,11 @@ def solutions_dir() -> Path:
 
 def results_dir() -> Path:
     return repo_root() / "docs" / "results"
+
+
+def display_path(path: Path | str) -> str:
+    """A path as a person reads it: relative to the checkout when inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(repo_root()))
+    except ValueError:
+        return str(path)

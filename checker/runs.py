@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -14,7 +13,9 @@ from typing import Any
 
 from checker.chapters import Chapter
 from checker.errors import WorkbookError
-from checker.paths import repo_root
+from checker.paths import display_path, repo_root
+from checker.tools import find_tool
+from checker.trace.nsys import export_report
 
 
 class ScriptError(WorkbookError):
@@ -35,21 +36,6 @@ class RunResult:
     step_ms: list[float]
     raw: dict[str, Any] = field(repr=False)
     trace_file: Path | None = None
-
-
-def _display(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(repo_root()))
-    except ValueError:
-        return str(path)
-
-
-def find_nsys() -> str | None:
-    """nsys from WORKBOOK_NSYS, else from PATH."""
-    env = os.environ.get("WORKBOOK_NSYS")
-    if env:
-        return env if Path(env).is_file() else None
-    return shutil.which("nsys")
 
 
 def run_script(
@@ -81,7 +67,7 @@ def run_script(
         trace_file = workdir / "trace.json.gz"
         command += ["--trace", "torch", "--trace-out", str(trace_file)]
     elif trace == "nsys":
-        nsys = find_nsys()
+        nsys = find_tool("nsys")
         if nsys is None:
             raise WorkbookError("--trace-tool nsys: nsys not found on PATH; install Nsight Systems or set WORKBOOK_NSYS=/path/to/nsys")
         report = workdir / "trace"
@@ -96,20 +82,23 @@ def run_script(
         proc = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise ScriptError(
-            f"{_display(script)} did not finish within {timeout:.0f} s on {device} (a hang? an endless loop?); "
+            f"{display_path(script)} did not finish within {timeout:.0f} s on {device} (a hang? an endless loop?); "
             f"the limit is timeout_s in {chapter.id}/chapter.toml"
         ) from None
     if not result_path.exists():
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ScriptError(f"{_display(script)} stopped without a result (exit {proc.returncode}): {last}")
+        raise ScriptError(f"{display_path(script)} stopped without a result (exit {proc.returncode}): {last}")
     raw = json.loads(result_path.read_text())
     if raw.get("incomplete"):
-        raise IncompleteWork(f"work differs: {_display(script)} {raw['incomplete']}")
+        raise IncompleteWork(f"work differs: {display_path(script)} {raw['incomplete']}")
     if "error" in raw:
         where = f" at {raw['where']}" if raw.get("where") else ""
-        raise ScriptError(f"{_display(script)} failed{where}: {raw['error']}")
+        raise ScriptError(f"{display_path(script)} failed{where}: {raw['error']}")
     if trace == "nsys":
-        trace_file = _export_nsys(trace_file)
+        if not trace_file.exists():
+            raise WorkbookError(f"nsys wrote no report at {trace_file}; if only a .qdstrm appeared, nsys's importer "
+                                "could not run (on some systems it needs libdw.so.1)")
+        trace_file = export_report(trace_file, workdir)
     return RunResult(
         script=script,
         samples_per_s=raw.get("samples_per_s"),
@@ -121,18 +110,3 @@ def run_script(
         trace_file=Path(raw["trace_file"]) if trace == "torch" and raw.get("trace_file") else trace_file,
     )
 
-
-def _export_nsys(report: Path) -> Path:
-    if not report.exists():
-        raise WorkbookError(
-            f"nsys wrote no report at {report}; if only a .qdstrm appeared, nsys's importer could not run "
-            "(on some systems it needs libdw.so.1)"
-        )
-    sqlite = report.with_suffix(".sqlite")
-    proc = subprocess.run(
-        [find_nsys(), "export", "--type", "sqlite", "--force-overwrite=true", "-o", str(sqlite), str(report)],
-        capture_output=True, text=True,
-    )
-    if proc.returncode != 0 or not sqlite.exists():
-        raise WorkbookError(f"nsys export failed for {report}: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
-    return sqlite

@@ -37,6 +37,7 @@ from pathlib import Path
 from checker.checks import FAILED, PASSED, SKIPPED, check, result
 from checker.checks.step_counts import hottest_kernels
 from checker.paths import repo_root
+from checker.tools import find_tool
 
 DRAM_PCT = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
 SM_PCT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
@@ -53,14 +54,6 @@ _PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
            "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
 _TIME = {"nsecond": 1e-9, "ns": 1e-9, "usecond": 1e-6, "us": 1e-6, "msecond": 1e-3, "ms": 1e-3,
          "second": 1.0, "s": 1.0}
-
-
-def find_ncu() -> str | None:
-    """ncu from WORKBOOK_NCU, else from PATH."""
-    env = os.environ.get("WORKBOOK_NCU")
-    if env:
-        return env if Path(env).is_file() else None
-    return shutil.which("ncu")
 
 
 # -- parsing ncu's raw CSV page ---------------------------------------------------------------------------
@@ -205,7 +198,7 @@ def ncu_dram(ev, spec):
         return result(spec, SKIPPED, threshold=threshold,
                       reason=f"runs only when asked: workbook check {ev.chapter.number:02d} --with-ncu (ncu replays "
                              "the kernel many times; a minute or two)")
-    ncu = find_ncu()
+    ncu = find_tool("ncu")
     if ncu is None:
         return result(spec, SKIPPED, threshold=threshold,
                       reason="ncu not found on PATH; install Nsight Compute or set WORKBOOK_NCU=/path/to/ncu")

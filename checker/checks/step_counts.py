@@ -185,11 +185,6 @@ def hottest_kernels(trace, limit: int = 5) -> pd.DataFrame:
     }).reset_index(drop=True)
 
 
-def baseline_trace(ev):
-    """The slow script's trace, made once per evaluation and shared by the counting checks."""
-    return ev.baseline_trace()
-
-
 def warmup_seconds(ev) -> dict[str, float]:
     """Warm-up time (torch.compile included, outside the timed window) of the timed runs: the longest run's
     for the baseline and the candidate, and the candidate's shortest when it ran more than once (by then
@@ -223,7 +218,7 @@ def fewer_than_baseline(ev, spec, count, key: str, gone: str, decimals: int = 0,
 
     threshold = float(spec.threshold_for(ev.device))
     candidate = count(ev.trace(), ev.device)
-    baseline = count(baseline_trace(ev), ev.device)
+    baseline = count(ev.baseline_trace(), ev.device)
     if not candidate.steps or not baseline.steps:
         return result(spec, FAILED, threshold=threshold, evidence=["the trace holds no training steps: nothing to count"])
     ratio = fewer_by(baseline.per_step, candidate.per_step)

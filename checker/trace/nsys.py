@@ -15,8 +15,6 @@ PATH or named by the WORKBOOK_NSYS environment variable.
 
 from __future__ import annotations
 
-import os
-import shutil
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -24,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from checker.tools import find_tool
 from checker.trace.errors import TraceError
 from checker.trace.events import DTYPES, categorical, copy_kind_of, finish, mem_kind_of
 
@@ -32,17 +31,9 @@ CUDA_TABLES = ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUP
 EXPORT_HINT = "nsys export --type sqlite --output REPORT.sqlite REPORT.nsys-rep"
 
 
-def find_nsys() -> str | None:
-    """The nsys to export reports with: $WORKBOOK_NSYS, else the one on PATH."""
-    named = os.environ.get("WORKBOOK_NSYS")
-    if named:
-        return named if Path(named).exists() else None
-    return shutil.which("nsys")
-
-
 def export_report(report: Path, out_dir: Path) -> Path:
     """Run ``nsys export --type sqlite`` on a .nsys-rep; returns the .sqlite path."""
-    nsys = find_nsys()
+    nsys = find_tool("nsys")
     if nsys is None:
         how = EXPORT_HINT.replace("REPORT", report.with_suffix("").name)
         raise TraceError(f"{report}: reading an .nsys-rep needs Nsight Systems, and nsys was not found "

@@ -5,7 +5,8 @@
 #
 # Stages (default: all but sweep):
 #   env       GPU, driver, torch, nsys/ncu versions -> $OUT/env.json
-#   sweep     slow vs solution over workload settings (SWEEP_ARGS) -> $OUT/sweep.jsonl
+#   probe     chapter 02's loader, copies and model step timed apart -> $OUT/probe_02.jsonl
+#   sweep     slow vs solution over workload settings (SWEEPS: ';'-separated sweep.py args) -> $OUT/sweep.jsonl
 #   fixtures  the trace engine's fixture programs under torch.profiler and nsys -> $OUT/fixtures.tar.gz
 #   checks    `workbook check` for every chapter: solution, lab and slow, with torch.profiler and nsys,
 #             RERUNS times each -> $OUT/checks.jsonl; one trace of slow+solution per chapter -> $OUT/traces.tar.gz
@@ -53,10 +54,20 @@ PY
   cat "$OUT/env.json"; df -h /dev/shm | tail -n 1
 fi
 
+if has probe; then
+  log "probe 02: loader, copies and model step timed apart"
+  python3 scripts/probe_02.py --out "$OUT/probe_02.jsonl"
+fi
+
 if has sweep; then
-  log "sweep ${SWEEP_ARGS:-}"
-  # shellcheck disable=SC2086
-  python3 scripts/sweep.py ${SWEEP_ARGS:-01 --trials 2} | tee -a "$OUT/sweep.jsonl"
+  # SWEEPS: sweep.py argument lists separated by ';', run in order until DEADLINE (seconds of this script).
+  IFS=';' read -ra sweeps <<< "${SWEEPS:-01 --trials 2}"
+  for args in "${sweeps[@]}"; do
+    if [ "$SECONDS" -ge "${DEADLINE:-100000}" ]; then log "deadline: skipping sweep $args"; continue; fi
+    log "sweep $args"
+    # shellcheck disable=SC2086
+    python3 scripts/sweep.py $args --tag "$args" 2>&1 | tee -a "$OUT/sweep.jsonl"
+  done
 fi
 
 if has fixtures; then

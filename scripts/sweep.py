@@ -30,6 +30,7 @@ def main() -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=V1,V2")
     parser.add_argument("--variants", default="slow,solution", help="baseline first, then candidates")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--tag", default=None, help="copied into every row (which sweep it came from)")
     args = parser.parse_args()
     chapter = get_chapter(args.chapter)
     axes = [(k, v.split(",")) for k, _, v in (s.partition("=") for s in args.set)]
@@ -40,18 +41,28 @@ def main() -> int:
         extra = [a for o in overrides for a in ("--set", o)]
         sps = {v: [] for v in variants}
         loss = {v: [] for v in variants}
+        wall: dict[str, list[float]] = {}
         for trial in range(args.trials):
             order = variants if trial % 2 == 0 else variants[::-1]
             for variant in order:
-                r = run_script(chapter, chapter.script_for(variant), args.device, steps=args.steps, extra_args=extra)
+                try:
+                    r = run_script(chapter, chapter.script_for(variant), args.device, steps=args.steps, extra_args=extra)
+                except Exception as err:  # one broken setting must not end the sweep
+                    print(json.dumps({"chapter": chapter.id, "settings": overrides, "variant": variant,
+                                      "error": str(err)[-400:]}), flush=True)
+                    continue
                 sps[variant].append(r.samples_per_s)
+                wall.setdefault(variant, []).append(r.raw.get("warmup_s") or 0.0)
                 loss[variant].append(r.eval_loss)
         base = variants[0]
-        row = {"settings": overrides}
+        row = {"chapter": chapter.id, "tag": args.tag, "settings": overrides}
         for v in variants:
+            if not sps[v]:
+                continue
+            row[f"{v}_warmup_s"] = round(statistics.median(wall[v]), 1)
             row[f"{v}_samples_per_s"] = round(statistics.median(sps[v]), 1)
             row[f"{v}_eval_loss"] = round(statistics.median(loss[v]), 4)
-            if v != base:
+            if v != base and sps[base] and len(sps[v]) == len(sps[base]):
                 ratios = [c / b for c, b in zip(sps[v], sps[base])]
                 row[f"{v}_speedup"] = round(statistics.median(ratios), 3)
         rows.append(row)

@@ -98,6 +98,7 @@ class Evaluation:
         self._trace = None
         self._baseline_trace = None
         self._run_count = 0
+        self.keep_traces: Path | None = None  # where to copy each trace a check read (--keep-traces)
 
     def is_log_step(self, step: int) -> bool:
         log_every = int(self.cfg.get("log_every", 0))
@@ -142,7 +143,13 @@ class Evaluation:
         from checker.trace import load
 
         steps = int(self.cfg["warmup"]) + int(self.cfg.get("trace_steps", 10))
-        return load(self._run(script, steps=steps, trace=self.trace_tool).trace_file)
+        trace_file = self._run(script, steps=steps, trace=self.trace_tool).trace_file
+        if self.keep_traces is not None and trace_file is not None:
+            role = "baseline" if script == self.chapter.slow_script else "candidate"
+            self.keep_traces.mkdir(parents=True, exist_ok=True)
+            suffix = "".join(trace_file.suffixes[-2:]) if trace_file.name.endswith(".gz") else trace_file.suffix
+            shutil.copy(trace_file, self.keep_traces / f"{self.chapter.id}-{role}-{self.trace_tool}{suffix}")
+        return load(trace_file)
 
     def run_checks(self, variant_label: str) -> Report:
         started = time.perf_counter()
@@ -184,9 +191,11 @@ class Evaluation:
 
 
 def evaluate(chapter: Chapter, *, variant: str = "lab", submission: Path | None = None, device: str | None = None,
-             trace_tool: str = "torch", with_ncu: bool = False, keep: bool = False) -> Report:
+             trace_tool: str = "torch", with_ncu: bool = False, keep: bool = False,
+             keep_traces: Path | None = None) -> Report:
     candidate = resolve_candidate(chapter, variant, submission)
     ev = Evaluation(chapter, candidate, device or default_device(), trace_tool, with_ncu)
+    ev.keep_traces = keep_traces
     try:
         return ev.run_checks(str(submission) if submission else variant)
     finally:

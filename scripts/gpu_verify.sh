@@ -100,7 +100,9 @@ fi
 if has checks; then
   # PLAN: items run in order until DEADLINE (seconds of this script), so that a cut-short run still has the
   # most important verdicts. Items: check:<chapter>:<variant>:<tool>  trace:<chapter>:<variant>:<tool>.
-  # Default: for every chapter, RERUNS x (solution, lab) x (torch, nsys) checks, then slow+solution traces.
+  # Items' tool may be torch+ncu or nsys+ncu (adds --with-ncu). Each check keeps the torch traces it read
+  # (--keep-traces): they go to $OUT/traces.tar.gz for the docs' timelines.
+  # Default: for every chapter, RERUNS x (solution, lab) x (torch, nsys) checks.
   T=/tmp/traces; rm -rf $T; mkdir -p $T
   DEADLINE=${DEADLINE:-100000}
   if [ -z "${PLAN:-}" ]; then
@@ -111,7 +113,6 @@ if has checks; then
           for variant in solution lab; do PLAN="$PLAN check:$chapter:$variant:$tool"; done
         done
       done
-      PLAN="$PLAN trace:$chapter:slow:torch trace:$chapter:solution:torch"
     done
   fi
   declare -A done_count
@@ -123,20 +124,33 @@ if has checks; then
       python3 scripts/capture_trace.py "$chapter" --variant $variant --tool $tool --out $T/${chapter}-${variant}-${tool} 2>&1 | tail -n 1
       continue
     fi
-    key="$chapter:$variant:$tool"; done_count[$key]=$(( ${done_count[$key]:-0} + 1 )); rerun=${done_count[$key]}
-    log "check $chapter $variant $tool (run $rerun)"
+    # tool "torch+ncu" or "nsys+ncu": also the Nsight Compute checks, reports kept under $T/ncu-<chapter>-<variant>
+    extra=""
+    if [[ "$tool" == *+ncu ]]; then
+      tool=${tool%+ncu}; extra="--with-ncu"; export WORKBOOK_NCU_OUT=$T/ncu-${chapter}-${variant}
+    fi
+    key="$chapter:$variant:$tool$extra"; done_count[$key]=$(( ${done_count[$key]:-0} + 1 )); rerun=${done_count[$key]}
+    log "check $chapter $variant $tool $extra (run $rerun)"
+    keep=/tmp/keep; rm -rf $keep
     start=$(date +%s.%N)
-    python3 -m checker check "$chapter" --variant $variant --trace-tool $tool --json > /tmp/check.json 2> /tmp/check.err
+    python3 -m checker check "$chapter" --variant $variant --trace-tool $tool $extra --keep-traces $keep --json > /tmp/check.json 2> /tmp/check.err
     code=$?
     wall=$(python3 -c "import time; print(round(time.time() - $start, 1))")
-    python3 - "$chapter" "$variant" "$tool" "$rerun" "$code" "$wall" <<'PY' >> "$OUT/checks.jsonl"
+    unset WORKBOOK_NCU_OUT
+    # the torch traces the first run of each check read (candidate, and the slow baseline where a check used it)
+    if [ "$tool" = torch ] && [ "$rerun" = 1 ]; then
+      for f in $keep/*-candidate-torch.json.gz; do [ -e "$f" ] && mv "$f" "$T/${chapter}-${variant}-torch.json.gz"; done
+      for f in $keep/*-baseline-torch.json.gz; do [ -e "$f" ] && [ ! -e "$T/${chapter}-slow-torch.json.gz" ] && mv "$f" "$T/${chapter}-slow-torch.json.gz"; done
+    fi
+    python3 - "$chapter" "$variant" "$tool" "$rerun" "$code" "$wall" "$extra" <<'PY' >> "$OUT/checks.jsonl"
 import json, sys
-chapter, variant, tool, rerun, code, wall = sys.argv[1:]
+chapter, variant, tool, rerun, code, wall, extra = sys.argv[1:]
 try:
     report = json.load(open("/tmp/check.json"))
 except Exception:
     report = {"error": open("/tmp/check.err").read()[-2000:]}
-report.update(chapter=chapter, variant=variant, trace_tool=tool, rerun=int(rerun), exit_code=int(code), wall_s_outer=float(wall))
+report.update(chapter=chapter, variant=variant, trace_tool=tool, with_ncu=bool(extra), rerun=int(rerun), exit_code=int(code),
+              wall_s_outer=float(wall))
 print(json.dumps(report))
 PY
     tail -n 1 "$OUT/checks.jsonl" | python3 -c "

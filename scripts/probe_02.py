@@ -2,8 +2,9 @@
 
     python scripts/probe_02.py --out $OUT/probe_02.jsonl
 
-Prints one JSON line per measurement: DataLoader batches/s (workers, pin_memory), host-to-device GB/s from
-pageable and pinned memory, and the model's train-step time per downscale. Used to size the workload.
+Prints one JSON line per measurement: DataLoader batches/s (per-sample collating or ready batches; workers;
+pin_memory), host-to-device GB/s from pageable and pinned memory, and the model's train-step time per
+downscale. Used to size the workload (see the comment in chapters/02_pageable_copies/chapter.toml).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "chapters" / "02_pageable_copies"))
-import workload  # noqa: E402
+import workload  # noqa: E402  (after the path insert)
 
 
 def emit(out, **row):
@@ -30,6 +31,20 @@ def emit(out, **row):
             f.write(line + "\n")
 
 
+class PerSample(torch.utils.data.Dataset):
+    """One image per item, collated by the DataLoader: the design chapter 02 had before this probe."""
+
+    def __init__(self, images, labels, length):
+        self.images, self.labels, self.length = images, labels, length
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, i):
+        slot = (i * 7919) % len(self.images)
+        return self.images[slot], int(self.labels[slot])
+
+
 def loader_rate(dataset, batch_size, workers, pin, batches=24):
     loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, pin_memory=pin,
                         persistent_workers=False)
@@ -38,7 +53,7 @@ def loader_rate(dataset, batch_size, workers, pin, batches=24):
         next(it)
     t = time.perf_counter()
     for _ in range(batches):
-        x, _ = next(it)
+        next(it)
     return batches / (time.perf_counter() - t)
 
 
@@ -105,7 +120,7 @@ def main():
     gen = torch.Generator().manual_seed(0)
     templates = torch.randn(10, 3, 4, 4, generator=gen)
     images, labels = workload.make_images(512, size, templates, gen)
-    dataset = workload.SyntheticImages(images, labels, length=bs * 40)
+    dataset = PerSample(images, labels, length=bs * 40)
     batch = images[:bs].contiguous()
     emit(a.out, what="copy", source="pageable", mb=round(batch.numel() * 4 / 1e6, 1), gb_per_s=round(copy_gbps(batch), 2))
     emit(a.out, what="copy", source="pinned", mb=round(batch.numel() * 4 / 1e6, 1), gb_per_s=round(copy_gbps(batch.pin_memory()), 2))

@@ -23,8 +23,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=session.cfg["lr"], momentum=0
 
 loader = DataLoader(
     session.dataset,
-    batch_size=session.cfg["batch_size"],
-    num_workers=session.cfg["loader_workers"],  # loading runs in worker processes already (chapter 03's subject)
+    batch_size=None,  # the dataset's items are whole batches, ready in memory: loading costs nothing here
 )
 for step, (images, labels) in session.steps(loader):
     images = images.to(session.device)  # pageable source: a blocking copy, the CPU waits for it

@@ -1,9 +1,9 @@
-"""Chapter 02's workload: a torchvision ResNet fed ImageNet-sized float32 images through a DataLoader.
+"""Chapter 02's workload: a torchvision ResNet fed ImageNet-sized float32 batches through a DataLoader.
 
 Each sample is a 3x224x224 float32 image (588 KiB), the shape a CPU pipeline that decodes, crops and
 normalizes hands to the GPU, so a batch of 256 is about 150 MB: large enough that its host-to-device copy is
-plain to see in a trace. The images come from a pool made once, in memory, so reading a sample costs almost
-nothing and the copy is what remains.
+plain to see in a trace. The batches are ready in memory (as the output of an offline preprocessing pass, or
+a memory-mapped shard, would be), so reading one costs nothing and the copy is what remains.
 
 The model average-pools the image by ``downscale`` on the GPU before the network sees it: the copy stays
 ImageNet-sized while the compute per sample stays small enough that the copy decides the step time, as it
@@ -23,22 +23,26 @@ from checker.lab import Workload
 NUM_CLASSES = 10
 
 
-class SyntheticImages(Dataset):
-    """Normalized float32 images, one class pattern plus noise each, read from an in-memory pool.
+class ReadyBatches(Dataset):
+    """Whole batches of normalized float32 images, each a contiguous slice of an in-memory pool.
 
-    ``__getitem__`` returns a view into the pool: no decoding, no augmentation. Loading is not this chapter's
-    subject (chapter 03 is); the copy to the GPU is.
+    Item ``i`` is batch ``i``: load it with ``DataLoader(dataset, batch_size=None)``. It is a view into the
+    pool, in ordinary (pageable) memory that is already resident: no decoding, no augmentation, no collating.
+    Loading is not this chapter's subject (chapter 03 is); the copy to the GPU is.
     """
 
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor, length: int):
-        self.images, self.labels, self.length = images, labels, length
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int, length: int):
+        if len(images) < batch_size:
+            raise ValueError(f"pool_size ({len(images)}) must hold at least one batch ({batch_size})")
+        self.images, self.labels, self.batch_size, self.length = images, labels, batch_size, length
 
     def __len__(self) -> int:
         return self.length
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        slot = (index * 7919) % len(self.images)  # a fixed scramble of the pool, the same for every run
-        return self.images[slot], int(self.labels[slot])
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        slots = len(self.images) // self.batch_size
+        start = ((index * 7919) % slots) * self.batch_size  # a fixed scramble of the pool's batches
+        return self.images[start:start + self.batch_size], self.labels[start:start + self.batch_size]
 
 
 def make_images(count: int, size: int, templates: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,8 +71,8 @@ def build(cfg: dict, device: torch.device) -> Workload:
     size = int(cfg["image_size"])
     templates = torch.randn(NUM_CLASSES, 3, 4, 4, generator=generator)
     images, labels = make_images(int(cfg["pool_size"]), size, templates, generator)
-    # One epoch covers the whole run: no epoch boundary (and no worker restart) inside the timed window.
-    dataset = SyntheticImages(images, labels, length=int(cfg["steps"]) * int(cfg["batch_size"]))
+    # One epoch covers the whole run: no epoch boundary inside the timed window.
+    dataset = ReadyBatches(images, labels, int(cfg["batch_size"]), length=int(cfg["steps"]))
 
     eval_images, eval_labels = make_images(int(cfg.get("eval_size", 256)), size, templates, generator)
     eval_images, eval_labels = eval_images.to(device), eval_labels.to(device)

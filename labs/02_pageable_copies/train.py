@@ -25,8 +25,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=session.cfg["lr"], momentum=0
 # TODO: ask the DataLoader for page-locked batches (pin_memory=True); the copy engine can read those directly
 loader = DataLoader(
     session.dataset,
-    batch_size=session.cfg["batch_size"],
-    num_workers=session.cfg["loader_workers"],  # loading runs in worker processes already (chapter 03's subject)
+    batch_size=None,  # the dataset's items are whole batches, ready in memory: loading costs nothing here
 )
 # --8<-- [end:loader]
 # --8<-- [start:loop]

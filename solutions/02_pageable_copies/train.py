@@ -1,7 +1,8 @@
 """Chapter 02, reference solution: pinned batches, copied with non_blocking=True.
 
-`pin_memory=True` makes the DataLoader copy each batch into page-locked memory in a background thread of the
-main process, while the GPU computes the previous step. From pinned memory, `.to(device, non_blocking=True)`
+`pin_memory=True` makes the DataLoader copy each batch into page-locked memory as it hands it over: a plain
+memcpy from resident memory, far quicker than the driver's staged copy, and the GPU keeps computing the
+previous step meanwhile. From pinned memory, `.to(device, non_blocking=True)`
 only queues a DMA copy and returns; the copy runs at the bus's full speed, in stream order before the kernels
 that use the batch, and the CPU goes on queueing them.
 
@@ -23,9 +24,8 @@ optimizer = torch.optim.SGD(model.parameters(), lr=session.cfg["lr"], momentum=0
 # --8<-- [start:loader]
 loader = DataLoader(
     session.dataset,
-    batch_size=session.cfg["batch_size"],
-    num_workers=session.cfg["loader_workers"],  # loading runs in worker processes already (chapter 03's subject)
-    pin_memory=True,  # batches arrive page-locked: pinned by the loader's own thread, off the training thread
+    batch_size=None,  # the dataset's items are whole batches, ready in memory: loading costs nothing here
+    pin_memory=True,  # batches arrive page-locked: the loader copies each into page-locked memory
 )
 # --8<-- [end:loader]
 # --8<-- [start:loop]

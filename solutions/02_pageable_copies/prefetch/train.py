@@ -70,8 +70,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=session.cfg["lr"], momentum=0
 
 loader = CudaPrefetchLoader(
     session.dataset,
-    batch_size=session.cfg["batch_size"],
-    num_workers=session.cfg["loader_workers"],
+    batch_size=None,  # the dataset's items are whole batches, ready in memory
     pin_memory=True,  # a copy can only overlap compute from pinned memory
     device=session.device,
 )

@@ -59,7 +59,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     chapter = get_chapter(args.chapter)
     report = evaluate(chapter, variant=args.variant, submission=args.submission, device=args.device,
-                      trace_tool=args.trace_tool, with_ncu=args.with_ncu, keep_traces=args.keep_traces)
+                      trace_tool=args.trace_tool, with_ncu=args.with_ncu, keep_traces=args.keep_traces,
+                      only={name.strip() for name in args.only.split(",") if name.strip()} if args.only else None)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
@@ -137,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
     p.add_argument("--trace-tool", choices=("torch", "nsys"), default="torch")
     p.add_argument("--with-ncu", action="store_true", help="also run the chapter's Nsight Compute checks (GPU, ncu)")
+    p.add_argument("--only", metavar="CHECK[,CHECK]",
+                   help="run only these checks (e.g. host_syncs): quicker while you work on one; the rest are skipped")
     p.add_argument("--keep-traces", type=Path, metavar="DIR",
                    help="copy the traces the checks read into DIR (<chapter>-candidate|baseline-<tool>.*), to open them")
     p.add_argument("--json", action="store_true", help="print one JSON object")

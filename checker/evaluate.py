@@ -151,7 +151,14 @@ class Evaluation:
             shutil.copy(trace_file, self.keep_traces / f"{self.chapter.id}-{role}-{self.trace_tool}{suffix}")
         return load(trace_file)
 
-    def run_checks(self, variant_label: str) -> Report:
+    def run_checks(self, variant_label: str, only: set[str] | None = None) -> Report:
+        """Run the chapter's checks in order; with ``only``, the others are reported as skipped."""
+        if only:
+            declared = [spec.name for spec in self.chapter.checks]
+            unknown = sorted(set(only) - set(declared))
+            if unknown:
+                raise WorkbookError(f"--only {','.join(unknown)}: {self.chapter.id} has no such check; "
+                                    f"its checks: {', '.join(declared)}")
         started = time.perf_counter()
         results: list[CheckResult] = []
         failed_first: set[str] = set()
@@ -162,6 +169,8 @@ class Evaluation:
                 raise WorkbookError(f"{self.chapter.id}/chapter.toml declares an unknown check '{spec.name}'; "
                                     f"known: {', '.join(sorted(checks.REGISTRY))}")
             skip = spec.skip_reason_for(self.device)
+            if skip is None and only and spec.name not in only:
+                skip = f"not selected (--only {','.join(sorted(only))})"
             if spec.threshold_for(self.device) is None and spec.name != "same_work" and skip is None:
                 skip = f"no threshold for {self.device} in {self.chapter.id}/chapter.toml"
             if skip is None and "same_work" in failed_first and spec.name == "throughput":
@@ -192,12 +201,12 @@ class Evaluation:
 
 def evaluate(chapter: Chapter, *, variant: str = "lab", submission: Path | None = None, device: str | None = None,
              trace_tool: str = "torch", with_ncu: bool = False, keep: bool = False,
-             keep_traces: Path | None = None) -> Report:
+             keep_traces: Path | None = None, only: set[str] | None = None) -> Report:
     candidate = resolve_candidate(chapter, variant, submission)
     ev = Evaluation(chapter, candidate, device or default_device(), trace_tool, with_ncu)
     ev.keep_traces = keep_traces
     try:
-        return ev.run_checks(str(submission) if submission else variant)
+        return ev.run_checks(str(submission) if submission else variant, only=only)
     finally:
         if not keep:
             ev.cleanup()

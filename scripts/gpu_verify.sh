@@ -99,7 +99,8 @@ fi
 
 if has checks; then
   # PLAN: items run in order until DEADLINE (seconds of this script), so that a cut-short run still has the
-  # most important verdicts. Items: check:<chapter>:<variant>:<tool>  trace:<chapter>:<variant>:<tool>.
+  # most important verdicts. Items: check:<chapter>:<variant>:<tool>[:<check,check>]  trace:<chapter>:<variant>:<tool>
+  # (the optional last field is passed as --only).
   # Items' tool may be torch+ncu or nsys+ncu (adds --with-ncu). Each check keeps the torch traces it read
   # (--keep-traces): they go to $OUT/traces.tar.gz for the docs' timelines.
   # Default: for every chapter, RERUNS x (solution, lab) x (torch, nsys) checks.
@@ -117,7 +118,7 @@ if has checks; then
   fi
   declare -A done_count
   for item in $PLAN; do
-    IFS=: read -r what chapter variant tool <<< "$item"
+    IFS=: read -r what chapter variant tool only <<< "$item"
     if [ "$SECONDS" -ge "$DEADLINE" ]; then log "deadline: skipping $item"; continue; fi
     if [ "$what" = trace ]; then
       log "trace $chapter $variant $tool"
@@ -129,11 +130,14 @@ if has checks; then
     if [[ "$tool" == *+ncu ]]; then
       tool=${tool%+ncu}; extra="--with-ncu"; export WORKBOOK_NCU_OUT=$T/ncu-${chapter}-${variant}
     fi
+    [ -n "$only" ] && extra="$extra --only $only"
     key="$chapter:$variant:$tool$extra"; done_count[$key]=$(( ${done_count[$key]:-0} + 1 )); rerun=${done_count[$key]}
     log "check $chapter $variant $tool $extra (run $rerun)"
     keep=/tmp/keep; rm -rf $keep
     start=$(date +%s.%N)
-    python3 -m checker check "$chapter" --variant $variant --trace-tool $tool $extra --keep-traces $keep --json > /tmp/check.json 2> /tmp/check.err
+    # never past HARD_STOP (seconds of this script): what ran before it still comes back
+    timeout $(( ${HARD_STOP:-100000} - SECONDS )) \
+      python3 -m checker check "$chapter" --variant $variant --trace-tool $tool $extra --keep-traces $keep --json > /tmp/check.json 2> /tmp/check.err
     code=$?
     wall=$(python3 -c "import time; print(round(time.time() - $start, 1))")
     unset WORKBOOK_NCU_OUT
@@ -149,7 +153,8 @@ try:
     report = json.load(open("/tmp/check.json"))
 except Exception:
     report = {"error": open("/tmp/check.err").read()[-2000:]}
-report.update(chapter=chapter, variant=variant, trace_tool=tool, with_ncu=bool(extra), rerun=int(rerun), exit_code=int(code),
+report.update(chapter=chapter, variant=variant, trace_tool=tool, with_ncu="--with-ncu" in extra,
+              only=extra.split("--only ")[1] if "--only " in extra else None, rerun=int(rerun), exit_code=int(code),
               wall_s_outer=float(wall))
 print(json.dumps(report))
 PY
@@ -157,7 +162,8 @@ PY
 import json,sys; r=json.loads(sys.stdin.read())
 print('   exit', r['exit_code'], 'wall', r['wall_s_outer'], ' '.join(f\"{c['name']}={c['status']}:{json.dumps(c.get('measured',{}))[:160]}\" for c in r.get('checks', [])) or r.get('error','')[-600:])"
   done
-  tar -C $T -czf "$OUT/traces.tar.gz" . 2>/dev/null
+  # in pieces under the 16 MB a returned file may have: cat traces.tar.gz.part-* | tar xz
+  tar -C $T -czf - . 2>/dev/null | split -b 15M - "$OUT/traces.tar.gz.part-"
 fi
 
 if has summary; then

@@ -22,18 +22,40 @@ def empty_results(chapter_id: str) -> dict[str, Any]:
             "nsys": None, "date": None, "runs": [], "headline": {}}
 
 
-def build_results(env: dict[str, Any], rows: list[dict[str, Any]], chapter_id: str) -> dict[str, Any]:
-    """Collect one chapter's `workbook check --json` rows (several variants, tools, reruns) into a results file."""
+STALE = "stale"  # measured against a threshold chapter.toml no longer declares
+NOT_SELECTED = "not selected"  # the reason `workbook check --only` gives the checks it leaves out
+
+
+def build_results(env: dict[str, Any], rows: list[dict[str, Any]], chapter_id: str,
+                  thresholds: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Collect one chapter's `workbook check --json` rows (several variants, tools, reruns) into a results file.
+
+    ``thresholds`` (check name -> the chapter's current cuda threshold): a check judged against another
+    threshold keeps its measurement but gets the status "stale", and the run's verdict is that of its other
+    checks. Checks a run left out (--only) are dropped from it.
+    """
     runs = []
     for row in rows:
         if row.get("chapter") != chapter_id:
             continue
+        checks = {}
+        for c in row.get("checks", []):
+            if c["status"] == "skipped" and str(c.get("reason") or "").startswith(NOT_SELECTED):
+                continue
+            status = c["status"]
+            if thresholds and c["name"] in thresholds and c.get("threshold") is not None \
+                    and thresholds[c["name"]] != c.get("threshold") and status != "skipped":
+                status = STALE
+            checks[c["name"]] = {"status": status, "measured": c.get("measured", {}), "threshold": c.get("threshold"),
+                                 "reason": c.get("reason")}
+        passed = row.get("passed")
+        if any(c["status"] == STALE for c in checks.values()) and passed is not None:
+            passed = not any(c["status"] == "failed" for c in checks.values())
         runs.append({
             "variant": row["variant"], "trace_tool": row["trace_tool"], "rerun": row.get("rerun", 1),
-            "passed": row.get("passed"), "exit_code": row.get("exit_code"), "wall_s": row.get("wall_s_outer"),
-            "error": row.get("error"),
-            "checks": {c["name"]: {"status": c["status"], "measured": c.get("measured", {}), "threshold": c.get("threshold"),
-                                   "reason": c.get("reason")} for c in row.get("checks", [])},
+            "only": row.get("only"), "with_ncu": bool(row.get("with_ncu")),
+            "passed": passed, "exit_code": row.get("exit_code"), "wall_s": row.get("wall_s_outer"),
+            "error": row.get("error"), "checks": checks,
         })
     return {
         "chapter": chapter_id,
@@ -64,12 +86,11 @@ def headline(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "solution_speedup_min": min(measured("solution", "throughput", "speedup_min") or [None], key=lambda v: v or 0),
         "solution_speedup_max": max(measured("solution", "throughput", "speedup_max") or [None], key=lambda v: v or 0),
         "lab_speedup": _median(measured("lab", "throughput", "speedup")),
-        "check_wall_s": _median([r["wall_s"] for r in runs if r["variant"] == "solution" and r["trace_tool"] == "torch"]),
+        "check_wall_s": _median([r["wall_s"] for r in runs if r["variant"] == "solution" and r["trace_tool"] == "torch"
+                                 and not r.get("only") and not r.get("with_ncu")]),
         "reruns": max([r["rerun"] for r in runs] or [0]),
-        "verdicts_stable": all(
-            len({r["passed"] for r in runs if r["variant"] == v and r["trace_tool"] == t}) <= 1
-            for v in ("lab", "solution") for t in ("torch", "nsys")
-        ),
+        # the same checks, run again, must reach the same verdict
+        "verdicts_stable": all(len(verdicts) <= 1 for verdicts in _verdicts_by_kind(runs).values()),
     }
     for check, (key, _fmt) in KEY_MEASURE.items():
         if check in ("same_work", "throughput"):
@@ -82,8 +103,15 @@ def headline(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _verdicts_by_kind(runs: list[dict[str, Any]]) -> dict[tuple, set]:
+    groups: dict[tuple, set] = {}
+    for r in runs:
+        groups.setdefault((r["variant"], r["trace_tool"], r.get("only"), r.get("with_ncu", False)), set()).add(r["passed"])
+    return groups
+
+
 def _cell(runs: list[dict[str, Any]], variant: str, tool: str, check: str) -> str:
-    chosen = [r for r in runs if r["variant"] == variant and r["trace_tool"] == tool]
+    chosen = [r for r in runs if r["variant"] == variant and r["trace_tool"] == tool and check in r["checks"]]
     if not chosen:
         return "not run"
     statuses = sorted({r["checks"].get(check, {}).get("status", "error") for r in chosen})
@@ -91,7 +119,8 @@ def _cell(runs: list[dict[str, Any]], variant: str, tool: str, check: str) -> st
     key, fmt = KEY_MEASURE.get(check, (None, None))
     values = [r["checks"][check]["measured"].get(key) for r in chosen
               if check in r["checks"] and key and r["checks"][check]["measured"].get(key) is not None]
-    mark = {"passed": "pass", "failed": "**fail**", "skipped": "skipped"}.get(status, status)
+    mark = {"passed": "pass", "failed": "**fail**", "skipped": "skipped",
+            STALE: "stale (older threshold)"}.get(status, status)
     if values:
         mark += " · " + fmt.format(statistics.median(values))
     return mark
@@ -101,10 +130,34 @@ def lesson_status(runs: list[dict[str, Any]]) -> str | None:
     """None when the GPU runs show the lesson (solution passes and lab fails, with both trace tools), else why not."""
     missing = [f"{v} with {TOOL_NAMES[t]}" for v in ("solution", "lab") for t in ("torch", "nsys")
                if not any(r["variant"] == v and r["trace_tool"] == t for r in runs)]
-    wrong = sorted({f"the {r['variant']} {'failed' if r['variant'] == 'solution' else 'passed'} with {TOOL_NAMES[r['trace_tool']]}"
-                    for r in runs if r["passed"] is not (r["variant"] == "solution")})
+    def failed_checks(r):
+        names = [name for name, c in r["checks"].items() if c["status"] == "failed"]
+        return f" ({', '.join(names)})" if names else ""
+
+    wrong = sorted({f"the {r['variant']} {'failed' if r['variant'] == 'solution' else 'passed'} with "
+                    f"{TOOL_NAMES[r['trace_tool']]}{failed_checks(r) if r['variant'] == 'solution' else ''}"
+                    for r in runs if r["passed"] is not (r["variant"] == "solution")
+                    # an Nsight Compute measurement of the lab is the "before" picture, not a verdict on it
+                    and not (r["variant"] == "lab" and r.get("with_ncu"))})
     reasons = wrong + ([f"not run: {', '.join(missing)}"] if missing else [])
     return "; ".join(reasons) or None
+
+
+def _ncu_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """One line per Nsight Compute measurement: the kernel ncu profiled and what it reached."""
+    out = []
+    for r in runs:
+        m = r["checks"].get("ncu_dram", {}).get("measured") or {}
+        if not m.get("kernel"):
+            continue
+        name = m["kernel"].replace("void ", "", 1)
+        name = name if len(name) <= 70 else name[:70] + "…"
+        out.append(
+            f"- Nsight Compute, {r['variant']}: `{name}` (grid {m.get('grid')}), {m['duration_us']:.1f} µs, "
+            f"{m['dram_gbytes_per_s']:,.0f} GB/s from DRAM = {m['fraction_of_copy']:.0%} of a device copy's "
+            f"{m['copy_gbytes_per_s']:,.0f} GB/s; memory throughput {m['memory_throughput_pct_of_peak']:.0f}% and "
+            f"compute (SM) {m['sm_throughput_pct_of_peak']:.0f}% of peak")
+    return out
 
 
 def render_markdown(results: dict[str, Any]) -> str:
@@ -137,10 +190,34 @@ def render_markdown(results: dict[str, Any]) -> str:
     status = lesson_status(runs)
     if status:
         lines = ["!!! warning \"GPU verification incomplete\"", f"    {status}.", ""] + lines
+    lines += _ncu_lines(runs)
     lines += ["", "| check | " + " | ".join(f"{v} ({TOOL_NAMES[t]})" for v, t in columns) + " |",
               "|---|" + "---|" * len(columns)]
     for check in checks:
         lines.append(f"| {check} | " + " | ".join(_cell(runs, v, t, check) for v, t in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render_sweep(spec: dict[str, Any], results_dir: Path) -> str:
+    """The table of a `scripts/sweep.py` run that a page includes.
+
+    ``spec`` (docs/results/<chapter>-sweep.json) names the raw rows (``source``, a .jsonl under results_dir),
+    their environment (``env``), the chapter and what the sweep varied (``about``).
+    """
+    env = json.loads((results_dir / spec["env"]).read_text())
+    rows = [json.loads(line) for line in (results_dir / spec["source"]).read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if r.get("chapter") == spec["chapter"] and "solution_speedup" in r]
+    lines = [
+        f"Measured on **{env['gpu']}** (driver {env['driver']}, torch {env['torch']}) on {env['date'][:10]}, by "
+        f"`scripts/sweep.py` (one trial each: a guide, not a verdict; raw rows in `docs/results/{spec['source']}`). "
+        f"{spec['about']}",
+        "",
+        "| setting | slow script, samples/s | solution, samples/s | speedup | solution's warm-up, s |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(f"| `{' '.join(r['settings'])}` | {r['slow_samples_per_s']:,.0f} | {r['solution_samples_per_s']:,.0f} "
+                     f"| {r['solution_speedup']:.2f}x | {r.get('solution_warmup_s', float('nan')):.1f} |")
     return "\n".join(lines) + "\n"
 
 

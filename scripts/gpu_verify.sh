@@ -153,7 +153,7 @@ try:
     report = json.load(open("/tmp/check.json"))
 except Exception:
     report = {"error": open("/tmp/check.err").read()[-2000:]}
-report.update(chapter=chapter, variant=variant, trace_tool=tool, with_ncu="--with-ncu" in extra,
+report.update(chapter=report.get("chapter") or chapter, variant=variant, trace_tool=tool, with_ncu="--with-ncu" in extra,
               only=extra.split("--only ")[1] if "--only " in extra else None, rerun=int(rerun), exit_code=int(code),
               wall_s_outer=float(wall))
 print(json.dumps(report))

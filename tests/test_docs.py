@@ -64,3 +64,16 @@ def test_thresholds_quoted_on_a_page_are_the_chapters_own(chapter):
     declared = {float(v) for spec in chapter.checks for v in spec.threshold.values() if isinstance(v, (int, float))}
     quoted = {float(n) for n in re.findall(r"\*\*(\d+(?:\.\d+)?)×\*\*", chapter.docs_page.read_text())}
     assert quoted <= declared, f"{chapter.docs_page} quotes {sorted(quoted - declared)}x; chapter.toml declares {sorted(declared)}"
+
+
+@pytest.mark.parametrize("spec_file", sorted(RESULTS.glob("*-sweep.json")), ids=lambda p: p.stem)
+def test_sweep_tables_are_rendered_from_their_raw_rows(spec_file):
+    """A sweep table on a page is exactly what its raw rows render to, and some page includes it."""
+    from checker.results import render_sweep
+
+    spec = json.loads(spec_file.read_text())
+    markdown = spec_file.with_suffix(".md")
+    assert markdown.read_text() == render_sweep(spec, RESULTS)
+    assert "| `" in markdown.read_text(), f"{spec['source']} has no rows for {spec['chapter']}"
+    pages = [p for p in (ROOT / "docs" / "chapters").glob("*.md") if f'"docs/results/{markdown.name}"' in p.read_text()]
+    assert pages, f"no chapter page includes docs/results/{markdown.name}"

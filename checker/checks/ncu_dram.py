@@ -5,11 +5,16 @@ It runs only with `workbook check 05 --with-ncu`, on CUDA, with ncu found (WORKB
 else it is skipped with the reason. What it does:
 
 1. The candidate's trace (the one the other checks read) names its hottest elementwise-family kernel: the
-   one with the most GPU time per step (after compile, a fused triton_poi_/triton_per_ kernel).
+   one with the most GPU time per step (after compile, a fused triton_poi_/triton_per_ kernel) among those
+   launched from the thread that holds the `step N` ranges. NVTX ranges are per thread, and PyTorch launches
+   the backward kernels from autograd's own thread, so ncu's NVTX filter never sees those; a hotter kernel
+   launched only from there is skipped, and the evidence says so.
 2. ncu profiles one launch of that kernel inside one steady-state step, around the same launcher the checker
-   uses for timing::
+   uses for timing. The -k filter names the kernel's function and, for a templated PyTorch kernel, the functor
+   that tells it apart (`vectorized_elementwise_kernel<.*MulFunctor`), since ncu spells template arguments
+   differently from the trace::
 
-       ncu --nvtx --nvtx-include "step N/" --kernel-name-base demangled -k "regex:<kernel>([^0-9A-Za-z_]|$)" -c 1
+       ncu --nvtx --nvtx-include "step N/" --kernel-name-base demangled -k "regex:<kernel filter>" -c 1
            --section SpeedOfLight --section MemoryWorkloadAnalysis --metrics <dram bytes, duration>
            --clock-control none -o <report> python -m checker.launch --script <candidate> ... -- --steps N+2 --warmup N
 
@@ -34,8 +39,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from checker.checks import FAILED, PASSED, SKIPPED, check, result
-from checker.checks.step_counts import hottest_kernels
+from checker.checks.step_counts import hottest_kernels, short_kernel_name
 from checker.paths import repo_root
 from checker.tools import find_tool
 
@@ -130,11 +137,47 @@ def summarize_kernel(row: dict) -> dict:
     }
 
 
+_EDGE = "[^0-9A-Za-z_]"  # a character that cannot be part of a C++ identifier
+
+
 def kernel_regex(name: str) -> str:
     """An ncu -k filter for one kernel of the trace, by its function name, not matching longer names."""
-    head = re.split(r"[<(]", str(name).replace("void ", "", 1), maxsplit=1)[0]
+    name = str(name).replace("void ", "", 1).replace("(anonymous namespace)::", "")
+    head = re.split(r"[<(]", name, maxsplit=1)[0]
     base = head.rsplit("::", 1)[-1].strip()
-    return f"regex:{re.escape(base)}([^0-9A-Za-z_]|$)"
+    return f"regex:{re.escape(base)}({_EDGE}|$)"
+
+
+def kernel_filter(name: str) -> str:
+    """The ncu -k filter for one kernel of the trace, as the check uses it.
+
+    A templated PyTorch kernel is many kernels under one function name (vectorized_elementwise_kernel runs
+    every pointwise op), so the filter also asks for the functor or lambda that names its op, the one in its
+    short name ('vectorized_elementwise_kernel<MulFunctor>'). ncu writes the template arguments differently
+    from the trace ('(int)4' for '4', 'array<char *, 3>' for 'std::array<char*, 3ul>', with or without
+    namespaces), so only the two identifiers are matched, each bounded by non-identifier characters. Any other
+    kernel, such as a Triton kernel, is matched by its function name as in kernel_regex.
+    """
+    match = re.fullmatch(r"(\w+)<(\w+)>", short_kernel_name(name))
+    if match is None:
+        return kernel_regex(name)
+    base, functor = match.groups()
+    return f"regex:(^|{_EDGE}){base}<.*{_EDGE}{functor}({_EDGE}|$)"
+
+
+def pick_kernel(hot):
+    """The kernel to profile from hottest_kernels' table: (its row or None, the rule applied, the hotter
+    kernels skipped because they were launched from another thread)."""
+    known = hot["step_thread_calls_per_step"].notna()
+    if hot.empty or not known.any():
+        rule = "any thread (the trace does not link kernels to the threads that launched them)"
+        return (hot.iloc[0] if not hot.empty else None), rule, hot.iloc[:0]
+    rule = "launched from the thread holding the step ranges (ncu's NVTX filter sees only that thread)"
+    seen = hot["step_thread_calls_per_step"] > 0
+    if not seen.any():
+        return None, rule, hot
+    first = int(seen.to_numpy().argmax())
+    return hot.iloc[first], rule, hot.iloc[:first]
 
 
 # -- the copy-bandwidth probe ----------------------------------------------------------------------------
@@ -203,17 +246,30 @@ def ncu_dram(ev, spec):
         return result(spec, SKIPPED, threshold=threshold,
                       reason="ncu not found on PATH; install Nsight Compute or set WORKBOOK_NCU=/path/to/ncu")
 
-    hot = hottest_kernels(ev.trace())
+    hot = hottest_kernels(ev.trace(), limit=None)
     if hot.empty:
         return result(spec, FAILED, threshold=threshold,
                       evidence=["the candidate's trace holds no elementwise kernels to profile"])
-    target = hot.iloc[0]
-    sections = spec.options.get("section", ["SpeedOfLight", "MemoryWorkloadAnalysis"])
+    target, thread_rule, skipped = pick_kernel(hot)
     step = int(spec.options.get("ncu_step", ev.cfg["warmup"]))
+    picked = {"thread_rule": thread_rule, "skipped_hotter_kernels": list(skipped["short"])}
+    skipped_line = []
+    if not skipped.empty:
+        first = skipped.iloc[0]
+        skipped_line = [f"skipped {first['short']} ({first['ms_per_step']:.2f} ms per step, the hottest elementwise "
+                        "kernel): it is launched from autograd's backward thread, and ncu's NVTX filter cannot see "
+                        "kernels launched from autograd's thread"]
+    if target is None:
+        return result(spec, FAILED, threshold=threshold, measured=picked,
+                      evidence=[f"none of the {len(hot)} elementwise kernels in the trace's steps is launched from "
+                                f"the thread holding the step ranges, so ncu's NVTX filter (step {step}/) would "
+                                "see none of them: nothing to profile"])
+    sections = spec.options.get("section", ["SpeedOfLight", "MemoryWorkloadAnalysis"])
     workdir = ev.workdir / "ncu"
     workdir.mkdir(exist_ok=True)
     report = workdir / "hot_kernel"
-    command = ncu_command(ncu, report, kernel_regex(target["name"]), step, ev.candidate, workdir / "result.json", sections)
+    command = ncu_command(ncu, report, kernel_filter(target["name"]), step, ev.candidate, workdir / "result.json",
+                          sections)
     env = dict(os.environ, WORKBOOK_ROOT=str(repo_root()), PYTHONUNBUFFERED="1")
     timeout = 2 * float(os.environ.get("WORKBOOK_TIMEOUT_S") or ev.cfg.get("timeout_s", 300)) + 120
     proc = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
@@ -224,9 +280,9 @@ def ncu_dram(ev, spec):
     rep = report.with_suffix(".ncu-rep")
     if proc.returncode != 0 or not rep.exists():
         last = [line for line in output.splitlines() if line.strip()][-3:]
-        return result(spec, FAILED, threshold=threshold,
+        return result(spec, FAILED, threshold=threshold, measured=picked,
                       evidence=[f"ncu exited {proc.returncode} without a report: {' | '.join(last)}",
-                                f"command: {_shown(command)}"])
+                                f"command: {_shown(command)}", *skipped_line])
     imported = subprocess.run([ncu, "--import", str(rep), "--csv", "--page", "raw", "--print-units", "base"],
                               capture_output=True, text=True, timeout=300)
     try:
@@ -234,9 +290,9 @@ def ncu_dram(ev, spec):
     except ValueError as err:
         return result(spec, FAILED, threshold=threshold, evidence=[f"ncu --import: {err}", f"command: {_shown(command)}"])
     if not rows:
-        return result(spec, FAILED, threshold=threshold,
+        return result(spec, FAILED, threshold=threshold, measured=picked,
                       evidence=[f"ncu profiled no kernel matching {target['short']} in step {step}",
-                                f"command: {_shown(command)}"])
+                                f"command: {_shown(command)}", *skipped_line])
     keep = os.environ.get("WORKBOOK_NCU_OUT")
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
@@ -256,6 +312,9 @@ def ncu_dram(ev, spec):
         "kernel_short": target["short"],
         "hot_kernel_ms_per_step": round(float(target["ms_per_step"]), 3),
         "hot_kernel_calls_per_step": round(float(target["calls_per_step"]), 2),
+        "hot_kernel_step_thread_calls_per_step": (None if pd.isna(target["step_thread_calls_per_step"])
+                                                  else round(float(target["step_thread_calls_per_step"]), 2)),
+        **picked,
         "copy_gbytes_per_s": round(copy_rate / 1e9, 1),
         "fraction_of_copy": round(fraction, 3) if fraction is not None else None,
         "ncu_step": step,
@@ -268,10 +327,12 @@ def ncu_dram(ev, spec):
     if fraction is None:
         return result(spec, FAILED, measured=measured, threshold=threshold,
                       evidence=[f"ncu reported no DRAM bytes or duration for {target['short']}", json.dumps(kernel)])
+    which = "the hottest elementwise kernel" + (" that ncu can see" if not skipped.empty else "")
     evidence = [
-        f"{target['short']} ({measured['hot_kernel_ms_per_step']:.2f} ms per step, the hottest elementwise kernel): "
+        f"{target['short']} ({measured['hot_kernel_ms_per_step']:.2f} ms per step, {which}): "
         f"{rate:,.0f} GB/s from DRAM = {fraction:.0%} of the measured copy bandwidth ({copy_rate / 1e9:,.0f} GB/s), "
-        f"threshold {threshold:.0%}{bound}"
+        f"threshold {threshold:.0%}{bound}",
+        *skipped_line,
     ]
     status = PASSED if fraction >= threshold else FAILED
     return result(spec, status, measured=measured, threshold=threshold, evidence=evidence)

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from checker.trace.analyses.copies import launch_rows
+
 LAUNCH_API = re.compile(r"^cu(?:da)?(?:LaunchKernel|LaunchCooperativeKernel|GraphLaunch)", re.IGNORECASE)
 GRAPH_LAUNCH_API = re.compile(r"^cu(?:da)?GraphLaunch", re.IGNORECASE)
 
@@ -167,21 +169,54 @@ def count_elementwise(trace, device: str) -> StepCount:
     return StepCount("elementwise aten ops", len(ops), len(steps), _top(ops["name"], len(steps)))
 
 
-def hottest_kernels(trace, limit: int = 5) -> pd.DataFrame:
-    """Elementwise-family kernels by GPU time per step: name, short, calls_per_step, ms_per_step."""
+def launched_from_step_thread(trace, kernels: pd.DataFrame) -> pd.Series | None:
+    """For each kernel row, whether the call that launched it ran on a thread that holds the step ranges.
+
+    NVTX ranges belong to the thread that pushed them, so a tool that filters by the `step N` range (ncu's
+    --nvtx-include) sees only kernels launched from that thread, not those the autograd engine launches from
+    its own thread during backward. The answer is None when the trace cannot tell: its steps name no thread,
+    or none of the kernels is linked to a launch call through its correlation id.
+    """
+    steps = trace.get_steps()
+    if kernels.empty or not {"pid", "tid"} <= set(steps.columns):
+        return None
+    events = trace.events
+    calls = launch_rows(events, kernels.index.to_numpy())  # the event table's index is its row number
+    if (calls < 0).all():
+        return None
+    stepping = set(zip(steps["pid"].astype(int), steps["tid"].astype(int)))
+    pids, tids = events["pid"].to_numpy(), events["tid"].to_numpy()
+    flags = [call >= 0 and (int(pids[call]), int(tids[call])) in stepping for call in calls]
+    return pd.Series(flags, index=kernels.index, dtype=bool)
+
+
+def hottest_kernels(trace, limit: int | None = 5) -> pd.DataFrame:
+    """Elementwise-family kernels by GPU time per step: name, short, calls_per_step, ms_per_step, and
+    step_thread_calls_per_step (the calls launched from the thread holding the step ranges; NaN when the trace
+    cannot tell). With limit None, all of them."""
     steps = step_numbers(trace)
     kernels = _in_steps(elementwise_kernels(trace.events), steps)
     if kernels.empty:
         return pd.DataFrame({"name": pd.Series(dtype=str), "short": pd.Series(dtype=str),
-                             "calls_per_step": pd.Series(dtype=float), "ms_per_step": pd.Series(dtype=float)})
-    frame = kernels.assign(dur_ns=kernels["end_ns"] - kernels["start_ns"])
-    grouped = frame.groupby("name").agg(calls=("dur_ns", "size"), dur_ns=("dur_ns", "sum")).reset_index()
-    grouped = grouped.sort_values("dur_ns", ascending=False).head(limit)
+                             "calls_per_step": pd.Series(dtype=float), "ms_per_step": pd.Series(dtype=float),
+                             "step_thread_calls_per_step": pd.Series(dtype=float)})
+    on_step_thread = launched_from_step_thread(trace, kernels)
+    frame = kernels.assign(dur_ns=kernels["end_ns"] - kernels["start_ns"],
+                           on_step_thread=on_step_thread if on_step_thread is not None else float("nan"))
+    grouped = frame.groupby("name", observed=True).agg(
+        calls=("dur_ns", "size"), dur_ns=("dur_ns", "sum"), step_thread_calls=("on_step_thread", "sum"),
+    ).reset_index()
+    if on_step_thread is None:
+        grouped["step_thread_calls"] = float("nan")
+    grouped = grouped.sort_values("dur_ns", ascending=False)
+    if limit is not None:
+        grouped = grouped.head(limit)
     return pd.DataFrame({
         "name": grouped["name"].astype(str),
-        "short": grouped["name"].map(short_kernel_name),
+        "short": grouped["name"].map(short_kernel_name).astype(str),
         "calls_per_step": grouped["calls"] / len(steps),
         "ms_per_step": grouped["dur_ns"] / 1e6 / len(steps),
+        "step_thread_calls_per_step": grouped["step_thread_calls"].astype(float) / len(steps),
     }).reset_index(drop=True)
 
 

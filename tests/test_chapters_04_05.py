@@ -193,8 +193,10 @@ def test_ncu_kernel_filter_matches_one_kernel_not_its_longer_namesakes():
     regex = re.compile(pattern[len("regex:"):])
     assert regex.search("triton_poi_fused_add_1")
     assert not regex.search("triton_poi_fused_add_10")
-    eager = ncu.kernel_regex("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>(int)")
-    assert re.compile(eager[len("regex:"):]).search("void at::native::vectorized_elementwise_kernel<4, X>(int)")
+    eager = ncu.kernel_filter("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>(int)")
+    eager_regex = re.compile(eager[len("regex:"):])
+    assert eager_regex.search("void at::native::vectorized_elementwise_kernel<(int)4, at::native::GeluCUDAKernelImpl>(int)")
+    assert not eager_regex.search("void at::native::vectorized_elementwise_kernel<4, X>(int)")  # another op's kernel
 
 
 def test_ncu_permission_error_becomes_a_skip_reason():

@@ -82,3 +82,24 @@ def test_profile_run_without_nsys_explains(workbook, monkeypatch):
     monkeypatch.delenv("WORKBOOK_NSYS", raising=False)
     line = one_clear_line(workbook("profile", "01", "--tool", "nsys", "--run"))
     assert "nsys not found" in line and "--tool torch" in line
+
+
+def test_only_runs_the_named_checks_and_keeps_their_traces(workbook, tmp_path):
+    """--only host_syncs: the sync check runs (and fails on the lab), the others are skipped and say why;
+    --keep-traces leaves the trace that check read, which `workbook report` can open."""
+    proc = workbook("check", "01", "--variant", "lab", "--device", "cpu", "--only", "host_syncs",
+                    "--keep-traces", str(tmp_path), "--json")
+    assert proc.returncode == 1, proc.stderr
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert checks["host_syncs"]["status"] == "failed"
+    assert checks["same_work"]["status"] == "skipped"
+    assert checks["same_work"]["reason"] == "not selected (--only host_syncs)"
+    kept = tmp_path / "01_item_syncs-candidate-torch.json.gz"
+    assert kept.is_file(), sorted(p.name for p in tmp_path.iterdir())
+    report = workbook("report", str(kept), "--json")
+    assert report.returncode == 0 and json.loads(report.stdout)["steps"] > 0
+
+
+def test_only_with_an_unknown_check_names_the_chapters_checks(workbook):
+    line = one_clear_line(workbook("check", "01", "--device", "cpu", "--only", "host_sync"))
+    assert "--only host_sync" in line and "host_syncs" in line and "same_work" in line

@@ -77,3 +77,43 @@ def test_sweep_tables_are_rendered_from_their_raw_rows(spec_file):
     assert "| `" in markdown.read_text(), f"{spec['source']} has no rows for {spec['chapter']}"
     pages = [p for p in (ROOT / "docs" / "chapters").glob("*.md") if f'"docs/results/{markdown.name}"' in p.read_text()]
     assert pages, f"no chapter page includes docs/results/{markdown.name}"
+
+
+def _row(variant, tool, checks, passed, **extra):
+    return {"chapter": "05_pointwise_chains", "variant": variant, "trace_tool": tool, "passed": passed,
+            "checks": checks, "rerun": 1, "wall_s_outer": 1.0, **extra}
+
+
+def _check(name, status, threshold=None, reason=None, **measured):
+    return {"name": name, "status": status, "threshold": threshold, "reason": reason, "measured": measured}
+
+
+def test_results_mark_checks_judged_against_an_older_threshold_and_drop_unselected_ones():
+    from checker.results import build_results
+
+    env = {"gpu": "G", "driver": "D", "torch": "T", "cuda": "C", "cpu_count": 1, "date": "2026-01-01"}
+    rows = [
+        _row("solution", "torch", [_check("throughput", "passed", 1.7, speedup=3.0, speedup_min=2.9, speedup_max=3.1,
+                                          baseline_samples_per_s=1.0, candidate_samples_per_s=3.0),
+                                   _check("elementwise_kernels", "failed", 2.0, elementwise_fewer_by=1.49)], False),
+        _row("solution", "torch", [_check("throughput", "skipped", 1.7, reason="not selected (--only elementwise_kernels)"),
+                                   _check("elementwise_kernels", "passed", 1.3, elementwise_fewer_by=1.49)], True,
+             only="elementwise_kernels"),
+    ]
+    results = build_results(env, rows, "05_pointwise_chains", {"throughput": 1.7, "elementwise_kernels": 1.3})
+    first, second = results["runs"]
+    assert first["checks"]["elementwise_kernels"]["status"] == "stale"
+    assert first["passed"] is True  # its other checks passed; the stale one is not a verdict
+    assert "throughput" not in second["checks"]  # left out by --only, so not shown as skipped
+    assert results["headline"]["verdicts_stable"] is True  # different selections are not reruns of each other
+    table = render_markdown(results)
+    assert "passed/stale · 1.5x fewer" in table and "pass · 3.00x" in table
+
+
+def test_an_ncu_run_of_the_lab_is_a_measurement_not_a_verdict():
+    runs = [_run(v, t, v == "solution") for v in ("solution", "lab") for t in ("torch", "nsys")]
+    runs.append({**_run("lab", "torch", True), "with_ncu": True})
+    assert lesson_status(runs) is None
+    runs.append({**_run("solution", "torch", False), "with_ncu": True,
+                 "checks": {"ncu_dram": {"status": "failed", "measured": {}}}})
+    assert lesson_status(runs) == "the solution failed with torch.profiler (ncu_dram)"

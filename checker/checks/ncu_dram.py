@@ -202,7 +202,8 @@ def measure_copy_bandwidth(size_bytes: int = 1 << 30, repeats: int = 20) -> floa
 def copy_bandwidth_in_subprocess(timeout: float = 120) -> float:
     code = "from checker.checks.ncu_dram import measure_copy_bandwidth as m; print(m())"
     env = dict(os.environ, WORKBOOK_ROOT=str(repo_root()))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env,
+                          check=False)
     if proc.returncode != 0:
         raise RuntimeError((proc.stderr.strip().splitlines() or ["the copy probe failed"])[-1])
     return float(proc.stdout.strip().splitlines()[-1])
@@ -256,14 +257,14 @@ def ncu_dram(ev, spec):
     skipped_line = []
     if not skipped.empty:
         first = skipped.iloc[0]
-        skipped_line = [f"skipped {first['short']} ({first['ms_per_step']:.2f} ms per step, the hottest elementwise "
-                        "kernel): it is launched from autograd's backward thread, and ncu's NVTX filter cannot see "
-                        "kernels launched from autograd's thread"]
+        skipped_line = [(f"skipped {first['short']} ({first['ms_per_step']:.2f} ms per step, the hottest elementwise "
+                         "kernel): it is launched from autograd's backward thread, and ncu's NVTX filter cannot see "
+                         "kernels launched from autograd's thread")]
     if target is None:
         return result(spec, FAILED, threshold=threshold, measured=picked,
-                      evidence=[f"none of the {len(hot)} elementwise kernels in the trace's steps is launched from "
-                                f"the thread holding the step ranges, so ncu's NVTX filter (step {step}/) would "
-                                "see none of them: nothing to profile"])
+                      evidence=[(f"none of the {len(hot)} elementwise kernels in the trace's steps is launched from "
+                                 f"the thread holding the step ranges, so ncu's NVTX filter (step {step}/) would "
+                                 "see none of them: nothing to profile")])
     sections = spec.options.get("section", ["SpeedOfLight", "MemoryWorkloadAnalysis"])
     workdir = ev.workdir / "ncu"
     workdir.mkdir(exist_ok=True)
@@ -272,7 +273,7 @@ def ncu_dram(ev, spec):
                           sections)
     env = dict(os.environ, WORKBOOK_ROOT=str(repo_root()), PYTHONUNBUFFERED="1")
     timeout = 2 * float(os.environ.get("WORKBOOK_TIMEOUT_S") or ev.cfg.get("timeout_s", 300)) + 120
-    proc = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     output = proc.stdout + proc.stderr
     problem = _ncu_problem(output)
     if problem:
@@ -284,7 +285,7 @@ def ncu_dram(ev, spec):
                       evidence=[f"ncu exited {proc.returncode} without a report: {' | '.join(last)}",
                                 f"command: {_shown(command)}", *skipped_line])
     imported = subprocess.run([ncu, "--import", str(rep), "--csv", "--page", "raw", "--print-units", "base"],
-                              capture_output=True, text=True, timeout=300)
+                              capture_output=True, text=True, timeout=300, check=False)
     try:
         rows = parse_ncu_raw_csv(imported.stdout)
     except ValueError as err:
@@ -329,9 +330,9 @@ def ncu_dram(ev, spec):
                       evidence=[f"ncu reported no DRAM bytes or duration for {target['short']}", json.dumps(kernel)])
     which = "the hottest elementwise kernel" + (" that ncu can see" if not skipped.empty else "")
     evidence = [
-        f"{target['short']} ({measured['hot_kernel_ms_per_step']:.2f} ms per step, {which}): "
-        f"{rate:,.0f} GB/s from DRAM = {fraction:.0%} of the measured copy bandwidth ({copy_rate / 1e9:,.0f} GB/s), "
-        f"threshold {threshold:.0%}{bound}",
+        (f"{target['short']} ({measured['hot_kernel_ms_per_step']:.2f} ms per step, {which}): "
+         f"{rate:,.0f} GB/s from DRAM = {fraction:.0%} of the measured copy bandwidth ({copy_rate / 1e9:,.0f} GB/s), "
+         f"threshold {threshold:.0%}{bound}"),
         *skipped_line,
     ]
     status = PASSED if fraction >= threshold else FAILED

@@ -269,8 +269,8 @@ def fewer_than_baseline(ev, spec, count, key: str, gone: str, decimals: int = 0,
         **warmup_seconds(ev),  # torch.compile runs in the warm-up steps, outside the timed window
     }
     shown = gone if ratio == float("inf") else f"{ratio:.1f}x fewer"
-    evidence = [f"{candidate.per_step:,.{decimals}f} {candidate.unit} per step vs the slow script's "
-                f"{baseline.per_step:,.{decimals}f}: {shown} (threshold {threshold:g}x)"]
+    evidence = [(f"{candidate.per_step:,.{decimals}f} {candidate.unit} per step vs the slow script's "
+                 f"{baseline.per_step:,.{decimals}f}: {shown} (threshold {threshold:g}x)")]
     if candidate.top:
         evidence.append(f"most per step here: {candidate.top_text(top)}")
     evidence += more_evidence(candidate) if more_evidence else []

@@ -117,3 +117,15 @@ def test_an_ncu_run_of_the_lab_is_a_measurement_not_a_verdict():
     runs.append({**_run("solution", "torch", False), "with_ncu": True,
                  "checks": {"ncu_dram": {"status": "failed", "measured": {}}}})
     assert lesson_status(runs) == "the solution failed with torch.profiler (ncu_dram)"
+
+
+@pytest.mark.parametrize("source", sorted(RESULTS.glob("*-jitter*.json")), ids=lambda p: p.stem)
+def test_jitter_tables_are_rendered_from_their_runs(source):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("jitter_results", ROOT / "chapters" / "03_dataloader_workers" / "jitter_results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    data = json.loads(source.read_text())
+    rows = data.pop("rows")
+    assert source.with_suffix(".md").read_text() == module.render(data, rows)

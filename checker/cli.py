@@ -54,13 +54,29 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 # -- check --------------------------------------------------------------------------------------------
+def _progress_printer():
+    """On a terminal, one line per run of a script, with the time so far (a GPU check takes minutes);
+    nothing when stderr is a file or a pipe, so that logs and tests see only results and errors."""
+    if not sys.stderr.isatty():
+        return None
+    import time
+
+    started = time.perf_counter()
+
+    def show(line: str) -> None:
+        print(f"  [{time.perf_counter() - started:5.0f} s] {line}", file=sys.stderr, flush=True)
+
+    return show
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from checker.evaluate import evaluate
 
     chapter = get_chapter(args.chapter)
     report = evaluate(chapter, variant=args.variant, submission=args.submission, device=args.device,
                       trace_tool=args.trace_tool, with_ncu=args.with_ncu, keep_traces=args.keep_traces,
-                      only={name.strip() for name in args.only.split(",") if name.strip()} if args.only else None)
+                      only={name.strip() for name in args.only.split(",") if name.strip()} if args.only else None,
+                      progress=_progress_printer())
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:

@@ -11,6 +11,7 @@ from typing import Any
 
 from checker import checks
 from checker.chapters import Chapter
+from checker.paths import display_path
 from checker.checks import FAILED, SKIPPED, CheckResult
 from checker.errors import WorkbookError
 from checker.runs import IncompleteWork, RunResult, run_script
@@ -99,12 +100,18 @@ class Evaluation:
         self._baseline_trace = None
         self._run_count = 0
         self.keep_traces: Path | None = None  # where to copy each trace a check read (--keep-traces)
+        self.progress = None  # called with one line before each run of a script (the CLI prints it on a terminal)
 
     def is_log_step(self, step: int) -> bool:
         log_every = int(self.cfg.get("log_every", 0))
         return bool(log_every) and (step + 1) % log_every == 0
 
-    def _run(self, script: Path, **kwargs) -> RunResult:
+    def say(self, line: str) -> None:
+        if self.progress is not None:
+            self.progress(line)
+
+    def _run(self, script: Path, what: str = "run", **kwargs) -> RunResult:
+        self.say(f"{what}: {display_path(script)}")
         self._run_count += 1
         workdir = self.workdir / f"run{self._run_count:02d}"
         workdir.mkdir()
@@ -118,12 +125,13 @@ class Evaluation:
             baseline = self.chapter.slow_script
             self._pairs = []
             for trial in range(trials):
+                what = f"timed run, trial {trial + 1} of {trials}"
                 if trial % 2 == 0:
-                    b = self._run(baseline)
-                    c = self._run(self.candidate)
+                    b = self._run(baseline, what)
+                    c = self._run(self.candidate, what)
                 else:
-                    c = self._run(self.candidate)
-                    b = self._run(baseline)
+                    c = self._run(self.candidate, what)
+                    b = self._run(baseline, what)
                 self._pairs.append((b, c))
         return self._pairs
 
@@ -143,7 +151,7 @@ class Evaluation:
         from checker.trace import load
 
         steps = int(self.cfg["warmup"]) + int(self.cfg.get("trace_steps", 10))
-        trace_file = self._run(script, steps=steps, trace=self.trace_tool).trace_file
+        trace_file = self._run(script, f"traced run ({self.trace_tool})", steps=steps, trace=self.trace_tool).trace_file
         if self.keep_traces is not None and trace_file is not None:
             role = "baseline" if script == self.chapter.slow_script else "candidate"
             self.keep_traces.mkdir(parents=True, exist_ok=True)
@@ -201,10 +209,10 @@ class Evaluation:
 
 def evaluate(chapter: Chapter, *, variant: str = "lab", submission: Path | None = None, device: str | None = None,
              trace_tool: str = "torch", with_ncu: bool = False, keep: bool = False,
-             keep_traces: Path | None = None, only: set[str] | None = None) -> Report:
+             keep_traces: Path | None = None, only: set[str] | None = None, progress=None) -> Report:
     candidate = resolve_candidate(chapter, variant, submission)
     ev = Evaluation(chapter, candidate, device or default_device(), trace_tool, with_ncu)
-    ev.keep_traces = keep_traces
+    ev.keep_traces, ev.progress = keep_traces, progress
     try:
         return ev.run_checks(str(submission) if submission else variant, only=only)
     finally:

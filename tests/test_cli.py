@@ -103,3 +103,18 @@ def test_only_runs_the_named_checks_and_keeps_their_traces(workbook, tmp_path):
 def test_only_with_an_unknown_check_names_the_chapters_checks(workbook):
     line = one_clear_line(workbook("check", "01", "--device", "cpu", "--only", "host_sync"))
     assert "--only host_sync" in line and "host_syncs" in line and "same_work" in line
+
+
+def test_progress_lines_name_each_run_of_a_script():
+    """On a terminal, `workbook check` says what it is running (a GPU check takes minutes); the lines come
+    from the evaluation itself, so every run it makes is announced."""
+    from checker.chapters import get_chapter
+    from checker.evaluate import evaluate
+
+    lines = []
+    report = evaluate(get_chapter("01"), variant="lab", device="cpu", only={"same_work", "host_syncs"},
+                      progress=lines.append)
+    assert report.exit_code == 1
+    assert lines == ["timed run, trial 1 of 1: chapters/01_item_syncs/slow.py",
+                     "timed run, trial 1 of 1: labs/01_item_syncs/train.py",
+                     "traced run (torch): labs/01_item_syncs/train.py"]

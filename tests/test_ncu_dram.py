@@ -150,7 +150,8 @@ def _fake_ncu(tmp_path, monkeypatch) -> Path:
 def _run_check(trace, tmp_path):
     chapter = get_chapter("05")
     ev = SimpleNamespace(device="cuda", with_ncu=True, chapter=chapter, cfg=chapter.config("cuda"),
-                         workdir=tmp_path, candidate=chapter.solution_script, trace=lambda: trace)
+                         workdir=tmp_path, candidate=chapter.solution_script, trace=lambda: trace,
+                         say=lambda line: None)
     spec = next(c for c in chapter.checks if c.name == "ncu_dram")
     return ncu.ncu_dram(ev, spec)
 

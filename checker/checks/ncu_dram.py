@@ -273,6 +273,7 @@ def ncu_dram(ev, spec):
                           sections)
     env = dict(os.environ, WORKBOOK_ROOT=str(repo_root()), PYTHONUNBUFFERED="1")
     timeout = 2 * float(os.environ.get("WORKBOOK_TIMEOUT_S") or ev.cfg.get("timeout_s", 300)) + 120
+    ev.say(f"Nsight Compute on {target['short']} in step {step} (ncu replays it: a minute or two)")
     proc = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     output = proc.stdout + proc.stderr
     problem = _ncu_problem(output)

@@ -1,8 +1,8 @@
 """The timeline picture: what the host and the GPU did during the steps, drawn with matplotlib.
 
 Rows, top to bottom: step and other ranges (NVTX / record_function), CUDA API calls (host syncs in
-red), GPU kernels, and copies (pageable ones in red). Time is in milliseconds from the first step's
-start. With a baseline, the baseline is drawn above the trace, both on the same time scale, so a fix
+red), GPU kernels, and copies (pageable ones in orange). Time is in milliseconds from the first step's
+start; the picture runs on past the last step while the GPU is still running work launched in it. With a baseline, the baseline is drawn above the trace, both on the same time scale, so a fix
 that shortens the steps shows as a shorter picture.
 """
 
@@ -22,12 +22,23 @@ MAX_STEPS = 12  # draw at most this many steps, so the bars stay readable
 
 
 def _window(trace, max_steps: int) -> tuple[int, int]:
+    """From the first drawn step's start to the end of the last drawn step, or of the GPU work launched in
+    the drawn steps if that ends later: a GPU that lags behind the host must not be cut off."""
     steps = trace.get_steps()
     if len(steps):
         steps = steps.head(max_steps)
-        return int(steps["start_ns"].min()), int(steps["end_ns"].max())
-    windows = trace._windows()
-    return int(windows["start_ns"].iloc[0]), int(windows["end_ns"].iloc[0])
+        lo, hi = int(steps["start_ns"].min()), int(steps["end_ns"].max())
+    else:
+        windows = trace._windows()
+        lo, hi = int(windows["start_ns"].iloc[0]), int(windows["end_ns"].iloc[0])
+    events = trace.events
+    launched = events[(events["kind"] == "cuda_api") & (events["start_ns"] >= lo) & (events["start_ns"] < hi)]
+    correlations = launched["correlation"].dropna()
+    if len(correlations):
+        gpu = events[events["device"].notna() & events["correlation"].isin(correlations)]
+        if len(gpu):
+            hi = max(hi, int(gpu["end_ns"].max()))
+    return lo, hi
 
 
 def _bars(ax, y: float, starts, ends, lo: int, color: str, height: float = 0.8, min_ms: float = 1e-4) -> None:
@@ -100,7 +111,9 @@ def draw_timeline(trace, out, baseline=None, max_steps: int = MAX_STEPS) -> Path
     for ax, (tr, label) in zip(axes[:, 0], panels):
         s = tr.summary()
         name = "/".join(Path(tr.source).parts[-2:])
-        title = (f"{label + ': ' if label else ''}{name} ({tr.format}), {s['steps']} steps, "
+        drawn = min(s["steps"], max_steps)
+        shown = f"{s['steps']} steps" if drawn == s["steps"] else f"first {drawn} of {s['steps']} steps"
+        title = (f"{label + ': ' if label else ''}{name} ({tr.format}), {shown}, "
                  f"{s['host_syncs_per_step']:g} host syncs/step, {s['pageable_h2d_per_step']:g} pageable copies/step")
         spans.append(_draw(ax, tr, max_steps, title))
     for ax in axes[:, 0]:

@@ -308,7 +308,8 @@ def test_ncu_check_profiles_the_hottest_elementwise_kernel(monkeypatch, tmp_path
     ], steps=[20])
     chapter = get_chapter("05")
     ev = SimpleNamespace(device="cuda", with_ncu=True, chapter=chapter, cfg=chapter.config("cuda"),
-                         workdir=tmp_path, candidate=chapter.solution_script, trace=lambda: trace)
+                         workdir=tmp_path, candidate=chapter.solution_script, trace=lambda: trace,
+                         say=lambda line: None)
     outcome = ncu.ncu_dram(ev, _ncu_spec())
     assert outcome.status == PASSED, outcome.evidence
     assert outcome.measured["fraction_of_copy"] == pytest.approx(2950 / 3200, abs=1e-3)

@@ -11,9 +11,9 @@ from typing import Any
 
 from checker import checks
 from checker.chapters import Chapter
-from checker.paths import display_path
-from checker.checks import FAILED, SKIPPED, CheckResult
+from checker.checks import FAILED, NOT_SELECTED, SKIPPED, CheckResult
 from checker.errors import WorkbookError
+from checker.paths import display_path
 from checker.runs import IncompleteWork, RunResult, run_script
 from checker.tools import find_tool
 
@@ -77,7 +77,8 @@ class Report:
 class Evaluation:
     """The runs a chapter's checks share: baseline/candidate pairs and the candidate's trace, made once."""
 
-    def __init__(self, chapter: Chapter, candidate: Path, device: str, trace_tool: str = "torch", with_ncu: bool = False):
+    def __init__(self, chapter: Chapter, candidate: Path, device: str, trace_tool: str = "torch", with_ncu: bool = False,
+                 keep_traces: Path | None = None, progress=None):
         if device not in ("cpu", "cuda"):
             raise WorkbookError(f"--device {device}: choose cpu or cuda")
         if device == "cuda" and not cuda_available():
@@ -99,8 +100,8 @@ class Evaluation:
         self._trace = None
         self._baseline_trace = None
         self._run_count = 0
-        self.keep_traces: Path | None = None  # where to copy each trace a check read (--keep-traces)
-        self.progress = None  # called with one line before each run of a script (the CLI prints it on a terminal)
+        self.keep_traces = keep_traces  # where to copy each trace a check read (--keep-traces)
+        self.progress = progress  # called with one line before each run of a script (the CLI prints it on a terminal)
 
     def is_log_step(self, step: int) -> bool:
         log_every = int(self.cfg.get("log_every", 0))
@@ -178,7 +179,7 @@ class Evaluation:
                                     f"known: {', '.join(sorted(checks.REGISTRY))}")
             skip = spec.skip_reason_for(self.device)
             if skip is None and only and spec.name not in only:
-                skip = f"not selected (--only {','.join(sorted(only))})"
+                skip = f"{NOT_SELECTED} (--only {','.join(sorted(only))})"
             if spec.threshold_for(self.device) is None and spec.name != "same_work" and skip is None:
                 skip = f"no threshold for {self.device} in {self.chapter.id}/chapter.toml"
             if skip is None and "same_work" in failed_first and spec.name == "throughput":
@@ -211,8 +212,7 @@ def evaluate(chapter: Chapter, *, variant: str = "lab", submission: Path | None 
              trace_tool: str = "torch", with_ncu: bool = False, keep: bool = False,
              keep_traces: Path | None = None, only: set[str] | None = None, progress=None) -> Report:
     candidate = resolve_candidate(chapter, variant, submission)
-    ev = Evaluation(chapter, candidate, device or default_device(), trace_tool, with_ncu)
-    ev.keep_traces, ev.progress = keep_traces, progress
+    ev = Evaluation(chapter, candidate, device or default_device(), trace_tool, with_ncu, keep_traces, progress)
     try:
         return ev.run_checks(str(submission) if submission else variant, only=only)
     finally:

@@ -12,7 +12,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from checker.checks import KEY_MEASURE
+from checker.checks import KEY_MEASURE, NOT_SELECTED
+
 TOOL_NAMES = {"torch": "torch.profiler", "nsys": "nsys"}
 
 
@@ -23,7 +24,6 @@ def empty_results(chapter_id: str) -> dict[str, Any]:
 
 
 STALE = "stale"  # measured against a threshold chapter.toml no longer declares
-NOT_SELECTED = "not selected"  # the reason `workbook check --only` gives the checks it leaves out
 
 
 def build_results(env: dict[str, Any], rows: list[dict[str, Any]], chapter_id: str,

@@ -9,7 +9,7 @@
 #   sweep     slow vs solution over workload settings (SWEEPS: ';'-separated sweep.py args) -> $OUT/sweep.jsonl
 #   fixtures  the trace engine's fixture programs under torch.profiler and nsys -> $OUT/fixtures.tar.gz
 #   checks    `workbook check` for every chapter: solution, lab and slow, with torch.profiler and nsys,
-#             RERUNS times each -> $OUT/checks.jsonl; one trace of slow+solution per chapter -> $OUT/traces.tar.gz
+#             RERUNS times each -> $OUT/checks.jsonl; the torch traces the checks read -> $OUT/traces.tar.gz.part-*
 #   summary   a table of it all -> $OUT/summary.md
 # Needs: .whl/ (the nvtx wheel) and .debs/ (libdw1, libelf1 for nsys's importer), carried.
 set -u
@@ -99,10 +99,10 @@ fi
 
 if has checks; then
   # PLAN: items run in order until DEADLINE (seconds of this script), so that a cut-short run still has the
-  # most important verdicts. Items: check:<chapter>:<variant>:<tool>[:<check,check>]  trace:<chapter>:<variant>:<tool>
-  # (the optional last field is passed as --only).
+  # most important verdicts. Items: check:<chapter>:<variant>:<tool>[:<check,check>] (the optional last
+  # field is passed as --only).
   # Items' tool may be torch+ncu or nsys+ncu (adds --with-ncu). Each check keeps the torch traces it read
-  # (--keep-traces): they go to $OUT/traces.tar.gz for the docs' timelines.
+  # (--keep-traces): they go to $OUT/traces.tar.gz.part-* for the docs' timelines.
   # Default: for every chapter, RERUNS x (solution, lab) x (torch, nsys) checks.
   T=/tmp/traces; rm -rf $T; mkdir -p $T
   DEADLINE=${DEADLINE:-100000}
@@ -118,13 +118,8 @@ if has checks; then
   fi
   declare -A done_count
   for item in $PLAN; do
-    IFS=: read -r what chapter variant tool only <<< "$item"
+    IFS=: read -r _check chapter variant tool only <<< "$item"
     if [ "$SECONDS" -ge "$DEADLINE" ]; then log "deadline: skipping $item"; continue; fi
-    if [ "$what" = trace ]; then
-      log "trace $chapter $variant $tool"
-      python3 scripts/capture_trace.py "$chapter" --variant $variant --tool $tool --out $T/${chapter}-${variant}-${tool} 2>&1 | tail -n 1
-      continue
-    fi
     # tool "torch+ncu" or "nsys+ncu": also the Nsight Compute checks, reports kept under $T/ncu-<chapter>-<variant>
     extra=""
     if [[ "$tool" == *+ncu ]]; then

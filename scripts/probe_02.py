@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "chapters" / "02_pageable_copies"))
-import workload  # noqa: E402  (after the path insert)
+import workload
 
 
 def emit(out, **row):
@@ -45,9 +45,8 @@ class PerSample(torch.utils.data.Dataset):
         return self.images[slot], int(self.labels[slot])
 
 
-def loader_rate(dataset, batch_size, workers, pin, batches=24):
-    loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, pin_memory=pin,
-                        persistent_workers=False)
+def loader_rate(loader, batches=24):
+    """Batches per second the loader delivers, after 4 to start its workers and fill its queue."""
     it = iter(loader)
     for _ in range(4):
         next(it)
@@ -69,16 +68,6 @@ class BatchViews(torch.utils.data.Dataset):
     def __getitem__(self, i):
         start = (i * 7 * self.bs) % (len(self.images) - self.bs + 1)
         return self.images[start:start + self.bs], self.labels[start:start + self.bs]
-
-
-def view_loader_rate(dataset, workers, pin, batches=24):
-    it = iter(DataLoader(dataset, batch_size=None, num_workers=workers, pin_memory=pin))
-    for _ in range(4):
-        next(it)
-    t = time.perf_counter()
-    for _ in range(batches):
-        next(it)
-    return batches / (time.perf_counter() - t)
 
 
 def copy_gbps(src, reps=10):
@@ -130,11 +119,11 @@ def main():
     emit(a.out, what="pin_memory_call", ms=round((time.perf_counter() - t) / 5 * 1e3, 2))
     for workers, pin in [(0, False), (8, False), (8, True), (12, False), (12, True)]:
         emit(a.out, what="loader", workers=workers, pin_memory=pin, batch_size=bs,
-             batches_per_s=round(loader_rate(dataset, bs, workers, pin), 2))
+             batches_per_s=round(loader_rate(DataLoader(dataset, batch_size=bs, num_workers=workers, pin_memory=pin)), 2))
     views = BatchViews(images.clone(), labels.clone(), bs, 40)
     for workers, pin in [(0, False), (0, True), (4, False), (4, True)]:
         emit(a.out, what="view_loader", workers=workers, pin_memory=pin, batch_size=bs,
-             batches_per_s=round(view_loader_rate(views, workers, pin), 2))
+             batches_per_s=round(loader_rate(DataLoader(views, batch_size=None, num_workers=workers, pin_memory=pin)), 2))
     for downscale in (2, 3, 4, 6):
         emit(a.out, what="model_step", arch="resnet18", downscale=downscale, batch_size=bs,
              ms=round(step_ms("resnet18", downscale, bs, size), 2))

@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 
 from checker.chapters import get_chapter
-from checker.runs import run_script
+from checker.errors import WorkbookError
+from checker.runs import IncompleteWork, run_script
 
 
 def main() -> int:
@@ -39,31 +40,27 @@ def main() -> int:
     for values in itertools.product(*[vals for _, vals in axes]):
         overrides = [f"{k}={v}" for (k, _), v in zip(axes, values)]
         extra = [a for o in overrides for a in ("--set", o)]
-        sps = {v: [] for v in variants}
-        loss = {v: [] for v in variants}
-        wall: dict[str, list[float]] = {}
+        runs = {v: [] for v in variants}
         for trial in range(args.trials):
             order = variants if trial % 2 == 0 else variants[::-1]
             for variant in order:
                 try:
                     r = run_script(chapter, chapter.script_for(variant), args.device, steps=args.steps, extra_args=extra)
-                except Exception as err:  # one broken setting must not end the sweep
+                except (WorkbookError, IncompleteWork) as err:  # one broken setting must not end the sweep
                     print(json.dumps({"chapter": chapter.id, "settings": overrides, "variant": variant,
                                       "error": str(err)[-400:]}), flush=True)
                     continue
-                sps[variant].append(r.samples_per_s)
-                wall.setdefault(variant, []).append(r.raw.get("warmup_s") or 0.0)
-                loss[variant].append(r.eval_loss)
+                runs[variant].append(r)
         base = variants[0]
         row = {"chapter": chapter.id, "tag": args.tag, "settings": overrides}
         for v in variants:
-            if not sps[v]:
+            if not runs[v]:
                 continue
-            row[f"{v}_warmup_s"] = round(statistics.median(wall[v]), 1)
-            row[f"{v}_samples_per_s"] = round(statistics.median(sps[v]), 1)
-            row[f"{v}_eval_loss"] = round(statistics.median(loss[v]), 4)
-            if v != base and sps[base] and len(sps[v]) == len(sps[base]):
-                ratios = [c / b for c, b in zip(sps[v], sps[base])]
+            row[f"{v}_warmup_s"] = round(statistics.median(r.raw.get("warmup_s") or 0.0 for r in runs[v]), 1)
+            row[f"{v}_samples_per_s"] = round(statistics.median(r.samples_per_s for r in runs[v]), 1)
+            row[f"{v}_eval_loss"] = round(statistics.median(r.eval_loss for r in runs[v]), 4)
+            if v != base and runs[base] and len(runs[v]) == len(runs[base]):
+                ratios = [c.samples_per_s / b.samples_per_s for c, b in zip(runs[v], runs[base])]
                 row[f"{v}_speedup"] = round(statistics.median(ratios), 3)
         rows.append(row)
         print(json.dumps(row), flush=True)

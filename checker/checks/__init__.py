@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from checker.evaluate import Evaluation
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+NOT_SELECTED = "not selected"  # how a skip left out by `workbook check --only` begins its reason
 
 
 @dataclass

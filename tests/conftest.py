@@ -45,3 +45,33 @@ def graded():
         return _GRADED[key]
 
     return grade
+
+
+@pytest.fixture
+def fake_ncu(tmp_path, monkeypatch):
+    """Install a stand-in for ncu: it records its arguments (one JSON list per call in the returned file),
+    writes a report for a profiling call, and prints ``csv_text`` for `--import`; the copy-bandwidth probe
+    returns ``copy_bandwidth`` bytes/s instead of timing a GPU."""
+    from checker.checks import ncu_dram
+
+    def install(csv_text: str, copy_bandwidth: float) -> Path:
+        calls = tmp_path / "calls.jsonl"
+        (tmp_path / "bin").mkdir(exist_ok=True)
+        fake = tmp_path / "bin" / "ncu"
+        fake.write_text(
+            f"#!{sys.executable}\n"
+            "import json, sys\n"
+            f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+            "args = sys.argv[1:]\n"
+            "if '--import' in args:\n"
+            f"    sys.stdout.write({csv_text!r})\n"
+            "else:\n"
+            "    open(args[args.index('-o') + 1] + '.ncu-rep', 'w').write('report')\n"
+        )
+        fake.chmod(0o755)
+        monkeypatch.setenv("WORKBOOK_NCU", str(fake))
+        monkeypatch.delenv("WORKBOOK_NCU_OUT", raising=False)
+        monkeypatch.setattr(ncu_dram, "copy_bandwidth_in_subprocess", lambda: copy_bandwidth)
+        return calls
+
+    return install

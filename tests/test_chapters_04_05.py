@@ -279,27 +279,10 @@ def test_a_lab_that_skips_the_optimizer_step_does_different_work(workbook, tmp_p
     assert same_work["status"] == FAILED and "held-out loss" in same_work["evidence"][0]
 
 
-def test_ncu_check_profiles_the_hottest_elementwise_kernel(monkeypatch, tmp_path):
+def test_ncu_check_profiles_the_hottest_elementwise_kernel(fake_ncu, tmp_path):
     """The whole ncu_dram flow on a CPU, with a stand-in for ncu that records its arguments and replays the
     sample CSV above, and a fixed copy bandwidth in place of the CUDA probe."""
-    import sys
-
-    calls = tmp_path / "calls.jsonl"
-    (tmp_path / "bin").mkdir()
-    fake = tmp_path / "bin" / "ncu"
-    fake.write_text(
-        f"#!{sys.executable}\n"
-        "import json, sys\n"
-        f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
-        "args = sys.argv[1:]\n"
-        "if '--import' in args:\n"
-        f"    sys.stdout.write({NCU_RAW_CSV!r})\n"
-        "else:\n"
-        "    open(args[args.index('-o') + 1] + '.ncu-rep', 'w').write('report')\n"
-    )
-    fake.chmod(0o755)
-    monkeypatch.setenv("WORKBOOK_NCU", str(fake))
-    monkeypatch.setattr(ncu, "copy_bandwidth_in_subprocess", lambda: 3.2e12)
+    calls = fake_ncu(NCU_RAW_CSV, 3.2e12)
     hot = "triton_per_fused_add_gelu_mul_native_layer_norm_sigmoid_0"
     trace = _trace([
         ("kernel", hot, 0, 700, 7, 20),

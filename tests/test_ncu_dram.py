@@ -6,7 +6,6 @@ Everything here runs on a CPU: ncu itself is replaced by a stand-in that records
 
 import json
 import re
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -125,28 +124,6 @@ def test_lab_ncu_csv_still_parses():
 
 
 # -- the whole check, with a stand-in for ncu -----------------------------------------------------------------
-def _fake_ncu(tmp_path, monkeypatch) -> Path:
-    """An ncu that records its arguments, writes a report, and replays lab-ncu-raw.csv on --import."""
-    calls = tmp_path / "calls.jsonl"
-    (tmp_path / "bin").mkdir()
-    fake = tmp_path / "bin" / "ncu"
-    fake.write_text(
-        f"#!{sys.executable}\n"
-        "import json, sys\n"
-        f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
-        "args = sys.argv[1:]\n"
-        "if '--import' in args:\n"
-        f"    sys.stdout.write(open({str(DATA / 'lab-ncu-raw.csv')!r}).read())\n"
-        "else:\n"
-        "    open(args[args.index('-o') + 1] + '.ncu-rep', 'w').write('report')\n"
-    )
-    fake.chmod(0o755)
-    monkeypatch.setenv("WORKBOOK_NCU", str(fake))
-    monkeypatch.delenv("WORKBOOK_NCU_OUT", raising=False)
-    monkeypatch.setattr(ncu, "copy_bandwidth_in_subprocess", lambda: 4.0e12)
-    return calls
-
-
 def _run_check(trace, tmp_path):
     chapter = get_chapter("05")
     ev = SimpleNamespace(device="cuda", with_ncu=True, chapter=chapter, cfg=chapter.config("cuda"),
@@ -156,8 +133,8 @@ def _run_check(trace, tmp_path):
     return ncu.ncu_dram(ev, spec)
 
 
-def test_check_on_the_solution_says_which_kernel_it_skipped(solution, tmp_path, monkeypatch):
-    calls = _fake_ncu(tmp_path, monkeypatch)
+def test_check_on_the_solution_says_which_kernel_it_skipped(solution, tmp_path, fake_ncu):
+    calls = fake_ncu((DATA / "lab-ncu-raw.csv").read_text(), 4.0e12)
     outcome = _run_check(solution, tmp_path)
     profile = json.loads(calls.read_text().splitlines()[0])
     assert profile[profile.index("-k") + 1] == \
@@ -169,10 +146,10 @@ def test_check_on_the_solution_says_which_kernel_it_skipped(solution, tmp_path, 
     assert len(skipped) == 1 and "gelu_backward" in skipped[0] and "autograd's thread" in skipped[0]
 
 
-def test_check_fails_without_running_ncu_when_no_kernel_is_on_the_stepping_thread(tmp_path, monkeypatch):
+def test_check_fails_without_running_ncu_when_no_kernel_is_on_the_stepping_thread(tmp_path, fake_ncu):
     from checker.trace.events import finish
 
-    calls = _fake_ncu(tmp_path, monkeypatch)
+    calls = fake_ncu((DATA / "lab-ncu-raw.csv").read_text(), 4.0e12)
     main, autograd = 10, 11
     frame = pd.DataFrame([
         ("cuda_api", "cuLaunchKernel", 100, 110, 1, autograd, None, 7, 20),

@@ -30,8 +30,8 @@ def build_results(env: dict[str, Any], rows: list[dict[str, Any]], chapter_id: s
                   thresholds: dict[str, Any] | None = None) -> dict[str, Any]:
     """Collect one chapter's `workbook check --json` rows (several variants, tools, reruns) into a results file.
 
-    ``thresholds`` (check name -> the chapter's current cuda threshold): a check judged against another
-    threshold keeps its measurement but gets the status "stale", and the run's verdict is that of its other
+    ``thresholds`` (check name -> the chapter's current cuda threshold, None where it declares none, as
+    same_work does): a check judged against another threshold keeps its measurement but gets the status "stale", and the run's verdict is that of its other
     checks. Checks a run left out (--only) are dropped from it.
     """
     runs = []
@@ -43,8 +43,9 @@ def build_results(env: dict[str, Any], rows: list[dict[str, Any]], chapter_id: s
             if c["status"] == "skipped" and str(c.get("reason") or "").startswith(NOT_SELECTED):
                 continue
             status = c["status"]
-            if thresholds and c["name"] in thresholds and c.get("threshold") is not None \
-                    and thresholds[c["name"]] != c.get("threshold") and status != "skipped":
+            current = (thresholds or {}).get(c["name"])
+            if current is not None and c.get("threshold") is not None and current != c["threshold"] \
+                    and status != "skipped":
                 status = STALE
             checks[c["name"]] = {"status": status, "measured": c.get("measured", {}), "threshold": c.get("threshold"),
                                  "reason": c.get("reason")}

@@ -55,9 +55,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 # -- check --------------------------------------------------------------------------------------------
 def _progress_printer():
-    """On a terminal, one line per run of a script, with the time so far (a GPU check takes minutes);
-    nothing when stderr is a file or a pipe, so that logs and tests see only results and errors."""
-    if not sys.stderr.isatty():
+    """On a terminal, one line per run of a script, with the time so far (a GPU check takes minutes), and where
+    each run's seconds went; nothing when stderr is a file or a pipe, so that logs and tests see only results
+    and errors, unless WORKBOOK_PROGRESS=1 asks for the lines there too."""
+    if not (sys.stderr.isatty() or os.environ.get("WORKBOOK_PROGRESS") == "1"):
         return None
     import time
 

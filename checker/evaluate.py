@@ -14,7 +14,7 @@ from checker.chapters import Chapter
 from checker.checks import FAILED, NOT_SELECTED, SKIPPED, CheckResult
 from checker.errors import WorkbookError
 from checker.paths import display_path
-from checker.runs import IncompleteWork, RunResult, run_script
+from checker.runs import IncompleteWork, RunResult, describe_phases, run_script
 from checker.tools import find_tool
 
 TRACE_TOOLS = ("torch", "nsys")
@@ -98,6 +98,7 @@ class Evaluation:
         self.workdir = Path(tempfile.mkdtemp(prefix=f"workbook-{chapter.id}-"))
         self._pairs: list[tuple[RunResult, RunResult]] | None = None
         self._trace = None
+        self._trace_run: RunResult | None = None
         self._baseline_trace = None
         self._run_count = 0
         self.keep_traces = keep_traces  # where to copy each trace a check read (--keep-traces)
@@ -116,7 +117,9 @@ class Evaluation:
         self._run_count += 1
         workdir = self.workdir / f"run{self._run_count:02d}"
         workdir.mkdir()
-        return run_script(self.chapter, script, self.device, workdir=workdir, **kwargs)
+        run = run_script(self.chapter, script, self.device, workdir=workdir, **kwargs)
+        self.say(f"  {sum(run.phases_s.values()):.1f} s: {describe_phases(run.phases_s)}")
+        return run
 
     def pairs(self) -> list[tuple[RunResult, RunResult]]:
         """(baseline, candidate) runs, alternating which goes first; several trials when speed is checked."""
@@ -139,26 +142,38 @@ class Evaluation:
     def trace(self):
         """The candidate's steady-state steps, traced with the chosen tool and loaded by checker.trace."""
         if self._trace is None:
-            self._trace = self._traced(self.candidate)
+            self._trace_run, self._trace = self._traced(self.candidate)
         return self._trace
 
     def baseline_trace(self):
         """The slow script's steady-state steps, traced the same way (for checks that compare counts)."""
         if self._baseline_trace is None:
-            self._baseline_trace = self._traced(self.chapter.slow_script)
+            self._baseline_trace = self._traced(self.chapter.slow_script)[1]
         return self._baseline_trace
+
+    def timed_pairs_if_run(self) -> list[tuple[RunResult, RunResult]]:
+        """The timed pairs when a check has already run them, else none (so that --only spares them)."""
+        return self._pairs or []
+
+    def candidate_run(self) -> RunResult:
+        """Any finished run of the candidate: the first timed one, else the traced one (run if need be)."""
+        if self._pairs:
+            return self._pairs[0][1]
+        self.trace()
+        return self._trace_run
 
     def _traced(self, script: Path):
         from checker.trace import load
 
         steps = int(self.cfg["warmup"]) + int(self.cfg.get("trace_steps", 10))
-        trace_file = self._run(script, f"traced run ({self.trace_tool})", steps=steps, trace=self.trace_tool).trace_file
+        run = self._run(script, f"traced run ({self.trace_tool})", steps=steps, trace=self.trace_tool)
+        trace_file = run.trace_file
         if self.keep_traces is not None and trace_file is not None:
             role = "baseline" if script == self.chapter.slow_script else "candidate"
             self.keep_traces.mkdir(parents=True, exist_ok=True)
             suffix = "".join(trace_file.suffixes[-2:]) if trace_file.name.endswith(".gz") else trace_file.suffix
             shutil.copy(trace_file, self.keep_traces / f"{self.chapter.id}-{role}-{self.trace_tool}{suffix}")
-        return load(trace_file)
+        return run, load(trace_file)
 
     def run_checks(self, variant_label: str, only: set[str] | None = None) -> Report:
         """Run the chapter's checks in order; with ``only``, the others are reported as skipped."""

@@ -147,6 +147,7 @@ class Session:
     def __init__(self, chapter_id: str, device: str, cfg: dict[str, Any]):
         from checker.chapters import get_chapter
 
+        self.clock = {"start": time.monotonic()}  # when each phase of the run began (see checker.runs.phases)
         self.chapter = get_chapter(chapter_id)
         self.device = torch.device(device)
         self.cfg = cfg
@@ -169,6 +170,7 @@ class Session:
         self._stepped = False
         self._profiler = None
         self.loader_settings: dict[str, Any] | None = None
+        self.clock["built"] = time.monotonic()
 
     # -- what scripts call -------------------------------------------------------------------------
     def is_log_step(self, step: int) -> bool:
@@ -185,6 +187,7 @@ class Session:
         for step in range(self.total_steps):
             if step == 0:
                 self._t_first_step = time.perf_counter_ns()
+                self.clock["first_step"] = time.monotonic()
             if step == self.warmup:
                 self._open_window()
             if self._window_open:
@@ -239,6 +242,7 @@ class Session:
         if self.device.type == "cuda":
             torch.cuda.profiler.start()
         self._window_open = True
+        self.clock["window"] = time.monotonic()
         self._t0 = time.perf_counter_ns()
         # warm-up: first-step costs (torch.compile, cudnn autotuning, allocator growth), outside the window
         self.warmup_s = (self._t0 - self._t_first_step) / 1e9
@@ -248,6 +252,7 @@ class Session:
         t1 = time.perf_counter_ns()
         self.step_starts_ns.append(t1)
         self.window_s = (t1 - self._t0) / 1e9
+        self.clock["window_end"] = time.monotonic()
         self._window_open = False
         if self.device.type == "cuda":
             torch.cuda.profiler.stop()
@@ -276,6 +281,7 @@ class Session:
             "step_ms": step_ms,
             "trace_file": str(self.trace_file) if self.trace_file else None,
             "loader": self.loader_settings,
+            "clock": self.clock,
         }
 
 

@@ -14,6 +14,7 @@ import argparse
 import json
 import runpy
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -29,6 +30,7 @@ def _where(exc: BaseException, script: Path) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    launched = time.monotonic()  # after Python, torch and the checker were imported (see checker.runs.phases)
     parser = argparse.ArgumentParser(prog="python -m checker.launch")
     parser.add_argument("--script", required=True, type=Path)
     parser.add_argument("--result", required=True, type=Path)
@@ -66,9 +68,13 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 import torch
 
-                session.model.eval()
+                # the held-out loss is a property of the weights: evaluate the module itself, not a
+                # torch.compile wrapper around it (which would compile a second, inference graph first)
+                model = getattr(session.model, "_orig_mod", session.model)
+                model.eval()
                 with torch.no_grad():
-                    result["eval_loss"] = float(session.workload.eval_loss(session.model))
+                    result["eval_loss"] = float(session.workload.eval_loss(model))
+    result.setdefault("clock", {}).update(launched=launched, end=time.monotonic())
     args.result.parent.mkdir(parents=True, exist_ok=True)
     args.result.write_text(json.dumps(result))
     return 3 if "error" in result or "incomplete" in result else 0

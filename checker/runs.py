@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,27 @@ class RunResult:
     step_ms: list[float]
     raw: dict[str, Any] = field(repr=False)
     trace_file: Path | None = None
+    phases_s: dict[str, float] = field(default_factory=dict)
+
+
+# (name, from mark, to mark): where the seconds of one run went; "spawn" and "exit" are the checker's own marks
+PHASES = (
+    ("start-up", "spawn", "launched"),        # Python, torch and the checker imported (nsys starting, when tracing)
+    ("build", "launched", "built"),           # the script's imports and the chapter's workload
+    ("setup", "built", "first_step"),         # the script's own setup (model, optimizer, DataLoader)
+    ("warm-up", "first_step", "window"),      # untimed steps: torch.compile, autotuning, workers starting
+    ("timed", "window", "window_end"),        # the measured window
+    ("after", "window_end", "exit"),          # trace export, the held-out loss, nsys writing its report
+)
+
+
+def phases(clock: dict[str, float]) -> dict[str, float]:
+    """Seconds per phase of one run, from time.monotonic() marks (one clock for all processes on a machine)."""
+    return {name: round(clock[b] - clock[a], 2) for name, a, b in PHASES if a in clock and b in clock}
+
+
+def describe_phases(seconds: dict[str, float]) -> str:
+    return ", ".join(f"{name} {value:.1f}" for name, value in seconds.items())
 
 
 def run_script(
@@ -78,6 +100,7 @@ def run_script(
         trace_file = report.with_suffix(".nsys-rep")
     command += ["--", *script_args]
     env = dict(os.environ, WORKBOOK_ROOT=str(repo_root()), PYTHONUNBUFFERED="1")
+    spawned = time.monotonic()
     try:
         proc = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -99,6 +122,7 @@ def run_script(
             raise WorkbookError(f"nsys wrote no report at {trace_file}; if only a .qdstrm appeared, nsys's importer "
                                 "could not run (on some systems it needs libdw.so.1)")
         trace_file = export_report(trace_file, workdir)
+    clock = dict(raw.get("clock") or {}, spawn=spawned, exit=time.monotonic())
     return RunResult(
         script=script,
         samples_per_s=raw.get("samples_per_s"),
@@ -108,5 +132,6 @@ def run_script(
         step_ms=list(raw.get("step_ms", [])),
         raw=raw,
         trace_file=Path(raw["trace_file"]) if trace == "torch" and raw.get("trace_file") else trace_file,
+        phases_s=phases(clock),
     )
 

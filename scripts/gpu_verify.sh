@@ -18,7 +18,7 @@ mkdir -p "$OUT"
 STAGES=${STAGES:-"env fixtures checks summary"}
 CHAPTERS=${CHAPTERS:-$(ls chapters | grep -E '^[0-9]{2}_' | tr '\n' ' ')}
 RERUNS=${RERUNS:-1}
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 WORKBOOK_PROGRESS=1  # each check's stderr says where each run's seconds went
 log() { echo "[$(date +%H:%M:%S)] $*"; }
 
 # -- setup: nvtx from the carried wheel, the project itself, nsys's missing libdw --------------------------
@@ -134,6 +134,7 @@ if has checks; then
     timeout $(( ${HARD_STOP:-100000} - SECONDS )) \
       python3 -m checker check "$chapter" --variant $variant --trace-tool $tool $extra --keep-traces $keep --json > /tmp/check.json 2> /tmp/check.err
     code=$?
+    grep -E '^  \[' /tmp/check.err | cut -c1-200
     wall=$(python3 -c "import time; print(round(time.time() - $start, 1))")
     unset WORKBOOK_NCU_OUT
     # the torch traces the first run of each check read (candidate, and the slow baseline where a check used it)

@@ -58,15 +58,24 @@ class FakeRun:
 
 
 class FakeEvaluation:
-    def __init__(self, trace=None, pairs=(), device="cuda", log_every=0):
+    """Timed pairs when given (a full check), else only the traced run (what --only data_wait makes)."""
+
+    def __init__(self, trace=None, pairs=(), device="cuda", log_every=0, traced_run=None):
         self._trace, self._pairs, self.device, self.log_every = trace, list(pairs), device, log_every
         self.trace_tool = "torch"
+        self.traced_run = traced_run
 
     def trace(self):
         return self._trace
 
     def pairs(self):
         return self._pairs
+
+    def timed_pairs_if_run(self):
+        return self._pairs
+
+    def candidate_run(self):
+        return self._pairs[0][1] if self._pairs else self.traced_run
 
     def is_log_step(self, step):
         return bool(self.log_every) and (step + 1) % self.log_every == 0
@@ -160,6 +169,22 @@ def test_data_wait_passes_and_skips_logging_steps():
     outcome = data_wait(FakeEvaluation(trace, [(FakeRun([1.0]), FakeRun([1.0]))], log_every=2), spec("data_wait", 0.15))
     assert outcome.status == PASSED and outcome.measured["data_wait_fraction"] == 0.05
     assert outcome.measured["logging_steps_excluded"] == [1, 3] and outcome.measured["steps"] == 2
+
+
+@needs_trace_engine
+def test_data_wait_alone_reads_the_traced_run_and_makes_no_timed_runs():
+    """Under --only data_wait the step times come from the one traced run; no baseline line is invented."""
+    traced = FakeRun([10.0, 10.0, 30.0])
+    outcome = data_wait(FakeEvaluation(fabricated_trace(step_ms=10, data_ms=8), traced_run=traced), spec("data_wait", 0.15))
+    assert outcome.status == FAILED
+    assert outcome.evidence[1] == "candidate step time p50 10.0 ms, p90 30.0 ms, max 30.0 ms, mean 16.7 ms (3 steps) (traced run)"
+    assert len(outcome.evidence) == 2 and outcome.measured["baseline_step_ms"] is None
+
+
+def test_loader_settings_alone_reads_the_traced_run():
+    loader = {"num_workers": 0, "pin_memory": False, "persistent_workers": False}
+    outcome = loader_settings(FakeEvaluation(traced_run=FakeRun(loader=loader)), spec("loader_settings", {"pin_memory": True}))
+    assert outcome.status == FAILED and outcome.evidence == ["pin_memory=False; this chapter needs pin_memory=True"]
 
 
 # -- the workloads ----------------------------------------------------------------------------------------

@@ -115,6 +115,13 @@ def test_progress_lines_name_each_run_of_a_script():
     report = evaluate(get_chapter("01"), variant="lab", device="cpu", only={"same_work", "host_syncs"},
                       progress=lines.append)
     assert report.exit_code == 1
-    assert lines == ["timed run, trial 1 of 1: chapters/01_item_syncs/slow.py",
-                     "timed run, trial 1 of 1: labs/01_item_syncs/train.py",
-                     "traced run (torch): labs/01_item_syncs/train.py"]
+    assert lines[::2] == ["timed run, trial 1 of 1: chapters/01_item_syncs/slow.py",
+                          "timed run, trial 1 of 1: labs/01_item_syncs/train.py",
+                          "traced run (torch): labs/01_item_syncs/train.py"]
+    # after each run, where its seconds went: the phases add up to the run's wall time, none is negative
+    for line in lines[1::2]:
+        total, _, phases = line.strip().partition(" s: ")
+        parts = dict(part.rsplit(" ", 1) for part in phases.split(", "))
+        assert list(parts) == ["start-up", "build", "setup", "warm-up", "timed", "after"], line
+        assert all(float(v) >= 0 for v in parts.values())
+        assert abs(sum(float(v) for v in parts.values()) - float(total)) < 0.3

@@ -31,7 +31,7 @@ def unmet_settings(settings: dict[str, Any], required: dict[str, Any]) -> list[s
 @check("loader_settings", key="settings_unmet", fmt="{:g} unmet")
 def loader_settings(ev, spec):
     required = dict(spec.threshold_for(ev.device))
-    candidate = ev.pairs()[0][1]
+    candidate = ev.candidate_run()
     settings = candidate.raw.get("loader")
     if settings is None:
         return result(spec, FAILED, threshold=required, measured={"settings_unmet": len(required)}, evidence=[

@@ -89,10 +89,19 @@ def headline(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "lab_speedup": _median(measured("lab", "throughput", "speedup")),
         "check_wall_s": _median([r["wall_s"] for r in runs if r["variant"] == "solution" and r["trace_tool"] == "torch"
                                  and not r.get("only") and not r.get("with_ncu")]),
-        "reruns": max([r["rerun"] for r in runs] or [0]),
-        # the same checks, run again, must reach the same verdict
-        "verdicts_stable": all(len(verdicts) <= 1 for verdicts in _verdicts_by_kind(runs).values()),
     }
+    speedups = measured("solution", "throughput", "speedup")
+    if speedups:
+        out.update(solution_speedup_runs_min=min(speedups), solution_speedup_runs_max=max(speedups))
+    # every run of `workbook check` is a verdict: the solution's must all pass, the lab's all fail
+    for variant in ("solution", "lab"):
+        counted = verdict_runs(runs, variant)
+        out[f"{variant}_runs"] = len(counted)
+        out[f"{variant}_runs_passed"] = sum(1 for r in counted if r["passed"])
+        out[f"{variant}_runs_full"] = sum(1 for r in counted if not r.get("only"))
+        out[f"{variant}_runs_nsys"] = sum(1 for r in counted if r["trace_tool"] == "nsys")
+    out["verdicts_stable"] = all(len({r["passed"] for r in verdict_runs(runs, v)}) <= 1 for v in ("solution", "lab"))
+    out["runs_not_counted"] = sum(1 for r in runs if _judged_against_older_threshold(r))
     for check, (key, _fmt) in KEY_MEASURE.items():
         if check in ("same_work", "throughput"):
             continue
@@ -104,11 +113,31 @@ def headline(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _verdicts_by_kind(runs: list[dict[str, Any]]) -> dict[tuple, set]:
-    groups: dict[tuple, set] = {}
-    for r in runs:
-        groups.setdefault((r["variant"], r["trace_tool"], r.get("only"), r.get("with_ncu", False)), set()).add(r["passed"])
-    return groups
+def _judged_against_older_threshold(run: dict[str, Any]) -> bool:
+    return any(c["status"] == STALE for c in run["checks"].values())
+
+
+def verdict_runs(runs: list[dict[str, Any]], variant: str) -> list[dict[str, Any]]:
+    """The runs of ``variant`` whose verdict counts: not those judged in part against an older threshold, and
+    not an Nsight Compute measurement of the lab (the "before" picture, not a verdict on it)."""
+    return [r for r in runs if r["variant"] == variant and r["passed"] is not None
+            and not _judged_against_older_threshold(r) and not (variant == "lab" and r.get("with_ncu"))]
+
+
+def _verdict_line(head: dict[str, Any]) -> str:
+    def part(variant: str, wanted: str) -> str:
+        n = head[f"{variant}_runs"]
+        hits = head[f"{variant}_runs_passed"] if wanted == "passed" else n - head[f"{variant}_runs_passed"]
+        only = n - head[f"{variant}_runs_full"]
+        return (f"the {'solution' if variant == 'solution' else 'unmodified lab'} {wanted} **{hits} of {n}** "
+                f"({head[f'{variant}_runs_nsys']} with nsys, the rest with torch.profiler"
+                + (f"; {only} with `--only`, its trace checks alone" if only else "") + ")")
+
+    line = (f"- verdicts over every run of `workbook check`: {part('solution', 'passed')}; {part('lab', 'failed')}; "
+            f"the same verdict every time: {'yes' if head['verdicts_stable'] else '**no**'}")
+    if head.get("runs_not_counted"):
+        line += f" ({head['runs_not_counted']} run(s) judged against an older threshold not counted)"
+    return line
 
 
 def _cell(runs: list[dict[str, Any]], variant: str, tool: str, check: str) -> str:
@@ -161,6 +190,25 @@ def _ncu_lines(runs: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _step_time_line(runs: list[dict[str, Any]]) -> list[str]:
+    """p50 / p90 / max of the step times in each full run's timed windows (the data_wait check records them):
+    the jitter a median hides, as measured by the checks themselves."""
+    def triples(role: str) -> str:
+        cells = []
+        for r in runs:
+            m = r["checks"].get("data_wait", {}).get("measured") or {}
+            stats = m.get(f"{role}_step_ms")
+            if r["variant"] == "solution" and not r.get("only") and stats and stats.get("steps"):
+                cells.append(f"{stats['p50']:.1f} / {stats['p90']:.1f} / {stats['max']:.1f}")
+        return ", ".join(cells)
+
+    solution, slow = triples("candidate"), triples("baseline")
+    if not solution:
+        return []
+    return [f"- step times in the timed windows of each solution check, p50 / p90 / max in ms: solution {solution}; "
+            f"slow script {slow}"]
+
+
 def render_markdown(results: dict[str, Any]) -> str:
     runs = results["runs"]
     if not runs:
@@ -173,25 +221,26 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines = [
         f"Measured on **{results['gpu']}** (driver {results['driver']}, torch {results['torch']}, CUDA "
         f"{results['cuda']}, {results['cpu_count']} CPU cores) on {results['date'][:10]}, by `scripts/gpu_verify.sh`; "
-        f"{head['reruns']} run(s) of each check, medians shown.",
+        f"medians over the runs.",
         "",
     ]
     if head.get("solution_speedup") is not None:
         lines += [
             f"- slow script: **{head['baseline_samples_per_s']:,.0f} samples/s**; solution: "
             f"**{head['solution_samples_per_s']:,.0f} samples/s**, "
-            f"**{head['solution_speedup']:.2f}x** (trials ranged {head['solution_speedup_min']:.2f}x to "
+            f"**{head['solution_speedup']:.2f}x** (runs ranged {head['solution_speedup_runs_min']:.2f}x to "
+            f"{head['solution_speedup_runs_max']:.2f}x, single trials {head['solution_speedup_min']:.2f}x to "
             f"{head['solution_speedup_max']:.2f}x)",
         ]
         if head.get("lab_speedup") is not None:
             lines.append(f"- the unmodified lab: {head['lab_speedup']:.2f}x the slow script")
     if head.get("check_wall_s") is not None:
         lines.append(f"- one `workbook check` of the solution took {head['check_wall_s']:.0f} s of wall time")
-    lines.append(f"- verdicts the same in every rerun: {'yes' if head['verdicts_stable'] else '**no**'}")
+    lines.append(_verdict_line(head))
     status = lesson_status(runs)
     if status:
         lines = ["!!! warning \"GPU verification incomplete\"", f"    {status}.", ""] + lines
-    lines += _ncu_lines(runs)
+    lines += _step_time_line(runs) + _ncu_lines(runs)
     lines += ["", "| check | " + " | ".join(f"{v} ({TOOL_NAMES[t]})" for v, t in columns) + " |",
               "|---|" + "---|" * len(columns)]
     for check in checks:

@@ -110,6 +110,47 @@ def test_results_mark_checks_judged_against_an_older_threshold_and_drop_unselect
     assert "passed/stale · 1.5x fewer" in table and "pass · 3.00x" in table
 
 
+def test_verdicts_are_counted_per_variant_over_every_run():
+    """Every run of `workbook check` is a verdict, whatever its tool or --only; a run judged in part against an
+    older threshold and an ncu measurement of the lab are not counted; one lab pass makes the verdicts unstable."""
+    from checker.results import build_results
+
+    env = {"gpu": "G", "driver": "D", "torch": "T", "cuda": "C", "cpu_count": 1, "date": "2026-01-01"}
+    fast = _check("throughput", "passed", 1.7, speedup=3.0, speedup_min=2.9, speedup_max=3.1,
+                  baseline_samples_per_s=1.0, candidate_samples_per_s=3.0)
+    rows = [
+        _row("solution", "torch", [fast], True),
+        _row("solution", "nsys", [{**fast, "measured": {**fast["measured"], "speedup": 2.5}}], True),
+        _row("solution", "torch", [_check("elementwise_kernels", "passed", 2.0, elementwise_fewer_by=2.1)], True),
+        _row("lab", "torch", [_check("elementwise_kernels", "failed", 1.3, elementwise_fewer_by=1.0)], False,
+             only="elementwise_kernels"),
+        _row("lab", "torch", [_check("ncu_dram", "passed", 0.70, fraction_of_copy=0.99)], True, with_ncu=True),
+    ]
+    thresholds = {"throughput": 1.7, "elementwise_kernels": 1.3, "ncu_dram": 0.70}
+    head = build_results(env, rows, "05_pointwise_chains", thresholds)["headline"]
+    assert (head["solution_runs"], head["solution_runs_passed"], head["solution_runs_nsys"]) == (2, 2, 1)
+    assert (head["lab_runs"], head["lab_runs_passed"], head["lab_runs_full"]) == (1, 0, 0)
+    assert head["runs_not_counted"] == 1 and head["verdicts_stable"] is True
+    assert (head["solution_speedup_runs_min"], head["solution_speedup_runs_max"]) == (2.5, 3.0)
+    markdown = render_markdown(build_results(env, rows, "05_pointwise_chains", thresholds))
+    assert "the solution passed **2 of 2** (1 with nsys" in markdown and "lab failed **1 of 1**" in markdown
+    assert "runs ranged 2.50x to 3.00x" in markdown
+
+    rows.append(_row("lab", "nsys", [_check("elementwise_kernels", "passed", 1.3, elementwise_fewer_by=1.5)], True))
+    assert build_results(env, rows, "05_pointwise_chains", thresholds)["headline"]["verdicts_stable"] is False
+
+
+def test_step_time_jitter_of_each_solution_run_is_shown():
+    from checker.results import build_results
+
+    env = {"gpu": "G", "driver": "D", "torch": "T", "cuda": "C", "cpu_count": 1, "date": "2026-01-01"}
+    wait = _check("data_wait", "passed", 0.15, data_wait_fraction=0.01,
+                  candidate_step_ms={"p50": 14.2, "p90": 23.8, "max": 316.1, "mean": 22.7, "steps": 136},
+                  baseline_step_ms={"p50": 176.3, "p90": 204.9, "max": 233.7, "mean": 175.7, "steps": 136})
+    markdown = render_markdown(build_results(env, [_row("solution", "torch", [wait], True)], "05_pointwise_chains"))
+    assert "solution 14.2 / 23.8 / 316.1; slow script 176.3 / 204.9 / 233.7" in markdown
+
+
 def test_an_ncu_run_of_the_lab_is_a_measurement_not_a_verdict():
     runs = [_run(v, t, v == "solution") for v in ("solution", "lab") for t in ("torch", "nsys")]
     runs.append({**_run("lab", "torch", True), "with_ncu": True})

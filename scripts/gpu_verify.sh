@@ -7,6 +7,8 @@
 #   env       GPU, driver, torch, nsys/ncu versions -> $OUT/env.json
 #   probe     chapter 02's loader, copies and model step timed apart -> $OUT/probe_02.jsonl
 #   sweep     slow vs solution over workload settings (SWEEPS: ';'-separated sweep.py args) -> $OUT/sweep.jsonl
+#   tables    the pages' measured tables: chapter 02's prefetcher (stretch) and chapter 03's p50/p90/max by worker
+#             count -> $OUT/tables.tar.gz (unpack into docs/results/)
 #   fixtures  the trace engine's fixture programs under torch.profiler and nsys -> $OUT/fixtures.tar.gz
 #   checks    `workbook check` for every chapter: solution, lab and slow, with torch.profiler and nsys,
 #             RERUNS times each -> $OUT/checks.jsonl; the torch traces the checks read -> $OUT/traces.tar.gz.part-*
@@ -68,6 +70,17 @@ if has sweep; then
     # shellcheck disable=SC2086
     python3 scripts/sweep.py $args --tag "$args" 2>&1 | tee -a "$OUT/sweep.jsonl"
   done
+fi
+
+if has tables; then
+  log "tables: chapter 02 prefetcher, chapter 03 step times by worker count"
+  TB=/tmp/tables; rm -rf $TB; mkdir -p $TB
+  python3 chapters/02_pageable_copies/stretch_results.py --device cuda --trials "${TABLE_TRIALS:-2}" --out $TB/02_pageable_copies-prefetch
+  if [ "$SECONDS" -lt "${DEADLINE:-100000}" ]; then
+    python3 chapters/03_dataloader_workers/jitter_results.py --device cuda --workers "${JITTER_WORKERS:-2,4,8,12}" \
+      --trials "${TABLE_TRIALS:-2}" --out $TB/03_dataloader_workers-jitter
+  fi
+  ls -la $TB; cat $TB/*.md; tar -C $TB -czf "$OUT/tables.tar.gz" .
 fi
 
 if has fixtures; then

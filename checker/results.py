@@ -271,5 +271,41 @@ def render_sweep(spec: dict[str, Any], results_dir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def read_rows(files: list[Path], drop: list[str] = ()) -> list[dict[str, Any]]:
+    """The `workbook check --json` rows of gpu_verify's checks.jsonl files, without the ``FILE#N`` rows in
+    ``drop`` (N counts from 1: rows measured by code that has changed since)."""
+    from checker.chapters import get_chapter
+
+    dropped = {(Path(f).name, int(n)) for f, _, n in (d.rpartition("#") for d in drop)}
+    rows = [json.loads(line) for f in map(Path, files)
+            for number, line in enumerate((ln for ln in f.read_text().splitlines() if ln.strip()), start=1)
+            if (f.name, number) not in dropped]
+    for row in rows:  # older runs recorded the chapter as given on the command line ("01")
+        row["chapter"] = get_chapter(str(row["chapter"])).id
+    return rows
+
+
+def assemble(env: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every chapter's results file (chapter id -> contents) from the rows, judged by today's thresholds."""
+    from checker.chapters import all_chapters
+
+    out = {}
+    for chapter in all_chapters():
+        mine = [r for r in rows if r.get("chapter") == chapter.id]
+        if mine:
+            thresholds = {spec.name: spec.threshold_for("cuda") for spec in chapter.checks}
+            out[chapter.id] = build_results(env, mine, chapter.id, thresholds)
+    return out
+
+
+def assemble_manifest(manifest: Path) -> dict[str, dict[str, Any]]:
+    """The results files that ``manifest`` (docs/results/history/assembly.json) says to build, from the raw
+    rows beside it: how the committed docs/results/<chapter>.json files were made, repeatable by anyone."""
+    spec = json.loads(Path(manifest).read_text())
+    folder = Path(manifest).parent
+    env = json.loads((folder / spec["env"]).read_text())
+    return assemble(env, read_rows([folder / f for f in spec["rows"]], spec.get("drop", [])))
+
+
 def load(path: Path) -> dict[str, Any]:
     return json.loads(Path(path).read_text())

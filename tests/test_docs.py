@@ -110,6 +110,21 @@ def test_results_mark_checks_judged_against_an_older_threshold_and_drop_unselect
     assert "passed/stale · 1.5x fewer" in table and "pass · 3.00x" in table
 
 
+def test_results_files_are_rebuilt_from_the_raw_rows_they_claim():
+    """Every GPU results file is exactly what docs/results/history/assembly.json builds from raw gpu_verify rows:
+    no number in one can be typed by hand, and a threshold changed since is marked, not silently re-judged."""
+    from checker.results import assemble_manifest
+
+    rebuilt = assemble_manifest(RESULTS / "history" / "assembly.json")
+    from checker.chapters import all_chapters
+
+    committed = {c.id: json.loads((RESULTS / f"{c.id}.json").read_text()) for c in all_chapters()}
+    committed = {chapter_id: results for chapter_id, results in committed.items() if results["runs"]}
+    assert sorted(rebuilt) == sorted(committed)
+    for chapter_id, results in rebuilt.items():
+        assert results == committed[chapter_id], f"docs/results/{chapter_id}.json differs from what its rows build"
+
+
 def test_verdicts_are_counted_per_variant_over_every_run():
     """Every run of `workbook check` is a verdict, whatever its tool or --only; a run judged in part against an
     older threshold and an ncu measurement of the lab are not counted; one lab pass makes the verdicts unstable."""

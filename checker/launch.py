@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 model.eval()
                 with torch.no_grad():
                     result["eval_loss"] = float(session.workload.eval_loss(model))
-    result.setdefault("clock", {}).update(launched=launched, end=time.monotonic())
+    result.setdefault("clock", {}).update(launched=launched, evaluated=time.monotonic())
     args.result.parent.mkdir(parents=True, exist_ok=True)
     args.result.write_text(json.dumps(result))
     return 3 if "error" in result or "incomplete" in result else 0

@@ -47,7 +47,8 @@ PHASES = (
     ("setup", "built", "first_step"),         # the script's own setup (model, optimizer, DataLoader)
     ("warm-up", "first_step", "window"),      # untimed steps: torch.compile, autotuning, workers starting
     ("timed", "window", "window_end"),        # the measured window
-    ("after", "window_end", "exit"),          # trace export, the held-out loss, nsys writing its report
+    ("after", "window_end", "evaluated"),     # trace export, the rest of the script, the held-out loss
+    ("exit", "evaluated", "exit"),            # the process ending (atexit work, worker pools), nsys's report
 )
 
 

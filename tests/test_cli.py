@@ -122,6 +122,6 @@ def test_progress_lines_name_each_run_of_a_script():
     for line in lines[1::2]:
         total, _, phases = line.strip().partition(" s: ")
         parts = dict(part.rsplit(" ", 1) for part in phases.split(", "))
-        assert list(parts) == ["start-up", "build", "setup", "warm-up", "timed", "after"], line
+        assert list(parts) == ["start-up", "build", "setup", "warm-up", "timed", "after", "exit"], line
         assert all(float(v) >= 0 for v in parts.values())
         assert abs(sum(float(v) for v in parts.values()) - float(total)) < 0.3

@@ -221,7 +221,7 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines = [
         f"Measured on **{results['gpu']}** (driver {results['driver']}, torch {results['torch']}, CUDA "
         f"{results['cuda']}, {results['cpu_count']} CPU cores) on {results['date'][:10]}, by `scripts/gpu_verify.sh`; "
-        f"medians over the runs.",
+        "medians over the runs.",
         "",
     ]
     if head.get("solution_speedup") is not None:
@@ -277,9 +277,12 @@ def read_rows(files: list[Path], drop: list[str] = ()) -> list[dict[str, Any]]:
     from checker.chapters import get_chapter
 
     dropped = {(Path(f).name, int(n)) for f, _, n in (d.rpartition("#") for d in drop)}
-    rows = [json.loads(line) for f in map(Path, files)
-            for number, line in enumerate((ln for ln in f.read_text().splitlines() if ln.strip()), start=1)
-            if (f.name, number) not in dropped]
+    numbered = [((f.name, number), line) for f in map(Path, files)
+                for number, line in enumerate((ln for ln in f.read_text().splitlines() if ln.strip()), start=1)]
+    unmatched = dropped - {key for key, _ in numbered}
+    if unmatched:  # a typo would silently keep the row it meant to drop
+        raise ValueError("no such row to drop: " + ", ".join(f"{name}#{n}" for name, n in sorted(unmatched)))
+    rows = [json.loads(line) for key, line in numbered if key not in dropped]
     for row in rows:  # older runs recorded the chapter as given on the command line ("01")
         row["chapter"] = get_chapter(str(row["chapter"])).id
     return rows

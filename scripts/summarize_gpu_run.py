@@ -45,4 +45,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (OSError, ValueError) as err:  # a missing file, a bad row, a --drop that names no row
+        sys.exit(f"summarize_gpu_run.py: {err}")

@@ -125,6 +125,16 @@ def test_results_files_are_rebuilt_from_the_raw_rows_they_claim():
         assert results == committed[chapter_id], f"docs/results/{chapter_id}.json differs from what its rows build"
 
 
+def test_dropping_a_row_that_does_not_exist_is_an_error(tmp_path):
+    from checker.results import read_rows
+
+    rows = tmp_path / "checks.jsonl"
+    rows.write_text(json.dumps(_row("solution", "torch", [], True)) + "\n")
+    assert read_rows([rows], ["checks.jsonl#1"]) == []
+    with pytest.raises(ValueError, match="checks.jsonl#2"):
+        read_rows([rows], ["checks.jsonl#2"])
+
+
 def test_verdicts_are_counted_per_variant_over_every_run():
     """Every run of `workbook check` is a verdict, whatever its tool or --only; a run judged in part against an
     older threshold and an ncu measurement of the lab are not counted; one lab pass makes the verdicts unstable."""

@@ -31,8 +31,8 @@ def build_results(env: dict[str, Any], rows: list[dict[str, Any]], chapter_id: s
     """Collect one chapter's `workbook check --json` rows (several variants, tools, reruns) into a results file.
 
     ``thresholds`` (check name -> the chapter's current cuda threshold, None where it declares none, as
-    same_work does): a check judged against another threshold keeps its measurement but gets the status "stale", and the run's verdict is that of its other
-    checks. Checks a run left out (--only) are dropped from it.
+    same_work does): a check judged against another threshold keeps its measurement but gets the status
+    "stale", and the run's verdict is that of its other checks. Checks a run left out (--only) are dropped.
     """
     runs = []
     for row in rows:
@@ -53,7 +53,7 @@ def build_results(env: dict[str, Any], rows: list[dict[str, Any]], chapter_id: s
         if any(c["status"] == STALE for c in checks.values()) and passed is not None:
             passed = not any(c["status"] == "failed" for c in checks.values())
         runs.append({
-            "variant": row["variant"], "trace_tool": row["trace_tool"], "rerun": row.get("rerun", 1),
+            "variant": row["variant"], "trace_tool": row["trace_tool"],
             "only": row.get("only"), "with_ncu": bool(row.get("with_ncu")),
             "passed": passed, "exit_code": row.get("exit_code"), "wall_s": row.get("wall_s_outer"),
             "error": row.get("error"), "checks": checks,
@@ -94,13 +94,13 @@ def headline(runs: list[dict[str, Any]]) -> dict[str, Any]:
     if speedups:
         out.update(solution_speedup_runs_min=min(speedups), solution_speedup_runs_max=max(speedups))
     # every run of `workbook check` is a verdict: the solution's must all pass, the lab's all fail
-    for variant in ("solution", "lab"):
-        counted = verdict_runs(runs, variant)
-        out[f"{variant}_runs"] = len(counted)
-        out[f"{variant}_runs_passed"] = sum(1 for r in counted if r["passed"])
-        out[f"{variant}_runs_full"] = sum(1 for r in counted if not r.get("only"))
-        out[f"{variant}_runs_nsys"] = sum(1 for r in counted if r["trace_tool"] == "nsys")
-    out["verdicts_stable"] = all(len({r["passed"] for r in verdict_runs(runs, v)}) <= 1 for v in ("solution", "lab"))
+    counted = {variant: verdict_runs(runs, variant) for variant in ("solution", "lab")}
+    for variant, chosen in counted.items():
+        out[f"{variant}_runs"] = len(chosen)
+        out[f"{variant}_runs_passed"] = sum(1 for r in chosen if r["passed"])
+        out[f"{variant}_runs_full"] = sum(1 for r in chosen if not r.get("only"))
+        out[f"{variant}_runs_nsys"] = sum(1 for r in chosen if r["trace_tool"] == "nsys")
+    out["verdicts_stable"] = all(len({r["passed"] for r in chosen}) <= 1 for chosen in counted.values())
     out["runs_not_counted"] = sum(1 for r in runs if _judged_against_older_threshold(r))
     for check, (key, _fmt) in KEY_MEASURE.items():
         if check in ("same_work", "throughput"):
@@ -117,11 +117,16 @@ def _judged_against_older_threshold(run: dict[str, Any]) -> bool:
     return any(c["status"] == STALE for c in run["checks"].values())
 
 
+def _measures_the_lab(run: dict[str, Any]) -> bool:
+    """An Nsight Compute run of the lab: the "before" picture, not a verdict on it."""
+    return run["variant"] == "lab" and bool(run.get("with_ncu"))
+
+
 def verdict_runs(runs: list[dict[str, Any]], variant: str) -> list[dict[str, Any]]:
     """The runs of ``variant`` whose verdict counts: not those judged in part against an older threshold, and
-    not an Nsight Compute measurement of the lab (the "before" picture, not a verdict on it)."""
+    not an Nsight Compute measurement of the lab."""
     return [r for r in runs if r["variant"] == variant and r["passed"] is not None
-            and not _judged_against_older_threshold(r) and not (variant == "lab" and r.get("with_ncu"))]
+            and not _judged_against_older_threshold(r) and not _measures_the_lab(r)]
 
 
 def _verdict_line(head: dict[str, Any]) -> str:
@@ -166,9 +171,7 @@ def lesson_status(runs: list[dict[str, Any]]) -> str | None:
 
     wrong = sorted({f"the {r['variant']} {'failed' if r['variant'] == 'solution' else 'passed'} with "
                     f"{TOOL_NAMES[r['trace_tool']]}{failed_checks(r) if r['variant'] == 'solution' else ''}"
-                    for r in runs if r["passed"] is not (r["variant"] == "solution")
-                    # an Nsight Compute measurement of the lab is the "before" picture, not a verdict on it
-                    and not (r["variant"] == "lab" and r.get("with_ncu"))})
+                    for r in runs if r["passed"] is not (r["variant"] == "solution") and not _measures_the_lab(r)})
     reasons = wrong + ([f"not run: {', '.join(missing)}"] if missing else [])
     return "; ".join(reasons) or None
 

@@ -39,7 +39,7 @@ def test_results_markdown_is_rendered_from_its_results_file(chapter):
 
 
 def _run(variant, tool, passed):
-    return {"variant": variant, "trace_tool": tool, "passed": passed, "rerun": 1, "checks": {}, "wall_s": 1.0}
+    return {"variant": variant, "trace_tool": tool, "passed": passed, "checks": {}, "wall_s": 1.0}
 
 
 def test_lesson_is_confirmed_only_when_solution_passes_and_lab_fails_with_both_tools():

@@ -223,7 +223,7 @@ def hottest_kernels(trace, limit: int | None = 5) -> pd.DataFrame:
 def warmup_seconds(ev) -> dict[str, float]:
     """Warm-up time (torch.compile included, outside the timed window) of the timed runs: the longest run's
     for the baseline and the candidate, and the candidate's shortest when it ran more than once (by then
-    Inductor's on-disk cache holds what the first run compiled). None when no timed runs were made (--only)."""
+    Inductor's on-disk cache holds what the first run compiled). Empty when no timed runs were made (--only)."""
     pairs = ev.timed_pairs_if_run()
     out = {}
     for label, runs in (("baseline", [b for b, _ in pairs]), ("candidate", [c for _, c in pairs])):

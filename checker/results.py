@@ -149,13 +149,14 @@ def _cell(runs: list[dict[str, Any]], variant: str, tool: str, check: str) -> st
     chosen = [r for r in runs if r["variant"] == variant and r["trace_tool"] == tool and check in r["checks"]]
     if not chosen:
         return "not run"
-    statuses = sorted({r["checks"].get(check, {}).get("status", "error") for r in chosen})
-    status = "/".join(statuses)
+    statuses = {r["checks"][check].get("status", "error") for r in chosen}
+    if statuses - {"skipped"}:  # runs that left this check out (--only) say nothing about it
+        statuses.discard("skipped")
     key, fmt = KEY_MEASURE.get(check, (None, None))
     values = [r["checks"][check]["measured"].get(key) for r in chosen
-              if check in r["checks"] and key and r["checks"][check]["measured"].get(key) is not None]
-    mark = {"passed": "pass", "failed": "**fail**", "skipped": "skipped",
-            STALE: "stale (older threshold)"}.get(status, status)
+              if key and r["checks"][check]["measured"].get(key) is not None]
+    names = {"passed": "pass", "failed": "**fail**", STALE: "stale (older threshold)"}
+    mark = "/".join(names.get(s, s) for s in sorted(statuses))
     if values:
         mark += " · " + fmt.format(statistics.median(values))
     return mark
@@ -189,8 +190,17 @@ def _ncu_lines(runs: list[dict[str, Any]]) -> list[str]:
             f"- Nsight Compute, {r['variant']}: `{name}` (grid {m.get('grid')}), {m['duration_us']:.1f} µs, "
             f"{m['dram_gbytes_per_s']:,.0f} GB/s from DRAM = {m['fraction_of_copy']:.0%} of a device copy's "
             f"{m['copy_gbytes_per_s']:,.0f} GB/s; memory throughput {m['memory_throughput_pct_of_peak']:.0f}% and "
-            f"compute (SM) {m['sm_throughput_pct_of_peak']:.0f}% of peak")
+            f"compute (SM) {m['sm_throughput_pct_of_peak']:.0f}% of peak; {_ncu_verdict(r)}")
     return out
+
+
+def _ncu_verdict(run: dict[str, Any]) -> str:
+    check = run["checks"]["ncu_dram"]
+    line = f"{check['threshold']:.0%} of the copy" if isinstance(check.get("threshold"), (int, float)) else "its line"
+    if _measures_the_lab(run):
+        return "the lab's \"before\", not a verdict"
+    return {"passed": f"passed against {line}", "failed": f"**failed** against {line}",
+            STALE: f"judged against an older line ({line}), not counted"}.get(check["status"], check["status"])
 
 
 def _step_time_line(runs: list[dict[str, Any]]) -> list[str]:

@@ -107,7 +107,26 @@ def test_results_mark_checks_judged_against_an_older_threshold_and_drop_unselect
     assert "throughput" not in second["checks"]  # left out by --only, so not shown as skipped
     assert results["headline"]["verdicts_stable"] is True  # different selections are not reruns of each other
     table = render_markdown(results)
-    assert "passed/stale · 1.5x fewer" in table and "pass · 3.00x" in table
+    assert "pass/stale (older threshold) · 1.5x fewer" in table and "pass · 3.00x" in table
+
+
+def test_each_ncu_measurement_says_what_it_was_judged_against():
+    from checker.results import build_results
+
+    env = {"gpu": "G", "driver": "D", "torch": "T", "cuda": "C", "cpu_count": 1, "date": "2026-01-01"}
+    ncu = dict(kernel="triton_per_fused_x", grid="(8, 1, 1)", duration_us=100.0, dram_gbytes_per_s=3000.0,
+               fraction_of_copy=0.75, copy_gbytes_per_s=4000.0, memory_throughput_pct_of_peak=68.0,
+               sm_throughput_pct_of_peak=55.0)
+    rows = [_row("solution", "torch", [_check("ncu_dram", "passed", 0.85, **ncu)], True, with_ncu=True),
+            _row("solution", "torch", [_check("ncu_dram", "passed", 0.7, **ncu)], True, with_ncu=True),
+            _row("lab", "torch", [_check("ncu_dram", "failed", 0.7, **ncu)], False, with_ncu=True),
+            _row("solution", "torch", [_check("ncu_dram", "skipped", 0.7, reason="not selected")], True)]
+    markdown = render_markdown(build_results(env, rows, "05_pointwise_chains", {"ncu_dram": 0.7}))
+    lines = [line for line in markdown.splitlines() if line.startswith("- Nsight Compute")]
+    assert [line.rpartition("; ")[2] for line in lines] == [
+        "judged against an older line (85% of the copy), not counted", "passed against 70% of the copy",
+        "the lab's \"before\", not a verdict"]
+    assert "| pass/stale (older threshold) · 75% of copy bandwidth |" in markdown  # the skipped run says nothing
 
 
 def test_results_files_are_rebuilt_from_the_raw_rows_they_claim():
@@ -185,11 +204,18 @@ def test_an_ncu_run_of_the_lab_is_a_measurement_not_a_verdict():
     assert lesson_status(runs) == "the solution failed with torch.profiler (ncu_dram)"
 
 
-@pytest.mark.parametrize("source", sorted(RESULTS.glob("*-jitter*.json")), ids=lambda p: p.stem)
-def test_jitter_tables_are_rendered_from_their_runs(source):
+_TABLE_SCRIPTS = {"jitter": "chapters/03_dataloader_workers/jitter_results.py",
+                  "prefetch": "chapters/02_pageable_copies/stretch_results.py"}
+
+
+@pytest.mark.parametrize("source", sorted(p for kind in _TABLE_SCRIPTS for p in RESULTS.glob(f"*-{kind}*.json")),
+                         ids=lambda p: p.stem)
+def test_measured_tables_are_rendered_from_their_runs(source):
+    """Chapter 02's prefetcher table and chapter 03's jitter tables are what their recorded runs render to."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("jitter_results", ROOT / "chapters" / "03_dataloader_workers" / "jitter_results.py")
+    script = next(path for kind, path in _TABLE_SCRIPTS.items() if f"-{kind}" in source.stem)
+    spec = importlib.util.spec_from_file_location(Path(script).stem, ROOT / script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     data = json.loads(source.read_text())

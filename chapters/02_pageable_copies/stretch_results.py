@@ -31,6 +31,24 @@ def _jitter_module():
     return module
 
 
+def render(env: dict, rows: list[dict]) -> str:
+    """The table the page includes, from the runs in <out>.json (a test renders it again and compares)."""
+    baseline = statistics.median(rows[0]["samples_per_s"])
+    lines = [
+        f"Measured on **{env['gpu']}** (driver {env['driver']}, torch {env['torch']}) on {env['date'][:10]}, by "
+        f"`chapters/02_pageable_copies/stretch_results.py`; medians over {len(rows[0]['samples_per_s'])} runs each, "
+        "alternating.",
+        "",
+        "| script | samples/s | vs slow | step p50 |",
+        "|---|---|---|---|",
+    ]
+    for row in rows:
+        sps = statistics.median(row["samples_per_s"])
+        p50 = step_time_stats([ms for run in row["step_ms"] for ms in run])["p50"]
+        lines.append(f"| {row['label']} | {sps:,.0f} | {sps / baseline:.2f}x | {p50:.1f} ms |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
@@ -52,21 +70,8 @@ def main() -> int:
             row["samples_per_s"].append(run.samples_per_s)
             row["step_ms"].append(run.step_ms)
             print(f"{row['label']}: {run.samples_per_s:,.0f} samples/s", flush=True)
-    jitter = _jitter_module()
-    env = jitter.environment(args.device)
-    baseline = statistics.median(rows[0]["samples_per_s"])
-    lines = [
-        f"Measured on **{env['gpu']}** (driver {env['driver']}, torch {env['torch']}) on {env['date'][:10]}, by "
-        f"`chapters/02_pageable_copies/stretch_results.py`; medians over {args.trials} runs each, alternating.",
-        "",
-        "| script | samples/s | vs slow | step p50 |",
-        "|---|---|---|---|",
-    ]
-    for row in rows:
-        sps = statistics.median(row["samples_per_s"])
-        p50 = step_time_stats([ms for run in row["step_ms"] for ms in run])["p50"]
-        lines.append(f"| {row['label']} | {sps:,.0f} | {sps / baseline:.2f}x | {p50:.1f} ms |")
-    markdown = "\n".join(lines) + "\n"
+    env = _jitter_module().environment(args.device)
+    markdown = render(env, rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps({**env, "rows": rows}, indent=1) + "\n")
     args.out.with_suffix(".md").write_text(markdown)

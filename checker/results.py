@@ -195,10 +195,10 @@ def _ncu_lines(runs: list[dict[str, Any]]) -> list[str]:
 
 
 def _ncu_verdict(run: dict[str, Any]) -> str:
-    check = run["checks"]["ncu_dram"]
-    line = f"{check['threshold']:.0%} of the copy" if isinstance(check.get("threshold"), (int, float)) else "its line"
     if _measures_the_lab(run):
         return "the lab's \"before\", not a verdict"
+    check = run["checks"]["ncu_dram"]
+    line = f"{check['threshold']:.0%} of the copy" if isinstance(check.get("threshold"), (int, float)) else "its line"
     return {"passed": f"passed against {line}", "failed": f"**failed** against {line}",
             STALE: f"judged against an older line ({line}), not counted"}.get(check["status"], check["status"])
 

@@ -2,8 +2,9 @@
 
 Rows, top to bottom: step and other ranges (NVTX / record_function), CUDA API calls (host syncs in
 red), GPU kernels, and copies (pageable ones in orange). Time is in milliseconds from the first step's
-start; the picture runs on past the last step while the GPU is still running work launched in it. With a baseline, the baseline is drawn above the trace, both on the same time scale, so a fix
-that shortens the steps shows as a shorter picture.
+start; the picture runs on past the last step while the GPU is still running work launched in it. With a
+baseline, the baseline is drawn above the trace, both on the same time scale, so a fix that shortens the
+steps shows as a shorter picture.
 """
 
 from __future__ import annotations

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import secrets
 import shutil
-import tempfile
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checker import checks
+from checker import checks, sandbox
 from checker.chapters import Chapter
 from checker.checks import FAILED, NOT_SELECTED, SKIPPED, CheckResult
 from checker.errors import WorkbookError
+from checker.evidence import TraceMismatch, ask_referee as judge, trace_problem
 from checker.paths import display_path
 from checker.runs import IncompleteWork, RunResult, describe_phases, run_script
 from checker.tools import find_tool
@@ -34,7 +36,7 @@ def resolve_candidate(chapter: Chapter, variant: str = "lab", submission: Path |
     """The script to grade: a variant of the chapter, or the lab file inside a submission folder."""
     if submission is None:
         return chapter.script_for(variant)
-    submission = Path(submission)
+    submission = Path(submission).expanduser().resolve()  # relative to where the command was given
     if not submission.is_dir():
         raise WorkbookError(f"--submission {submission}: not a folder")
     tried = [submission / chapter.lab_file, submission / chapter.id / chapter.lab_file,
@@ -56,6 +58,7 @@ class Report:
     checks: list[CheckResult]
     wall_s: float
     runs: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what the grader saw besides the checks (processes left running)
 
     @property
     def passed(self) -> bool:
@@ -70,15 +73,25 @@ class Report:
         return {
             "chapter": self.chapter, "variant": self.variant, "candidate": self.candidate, "device": self.device,
             "trace_tool": self.trace_tool, "passed": self.passed, "wall_s": round(self.wall_s, 1),
-            "checks": [c.to_json() for c in self.checks],
+            "checks": [c.to_json() for c in self.checks], "notes": self.notes,
         }
 
 
 class Evaluation:
-    """The runs a chapter's checks share: baseline/candidate pairs and the candidate's trace, made once."""
+    """The runs a chapter's checks share, made once each, and what the grader makes of them.
+
+    Every run trains under a fresh secret (seed and window key, see checker.workloads). Runs come in pairs,
+    a baseline and a candidate run under the same secret, so that the referee can compare their weights:
+
+    * the timed pairs (only where this device grades speed): untraced, alternating which runs first;
+    * the traced pair: the candidate traced with the chosen tool, its baseline traced too when a check
+      compares counts with the baseline's trace. Where speed is not graded it is the only pair, so the run
+      whose trace is read is also the run whose work is checked: a script cannot behave one way when traced
+      and another way when it is not.
+    """
 
     def __init__(self, chapter: Chapter, candidate: Path, device: str, trace_tool: str = "torch", with_ncu: bool = False,
-                 keep_traces: Path | None = None, progress=None):
+                 keep_traces: Path | None = None, progress=None, only: set[str] | None = None):
         if device not in ("cpu", "cuda"):
             raise WorkbookError(f"--device {device}: choose cpu or cuda")
         if device == "cuda" and not cuda_available():
@@ -95,14 +108,18 @@ class Evaluation:
         self.chapter, self.candidate, self.device, self.trace_tool = chapter, candidate, device, trace_tool
         self.with_ncu = with_ncu  # checks that need Nsight Compute run only when asked (they take minutes)
         self.cfg = chapter.config(device)
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"workbook-{chapter.id}-"))
+        self.only = only
+        self.workdir = sandbox.check_folder()
+        self.timed = any(c.name == "throughput" and c.threshold_for(device) is not None
+                         and c.skip_reason_for(device) is None and (not only or c.name in only)
+                         for c in chapter.checks)
         self._pairs: list[tuple[RunResult, RunResult]] | None = None
-        self._trace = None
-        self._trace_run: RunResult | None = None
-        self._baseline_trace = None
-        self._run_count = 0
+        self._traced_pair: tuple[RunResult, RunResult] | None = None
+        self._traces: dict[str, Any] = {}
+        self._verdicts: dict[int, dict] | None = None
         self.keep_traces = keep_traces  # where to copy each trace a check read (--keep-traces)
         self.progress = progress  # called with one line before each run of a script (the CLI prints it on a terminal)
+        self.notes: list[str] = [f"isolation: each run {sandbox.isolation()[1]}"]
 
     def is_log_step(self, step: int) -> bool:
         log_every = int(self.cfg.get("log_every", 0))
@@ -112,68 +129,110 @@ class Evaluation:
         if self.progress is not None:
             self.progress(line)
 
-    def _run(self, script: Path, what: str = "run", **kwargs) -> RunResult:
-        self.say(f"{what}: {display_path(script)}")
-        self._run_count += 1
-        workdir = self.workdir / f"run{self._run_count:02d}"
-        workdir.mkdir()
-        run = run_script(self.chapter, script, self.device, workdir=workdir, **kwargs)
+    def _run(self, script: Path, what: str, secret: tuple[int, int], **kwargs) -> RunResult:
+        shown = display_path(script)
+        self.say(f"{what}: {shown}")
+        seed, key = secret
+        run = run_script(self.chapter, script, self.device, workdir=self.workdir, seed=seed, window_key=key,
+                         display=shown, **kwargs)
         self.say(f"  {sum(run.phases_s.values()):.1f} s: {describe_phases(run.phases_s)}")
+        if run.survivors:
+            self.notes.append(f"{shown} left {run.survivors} process(es) running after it finished; the grader "
+                              "killed them")
         return run
 
+    @staticmethod
+    def _secret() -> tuple[int, int]:
+        return secrets.randbelow(2**31 - 1) + 1, secrets.randbelow(2**31 - 1) + 1
+
     def pairs(self) -> list[tuple[RunResult, RunResult]]:
-        """(baseline, candidate) runs, alternating which goes first; several trials when speed is checked."""
+        """The (baseline, candidate) pairs whose speed is compared: the timed pairs, or where this device does
+        not grade speed, the traced pair."""
+        if not self.timed:
+            return [self.traced_pair()]
         if self._pairs is None:
-            timed = any(c.name == "throughput" and c.threshold_for(self.device) is not None for c in self.chapter.checks)
-            trials = int(self.cfg.get("trials", 3)) if timed else 1
+            trials = int(self.cfg.get("trials", 3))
             baseline = self.chapter.slow_script
             self._pairs = []
             for trial in range(trials):
                 what = f"timed run, trial {trial + 1} of {trials}"
+                secret = self._secret()
                 if trial % 2 == 0:
-                    b = self._run(baseline, what)
-                    c = self._run(self.candidate, what)
+                    b = self._run(baseline, what, secret)
+                    c = self._run(self.candidate, what, secret)
                 else:
-                    c = self._run(self.candidate, what)
-                    b = self._run(baseline, what)
+                    c = self._run(self.candidate, what, secret)
+                    b = self._run(baseline, what, secret)
                 self._pairs.append((b, c))
         return self._pairs
 
-    def trace(self):
-        """The candidate's steady-state steps, traced with the chosen tool and loaded by checker.trace."""
-        if self._trace is None:
-            self._trace_run, self._trace = self._traced(self.candidate)
-        return self._trace
+    def all_pairs(self) -> list[tuple[RunResult, RunResult]]:
+        """Every pair made so far, or at least one: whatever the candidate ran, its work is checked."""
+        pairs = list(self._pairs or [])
+        if self._traced_pair is not None or not pairs:
+            pairs.append(self.traced_pair())
+        return pairs
 
-    def baseline_trace(self):
-        """The slow script's steady-state steps, traced the same way (for checks that compare counts)."""
-        if self._baseline_trace is None:
-            self._baseline_trace = self._traced(self.chapter.slow_script)[1]
-        return self._baseline_trace
+    def traced_pair(self) -> tuple[RunResult, RunResult]:
+        if self._traced_pair is None:
+            steps = int(self.cfg["warmup"]) + int(self.cfg.get("trace_steps", 10))
+            wanted = [spec.name for spec in self.chapter.checks if not self.only or spec.name in self.only]
+            trace_baseline = any(name in checks.NEEDS_BASELINE_TRACE for name in wanted)
+            secret = self._secret()
+            tool = f"traced run ({self.trace_tool})"
+            b = self._run(self.chapter.slow_script, tool if trace_baseline else "baseline run", secret, steps=steps,
+                          trace=self.trace_tool if trace_baseline else None)
+            c = self._run(self.candidate, tool, secret, steps=steps, trace=self.trace_tool)
+            self._traced_pair = (b, c)
+        return self._traced_pair
 
     def timed_pairs_if_run(self) -> list[tuple[RunResult, RunResult]]:
         """The timed pairs when a check has already run them, else none (so that --only spares them)."""
         return self._pairs or []
 
     def candidate_run(self) -> RunResult:
-        """Any finished run of the candidate: the first timed one, else the traced one (run if need be)."""
-        if self._pairs:
-            return self._pairs[0][1]
-        self.trace()
-        return self._trace_run
+        """The candidate's traced run (its trace, its workers, its step times)."""
+        return self.traced_pair()[1]
 
-    def _traced(self, script: Path):
+    def trace(self):
+        """The candidate's steady-state steps, traced with the chosen tool and checked against the steps the
+        grader stamped (a trace that does not line up raises TraceMismatch)."""
+        return self._load_trace("candidate", self.traced_pair()[1])
+
+    def baseline_trace(self):
+        """The slow script's steady-state steps, traced the same way (for checks that compare counts)."""
+        baseline = self.traced_pair()[0]
+        if baseline.trace_file is None:  # the traced pair was made without it (--only); trace it now
+            baseline = self._run(self.chapter.slow_script, f"traced run ({self.trace_tool})", self._secret(),
+                                 steps=int(self.cfg["warmup"]) + int(self.cfg.get("trace_steps", 10)),
+                                 trace=self.trace_tool)
+        return self._load_trace("baseline", baseline)
+
+    def _load_trace(self, role: str, run: RunResult):
         from checker.trace import load
 
-        steps = int(self.cfg["warmup"]) + int(self.cfg.get("trace_steps", 10))
-        run = self._run(script, f"traced run ({self.trace_tool})", steps=steps, trace=self.trace_tool)
-        trace_file = run.trace_file
-        if self.keep_traces is not None and trace_file is not None:
-            role = "baseline" if script == self.chapter.slow_script else "candidate"
-            self.keep_traces.mkdir(parents=True, exist_ok=True)
-            suffix = "".join(trace_file.suffixes[-2:]) if trace_file.name.endswith(".gz") else trace_file.suffix
-            shutil.copy(trace_file, self.keep_traces / f"{self.chapter.id}-{role}-{self.trace_tool}{suffix}")
-        return run, load(trace_file)
+        if role not in self._traces:
+            trace_file = run.trace_file
+            if self.keep_traces is not None and trace_file is not None:
+                self.keep_traces.mkdir(parents=True, exist_ok=True)
+                suffix = "".join(trace_file.suffixes[-2:]) if trace_file.name.endswith(".gz") else trace_file.suffix
+                shutil.copy(trace_file, self.keep_traces / f"{self.chapter.id}-{role}-{self.trace_tool}{suffix}")
+            trace = load(trace_file)
+            problem = trace_problem(trace, run, int(self.cfg["warmup"]), int(self.cfg.get("trace_steps", 10)))
+            self._traces[role] = TraceMismatch(f"the {role}'s trace {problem}") if problem else trace
+        found = self._traces[role]
+        if isinstance(found, TraceMismatch):
+            raise found
+        return found
+
+    def verdicts(self) -> dict[int, dict]:
+        """The referee's findings for every pair so far, by index into all_pairs(): the held-out loss of both
+        runs, and how far the candidate's weights are from the baseline's."""
+        pairs = self.all_pairs()
+        if self._verdicts is None or len(self._verdicts) != len(pairs):
+            self.say("referee: the trained weights, in a fresh process")
+            self._verdicts = judge(self.chapter, self.device, pairs, self.workdir)
+        return self._verdicts
 
     def run_checks(self, variant_label: str, only: set[str] | None = None) -> Report:
         """Run the chapter's checks in order; with ``only``, the others are reported as skipped."""
@@ -184,6 +243,24 @@ class Evaluation:
                 raise WorkbookError(f"--only {','.join(unknown)}: {self.chapter.id} has no such check; "
                                     f"its checks: {', '.join(declared)}")
         started = time.perf_counter()
+        began_ns = time.time_ns()
+        wrote_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # the grader changes no file either
+        try:
+            results = self._run_all(only)
+        finally:
+            sys.dont_write_bytecode = wrote_bytecode
+        changed = sandbox.changed_since(began_ns, sandbox.trusted_folders())
+        if changed:
+            raise WorkbookError(
+                f"files the grader relies on changed while {display_path(self.candidate)} was graded "
+                f"({', '.join(changed)}): the verdict is withheld. Restore them (git checkout, or reinstall the "
+                "package) and check again")
+        return Report(
+            chapter=self.chapter.id, variant=variant_label, candidate=str(self.candidate), device=self.device,
+            trace_tool=self.trace_tool, checks=results, wall_s=time.perf_counter() - started, notes=self.notes,
+        )
+
+    def _run_all(self, only: set[str] | None) -> list[CheckResult]:
         results: list[CheckResult] = []
         failed_first: set[str] = set()
         incomplete = False
@@ -209,15 +286,13 @@ class Evaluation:
             except IncompleteWork as err:
                 incomplete = True
                 outcome = checks.result(spec, FAILED, evidence=[str(err)])
+            except TraceMismatch as err:
+                outcome = checks.result(spec, FAILED, evidence=[str(err)], threshold=spec.threshold_for(self.device))
             if outcome.status == FAILED:
                 failed_first.add(spec.name)
                 outcome.hint = self.chapter.hint_for(spec.name, outcome.evidence)
             results.append(outcome)
-        report = Report(
-            chapter=self.chapter.id, variant=variant_label, candidate=str(self.candidate), device=self.device,
-            trace_tool=self.trace_tool, checks=results, wall_s=time.perf_counter() - started,
-        )
-        return report
+        return results
 
     def cleanup(self) -> None:
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -227,7 +302,8 @@ def evaluate(chapter: Chapter, *, variant: str = "lab", submission: Path | None 
              trace_tool: str = "torch", with_ncu: bool = False, keep: bool = False,
              keep_traces: Path | None = None, only: set[str] | None = None, progress=None) -> Report:
     candidate = resolve_candidate(chapter, variant, submission)
-    ev = Evaluation(chapter, candidate, device or default_device(), trace_tool, with_ncu, keep_traces, progress)
+    ev = Evaluation(chapter, candidate, device or default_device(), trace_tool, with_ncu, keep_traces, progress,
+                    only=only)
     try:
         return ev.run_checks(str(submission) if submission else variant, only=only)
     finally:

@@ -25,5 +25,7 @@ def format_report(report, chapter) -> str:
         if c.status == "failed" and c.hint:
             lines.append(textwrap.indent(textwrap.fill("hint: " + " ".join(c.hint.split()), 96), " " * 9))
     failed = [c.name for c in report.checks if c.status == "failed"]
+    notes = [n for n in getattr(report, "notes", []) if not n.startswith("isolation:")]
+    lines += [f"  note: {n}" for n in notes]
     lines += ["", "PASSED" if not failed else f"FAILED: {', '.join(failed)}"]
     return "\n".join(lines)

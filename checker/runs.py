@@ -1,26 +1,45 @@
-"""Run a chapter script in its own process through ``checker.launch`` and read back its result."""
+"""Run one chapter script in a process of its own, and measure it from outside.
+
+The grader's half of the protocol (the candidate's half is ``checker.candidate``). The grader:
+
+* makes the run's private folder and environment (``checker.sandbox``) and starts the script there;
+* sends the run's seed, and the window key when the script says the window opens;
+* stamps every message on its own clock as it arrives: the timed window runs from "the window opens" to
+  "the trained weights have arrived", so work moved after the window is still inside it and work done before
+  it cannot produce the right weights (they depend on the window key);
+* keeps the weights in memory for the referee (``checker.referee``) and never reads a file the run wrote,
+  except a trace, which the checks only believe when it lines up with the steps stamped here;
+* watches the run: a time limit, an output cap (only the last lines are kept), the worker processes alive
+  when the window opens and closes, and every process the run leaves behind, killed and counted.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
-import sys
-import tempfile
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checker import sandbox
 from checker.chapters import Chapter
 from checker.errors import WorkbookError
-from checker.paths import display_path, repo_root
+from checker.paths import display_path
 from checker.tools import find_tool
 from checker.trace.nsys import export_report
 
+OUTPUT_CAP = 16 * 1024 * 1024  # bytes a run may print before it is stopped
+OUTPUT_TAIL = 64 * 1024  # bytes of the end of its output kept for messages
+HEADER_CAP = 64 * 1024  # one message line
+WEIGHTS_CAP = 2 * 1024**3  # bytes of weights a run may send
+
 
 class ScriptError(WorkbookError):
-    """The candidate script crashed or hung: reported as one line, exit 2."""
+    """The candidate script crashed, hung or broke the protocol: reported as one line, exit 2."""
 
 
 class IncompleteWork(Exception):
@@ -32,33 +51,152 @@ class RunResult:
     script: Path
     samples_per_s: float | None
     samples: int
-    window_s: float | None
-    eval_loss: float | None
-    step_ms: list[float]
-    raw: dict[str, Any] = field(repr=False)
+    window_s: float | None  # on the grader's clock: window opened -> trained weights arrived
+    step_ms: list[float]  # on the grader's clock: one per timed step
+    seed: int
+    window_key: int
+    weights: bytes | None = field(default=None, repr=False)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)  # what the run said about itself (untrusted)
     trace_file: Path | None = None
     phases_s: dict[str, float] = field(default_factory=dict)
+    step_stamps_ns: list[int] = field(default_factory=list, repr=False)  # grader clock: timed step starts, then close
+    workers_at_open: set[int] = field(default_factory=set)
+    workers_at_close: set[int] = field(default_factory=set)
+    survivors: int = 0  # processes the run left behind, killed by the grader
+    output_tail: str = ""
+    eval_loss: float | None = None  # filled in by the referee
 
 
-# (name, from mark, to mark): where the seconds of one run went; "spawn" and "exit" are the checker's own marks
+# (name, from mark, to mark): where the seconds of one run went, on the grader's clock
 PHASES = (
-    ("start-up", "spawn", "launched"),        # Python, torch and the checker imported (nsys starting, when tracing)
-    ("build", "launched", "built"),           # the script's imports and the chapter's workload
+    ("start-up", "spawn", "hello"),           # Python, torch and the checker imported (nsys starting, when tracing)
+    ("build", "hello", "built"),              # the chapter's workload
     ("setup", "built", "first_step"),         # the script's own setup (model, optimizer, DataLoader)
-    ("warm-up", "first_step", "window"),      # untimed steps: torch.compile, autotuning, workers starting
-    ("timed", "window", "window_end"),        # the measured window
-    ("after", "window_end", "evaluated"),     # trace export, the rest of the script, the held-out loss
-    ("exit", "evaluated", "exit"),            # the process ending (atexit work, worker pools), nsys's report
+    ("warm-up", "first_step", "open"),        # untimed steps: torch.compile, autotuning, workers starting
+    ("timed", "open", "weights"),             # the timed window, the trained weights' transfer included
+    ("after", "weights", "done"),             # trace export, the rest of the script
+    ("exit", "done", "exit"),                 # the process ending (atexit work, worker pools), nsys's report
 )
 
 
-def phases(clock: dict[str, float]) -> dict[str, float]:
-    """Seconds per phase of one run, from time.monotonic() marks (one clock for all processes on a machine)."""
-    return {name: round(clock[b] - clock[a], 2) for name, a, b in PHASES if a in clock and b in clock}
+def phases(clock: dict[str, int]) -> dict[str, float]:
+    """Seconds per phase of one run, from the grader's time.monotonic_ns() marks."""
+    return {name: round((clock[b] - clock[a]) / 1e9, 2) for name, a, b in PHASES if a in clock and b in clock}
 
 
 def describe_phases(seconds: dict[str, float]) -> str:
     return ", ".join(f"{name} {value:.1f}" for name, value in seconds.items())
+
+
+class _Protocol:
+    """Reads the run's messages, stamps them, answers them. Anything out of order ends the run."""
+
+    def __init__(self, run: "_Run"):
+        self.run = run
+        self.buffer = bytearray()
+        self.payload_for: dict | None = None
+        self.payload_left = 0
+        self.payload = bytearray()
+
+    def feed(self, data: bytes, now: int) -> None:
+        self.buffer += data
+        while self.buffer:
+            if self.payload_for is not None:
+                take = min(self.payload_left, len(self.buffer))
+                self.payload += self.buffer[:take]
+                del self.buffer[:take]
+                self.payload_left -= take
+                if self.payload_left:
+                    return
+                header, self.payload_for = self.payload_for, None
+                self.run.on_message(header, bytes(self.payload), now)
+                self.payload = bytearray()
+                continue
+            end = self.buffer.find(b"\n")
+            if end < 0:
+                if len(self.buffer) > HEADER_CAP:
+                    raise self.run.broken("sent a message line longer than the grader reads")
+                return
+            line = bytes(self.buffer[:end])
+            del self.buffer[:end + 1]
+            try:
+                header = json.loads(line)
+                kind = header["type"]
+            except (ValueError, KeyError, TypeError):
+                raise self.run.broken("sent something that is not a message of the harness") from None
+            if not isinstance(kind, str):
+                raise self.run.broken("sent something that is not a message of the harness")
+            if "nbytes" in header:
+                size = header["nbytes"]
+                if not isinstance(size, int) or not 0 <= size <= WEIGHTS_CAP:
+                    raise self.run.broken(f"announced {size!r} bytes of weights (at most {WEIGHTS_CAP} accepted)")
+                self.payload_for, self.payload_left = header, size
+                continue
+            self.run.on_message(header, None, now)
+
+
+class _Run:
+    def __init__(self, chapter: Chapter, script: Path, device: str, total_steps: int, warmup: int, seed: int,
+                 window_key: int, folder: sandbox.RunFolder, display: str):
+        self.chapter, self.script, self.device, self.display = chapter, script, device, display
+        self.total_steps, self.warmup = total_steps, warmup
+        self.seed, self.window_key = seed, window_key
+        self.folder = folder
+        self.clock: dict[str, int] = {}
+        self.step_stamps: list[int] = []
+        self.expected_step = warmup
+        self.weights: bytes | None = None
+        self.outcome: dict | None = None
+        self.ctl: int | None = None
+        self.pid: int | None = None
+        self.workers_at_open: set[int] = set()
+        self.workers_at_close: set[int] = set()
+
+    def broken(self, what: str) -> ScriptError:
+        return ScriptError(f"{self.display} {what}; the grader stopped it")
+
+    def _answer(self, message: dict) -> None:
+        data = json.dumps(message).encode() + b"\n"
+        os.write(self.ctl, data)
+
+    def on_message(self, header: dict, payload: bytes | None, now: int) -> None:
+        kind = header["type"]
+        order = ("hello", "built", "first_step", "open", "close", "weights")
+        if kind in order:
+            if kind in self.clock:
+                raise self.broken(f"said '{kind}' twice")
+            needed = order[:order.index(kind)]
+            missing = [k for k in needed if k not in self.clock]
+            if missing:
+                raise self.broken(f"said '{kind}' before '{missing[0]}'")
+            self.clock[kind] = now
+        if kind == "hello":
+            self.ctl = os.open(self.folder.path / "ctl", os.O_RDWR)
+            self._answer({"seed": self.seed})
+        elif kind == "open":
+            self.workers_at_open = sandbox.descendants(self.pid)
+            self._answer({"window_key": self.window_key})
+        elif kind == "step":
+            if "open" not in self.clock or "close" in self.clock or header.get("n") != self.expected_step:
+                raise self.broken(f"reported step {header.get('n')!r} where the harness is at step {self.expected_step}")
+            self.step_stamps.append(now)
+            self.expected_step += 1
+        elif kind == "close":
+            if self.expected_step != self.total_steps:
+                raise self.broken(f"closed the window after step {self.expected_step - 1}, not {self.total_steps - 1}")
+            self.step_stamps.append(now)
+            self.workers_at_close = sandbox.descendants(self.pid)
+        elif kind == "weights":
+            self.weights = payload
+        elif kind in ("built", "first_step"):
+            pass
+        elif kind in ("done", "error", "incomplete"):
+            if self.outcome is not None:
+                raise self.broken("reported its outcome twice")
+            self.outcome = header
+            self.clock["done"] = now
+        else:
+            raise self.broken(f"sent an unknown message '{kind}'")
 
 
 def run_script(
@@ -70,69 +208,167 @@ def run_script(
     trace: str | None = None,
     workdir: Path | None = None,
     extra_args: list[str] | None = None,
+    seed: int = 0,
+    window_key: int = 1,
+    display: str | None = None,
 ) -> RunResult:
-    """Run ``script`` for ``chapter`` on ``device`` in a fresh process.
+    """Run ``script`` for ``chapter`` on ``device`` in a fresh, private process, measured from outside.
 
-    ``trace`` is None, "torch" (torch.profiler over the window) or "nsys" (the process runs under
-    ``nsys profile --capture-range=cudaProfilerApi``; the report is exported to SQLite).
+    ``trace`` is None, "torch" (torch.profiler over the window, written by the run) or "nsys" (the process
+    runs under ``nsys profile --capture-range=cudaProfilerApi``; the report is exported to SQLite).
     """
     cfg = chapter.config(device)
+    total_steps = int(steps if steps is not None else cfg["steps"])
+    warmup = min(int(cfg.get("warmup", 0)), total_steps)
     timeout = float(os.environ.get("WORKBOOK_TIMEOUT_S") or cfg.get("timeout_s", 300))
-    workdir = Path(workdir or tempfile.mkdtemp(prefix="workbook-"))
-    result_path = workdir / "result.json"
-    script_args = ["--device", device]
-    if steps is not None:
-        script_args += ["--steps", str(steps)]
-    script_args += extra_args or []
-    command = [sys.executable, "-m", "checker.launch", "--script", str(script), "--result", str(result_path)]
+    display = display or display_path(script)
+    if workdir is None:
+        workdir = sandbox.check_folder()
+    identity = sandbox.run_identity()
+    folder = sandbox.RunFolder.create(workdir, script, identity)
+    script_args = ["--device", device, "--steps", str(total_steps)] + list(extra_args or [])
+    command = [*sandbox.python_command(), "--channel", str(folder.path), "--script", str(folder.script)]
     trace_file = None
     if trace == "torch":
-        trace_file = workdir / "trace.json.gz"
+        trace_file = folder.path / "trace.json.gz"
         command += ["--trace", "torch", "--trace-out", str(trace_file)]
     elif trace == "nsys":
         nsys = find_tool("nsys")
         if nsys is None:
             raise WorkbookError("--trace-tool nsys: nsys not found on PATH; install Nsight Systems or set WORKBOOK_NSYS=/path/to/nsys")
-        report = workdir / "trace"
+        report = folder.path / "trace"
         command = [
             nsys, "profile", "-t", "cuda,nvtx,osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
             "--force-overwrite=true", "-o", str(report), *command,
         ]
         trace_file = report.with_suffix(".nsys-rep")
     command += ["--", *script_args]
-    env = dict(os.environ, WORKBOOK_ROOT=str(repo_root()), PYTHONUNBUFFERED="1")
-    spawned = time.monotonic()
+    limits = sandbox.Limits(memory_mb=int(cfg["memory_mb"]) if device == "cpu" and cfg.get("memory_mb") else None)
+    sandbox.become_subreaper()
+    known_children = sandbox.descendants(os.getpid())
+    run = _Run(chapter, script, device, total_steps, warmup, seed, window_key, folder, display)
+    protocol = _Protocol(run)
+    evt = os.open(folder.path / "evt", os.O_RDWR | os.O_NONBLOCK)  # RDWR: never an EOF before the run connects
+    tail: deque[bytes] = deque()
+    tail_bytes = printed = 0
+    run.clock["spawn"] = time.monotonic_ns()
+    proc = subprocess.Popen(
+        command, cwd=folder.path, env=sandbox.environment(folder), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        preexec_fn=sandbox.preexec(identity, limits, _isolate_network()),
+    )
+    run.pid = proc.pid
+    out = proc.stdout.fileno()
+    os.set_blocking(out, False)
+    deadline = time.monotonic() + timeout
+    failure: ScriptError | None = None
     try:
-        proc = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise ScriptError(
-            f"{display_path(script)} did not finish within {timeout:.0f} s on {device} (a hang? an endless loop?); "
-            f"the limit is timeout_s in {chapter.id}/chapter.toml"
-        ) from None
-    if not result_path.exists():
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ScriptError(f"{display_path(script)} stopped without a result (exit {proc.returncode}): {last}")
-    raw = json.loads(result_path.read_text())
-    if raw.get("incomplete"):
-        raise IncompleteWork(f"work differs: {display_path(script)} {raw['incomplete']}")
-    if "error" in raw:
-        where = f" at {raw['where']}" if raw.get("where") else ""
-        raise ScriptError(f"{display_path(script)} failed{where}: {raw['error']}")
+        open_fds = {evt, out}
+        while True:
+            if time.monotonic() > deadline:
+                failure = ScriptError(
+                    f"{display} did not finish within {timeout:.0f} s on {device} (the limit is timeout_s in "
+                    f"{chapter.id}/chapter.toml); " + _last_words(tail, "it printed nothing"))
+                break
+            exited = proc.poll() is not None
+            ready, _, _ = select.select(list(open_fds), [], [], 0 if exited else 0.25)
+            now = time.monotonic_ns()
+            for fd in ready:
+                try:
+                    data = os.read(fd, 1 << 20)
+                except BlockingIOError:
+                    continue
+                if fd == out:
+                    if not data:
+                        open_fds.discard(out)
+                        continue
+                    printed += len(data)
+                    tail.append(data)
+                    tail_bytes += len(data)
+                    while tail_bytes - len(tail[0]) >= OUTPUT_TAIL:
+                        tail_bytes -= len(tail.popleft())
+                    if printed > OUTPUT_CAP:
+                        raise run.broken(f"printed more than {OUTPUT_CAP // 2**20} MB")
+                elif data:
+                    protocol.feed(data, now)
+            if exited and not ready:
+                break
+    except ScriptError as err:
+        failure = err
+    finally:
+        if proc.poll() is None:  # stopped by the grader: nothing of it may go on
+            sandbox.kill_group(proc.pid)
+        survivors = sandbox.kill_survivors(proc.pid, proc.pid, known_children, grace_s=0 if failure else 3.0)
+        proc.wait()
+        run.clock["exit"] = time.monotonic_ns()
+        proc.stdout.close()
+        os.close(evt)
+        if run.ctl is not None:
+            os.close(run.ctl)
+        folder.close()
+    if failure is not None:
+        raise failure
+    output = b"".join(tail).decode(errors="replace")
+    outcome = run.outcome or {}
+    if outcome.get("type") == "incomplete" and run.weights is None:
+        raise IncompleteWork(f"work differs: {display} {outcome.get('error')}")
+    if outcome.get("type") == "error":
+        where = _where(outcome.get("where"), folder.script, display)
+        raise ScriptError(f"{display} failed{where}: {outcome.get('error')}")
+    if run.weights is None or outcome.get("type") != "done":
+        code = proc.returncode
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
+        if code == -9 and limits.memory_mb:
+            how += f" (memory cap {limits.memory_mb} MB? see memory_mb in {chapter.id}/chapter.toml)"
+        raise ScriptError(f"{display} {how} before the grader had its trained weights; "
+                          + _last_words(tail, "it printed nothing"))
     if trace == "nsys":
         if not trace_file.exists():
             raise WorkbookError(f"nsys wrote no report at {trace_file}; if only a .qdstrm appeared, nsys's importer "
                                 "could not run (on some systems it needs libdw.so.1)")
-        trace_file = export_report(trace_file, workdir)
-    clock = dict(raw.get("clock") or {}, spawn=spawned, exit=time.monotonic())
+        trace_file = export_report(trace_file, folder.path)
+    elif trace == "torch" and not trace_file.exists():
+        raise ScriptError(f"{display} wrote no torch.profiler trace (the harness writes it when the window closes)")
+    window_ns = run.clock["weights"] - run.clock["open"]
+    samples = int(outcome.get("samples") or 0)
+    stamps = run.step_stamps
     return RunResult(
         script=script,
-        samples_per_s=raw.get("samples_per_s"),
-        samples=int(raw.get("samples", 0)),
-        window_s=raw.get("window_s"),
-        eval_loss=raw.get("eval_loss"),
-        step_ms=list(raw.get("step_ms", [])),
-        raw=raw,
-        trace_file=Path(raw["trace_file"]) if trace == "torch" and raw.get("trace_file") else trace_file,
-        phases_s=phases(clock),
+        samples_per_s=samples / (window_ns / 1e9) if window_ns > 0 else None,
+        samples=samples,
+        window_s=window_ns / 1e9,
+        step_ms=[(b - a) / 1e6 for a, b in zip(stamps, stamps[1:])],
+        seed=seed,
+        window_key=window_key,
+        weights=run.weights,
+        raw={"loader": outcome.get("loader"), "device_name": outcome.get("device_name"), "samples": samples},
+        trace_file=trace_file,
+        phases_s=phases(run.clock),
+        step_stamps_ns=stamps,
+        workers_at_open=run.workers_at_open,
+        workers_at_close=run.workers_at_close,
+        survivors=survivors,
+        output_tail=output[-4000:],
     )
 
+
+def _last_words(tail: deque[bytes], otherwise: str) -> str:
+    lines = b"".join(tail).decode(errors="replace").strip().splitlines()
+    return f"its last line: {lines[-1][:300]}" if lines else otherwise
+
+
+def _where(where: str | None, copy: Path, display: str) -> str:
+    """' at train.py:12' with the run's copy of the script named as the learner knows it."""
+    if not where:
+        return ""
+    return " at " + where.replace(str(copy), display)
+
+
+_NETWORK: bool | None = None
+
+
+def _isolate_network() -> bool:
+    global _NETWORK
+    if _NETWORK is None:
+        _NETWORK = sandbox.network_isolation_available() and os.environ.get("WORKBOOK_NETWORK") != "1"
+    return _NETWORK

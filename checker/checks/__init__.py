@@ -36,16 +36,22 @@ CheckFunction = Callable[["Evaluation", "CheckSpec"], CheckResult]
 REGISTRY: dict[str, CheckFunction] = {}
 # check name -> (the key in `measured` that sums it up, a format for it): what results tables show
 KEY_MEASURE: dict[str, tuple[str, str]] = {}
+# checks that compare the candidate's trace with the baseline's (the traced pair then traces both)
+NEEDS_BASELINE_TRACE: set[str] = set()
 
 
-def check(name: str, key: str | None = None, fmt: str = "{:g}") -> Callable[[CheckFunction], CheckFunction]:
+def check(name: str, key: str | None = None, fmt: str = "{:g}",
+          baseline_trace: bool = False) -> Callable[[CheckFunction], CheckFunction]:
     """Register a check kind under the name chapter.toml uses in [[checks]] name = ...
 
-    ``key`` names the entry of ``measured`` that sums the check up in results tables, shown with ``fmt``.
+    ``key`` names the entry of ``measured`` that sums the check up in results tables, shown with ``fmt``;
+    ``baseline_trace``: the check reads the baseline's trace too.
     """
 
     def register(function: CheckFunction) -> CheckFunction:
         REGISTRY[name] = function
+        if baseline_trace:
+            NEEDS_BASELINE_TRACE.add(name)
         if key is not None:
             KEY_MEASURE[name] = (key, fmt)
         return function

@@ -15,6 +15,6 @@ from checker.checks import check
 from checker.checks.step_counts import count_elementwise, fewer_than_baseline
 
 
-@check("elementwise_kernels", key="elementwise_fewer_by", fmt="{:.1f}x fewer elementwise kernels")
+@check("elementwise_kernels", key="elementwise_fewer_by", fmt="{:.1f}x fewer elementwise kernels", baseline_trace=True)
 def elementwise_kernels(ev, spec):
     return fewer_than_baseline(ev, spec, count_elementwise, "elementwise_fewer_by", gone="all fused away", decimals=1)

@@ -20,7 +20,7 @@ def _graph_replays(candidate) -> list[str]:
     return [f"{replays:g} CUDA graph replays per step, {candidate.extra['gpu_kernels_per_step']:,.0f} GPU kernels per step in all"]
 
 
-@check("launches_per_step", key="launches_fewer_by", fmt="{:.1f}x fewer launches")
+@check("launches_per_step", key="launches_fewer_by", fmt="{:.1f}x fewer launches", baseline_trace=True)
 def launches_per_step(ev, spec):
     return fewer_than_baseline(ev, spec, count_launches, "launches_fewer_by", gone="all gone", top=8,
                                more_evidence=_graph_replays)

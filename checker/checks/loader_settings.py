@@ -1,8 +1,15 @@
 """loader_settings: the DataLoader the script gave to session.steps() is configured as the chapter requires.
 
-The harness records the loader's settings when the script passes a ``torch.utils.data.DataLoader`` to
-``session.steps()`` (``raw["loader"]`` of a run). The check compares what was *requested*: a CPU-only machine
-cannot pin memory, but ``pin_memory=True`` is still what the script asked for, and what it will get on a GPU.
+Two kinds of evidence, and the check says which one each line rests on:
+
+* what the grader saw itself: the worker processes. When the chapter asks for ``num_workers >= N``, at least
+  N processes must be running under the candidate's process when the timed window closes; with
+  ``persistent_workers = true``, those alive when the window opened must still be alive when it closed (the
+  window crosses an epoch boundary, where a loader without persistent workers starts new ones);
+* what the harness, inside the candidate's process, reported: the settings the loader was built with. A
+  script can fake that report, so it only decides what the grader cannot see (``pin_memory`` on a CPU, which
+  has nothing to pin; on a GPU, pageable_copies finds unpinned copies in the trace). A DataLoader subclass
+  that redefines a setting is refused: its attribute need not be what it does.
 
 chapter.toml gives the requirements per device as a table: a number is a minimum, anything else must be
 equal, e.g. ``threshold.cuda = { num_workers = 4, persistent_workers = true, pin_memory = true }``.
@@ -28,6 +35,22 @@ def unmet_settings(settings: dict[str, Any], required: dict[str, Any]) -> list[s
     return unmet
 
 
+def workers_unseen(run, required: dict[str, Any]) -> list[str]:
+    """What the grader's own view of the run's processes contradicts (see the module's docstring)."""
+    wanted = required.get("num_workers")
+    if not isinstance(wanted, int) or isinstance(wanted, bool) or wanted < 1:
+        return []
+    problems = []
+    if len(run.workers_at_close) < wanted:
+        problems.append(f"the grader saw {len(run.workers_at_close)} worker process(es) when the timed window "
+                        f"closed; num_workers >= {wanted} means at least {wanted}")
+    if required.get("persistent_workers") is True and len(run.workers_at_open & run.workers_at_close) < wanted:
+        problems.append(f"of the worker processes alive when the window opened, "
+                        f"{len(run.workers_at_open & run.workers_at_close)} were still alive when it closed: "
+                        "persistent workers outlive an epoch")
+    return problems
+
+
 @check("loader_settings", key="settings_unmet", fmt="{:g} unmet")
 def loader_settings(ev, spec):
     required = dict(spec.threshold_for(ev.device))
@@ -38,7 +61,14 @@ def loader_settings(ev, spec):
             "session.steps() was not given a torch.utils.data.DataLoader, so its settings cannot be checked: "
             "build a DataLoader (or a subclass of it) and pass it to session.steps()"])
     unmet = unmet_settings(settings, required)
-    measured = {"settings_unmet": len(unmet), "loader": settings}
+    if settings.get("redefined"):
+        unmet.append(f"{settings.get('class')} redefines {', '.join(settings['redefined'])}: a DataLoader subclass "
+                     "may set what it reports, not what it does; keep DataLoader's own settings")
+    unmet += workers_unseen(candidate, required)
+    measured = {"settings_unmet": len(unmet), "loader": settings,
+                "workers_seen": {"window_open": len(candidate.workers_at_open),
+                                 "window_close": len(candidate.workers_at_close),
+                                 "alive_throughout": len(candidate.workers_at_open & candidate.workers_at_close)}}
     # on a pass, what was checked; on a failure, only what is wrong (hints match on these lines)
     evidence = unmet or [f"DataLoader({', '.join(f'{k}={settings.get(k)!r}' for k in required)})"]
     return result(spec, FAILED if unmet else PASSED, measured=measured, threshold=required, evidence=evidence)

@@ -1,39 +1,88 @@
-"""same_work: the candidate trains the same samples and ends at the baseline's loss.
+"""same_work: the candidate trained the same model on the same samples, as far as its weights can tell.
 
-The loss is not what the script prints: checker.launch evaluates the model the session built on the
-chapter's held-out batch after the script returns.
+Nothing the script reports counts. Every run trains under a secret seed and window key (checker.workloads),
+sends its trained weights to the grader, and the referee (checker.referee), a fresh process that no
+candidate code ran in, loads them strictly into a freshly built model and measures:
+
+* how far they are from the weights of the baseline run trained under the same secret, relative to how far
+  the baseline's training moved them (``weight_tolerance``: over all tensors; ``layer_tolerance``: any one
+  layer that training moved). Fewer steps, part of each batch, or a layer left untrained land far away;
+* integer buffers (BatchNorm's count of batches seen) equal to the baseline's;
+* the held-out loss of the weights, within ``rel_tolerance`` of the baseline's (or ``abs_tolerance``).
+
+Every pair the check made is judged (timed and traced), so a run that skips work when it is not traced, or
+when it is, fails either way.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from checker.checks import FAILED, PASSED, check, result
 
 
-@check("same_work", key="relative_difference", fmt="{:.1%} loss diff")
+def _tolerance(spec, name: str, device: str, default: float) -> float:
+    value = spec.options.get(name, default)
+    if isinstance(value, dict):
+        value = value.get(device, default)
+    return float(value)
+
+
+@check("same_work", key="weight_distance", fmt="{:.2f} weight distance")
 def same_work(ev, spec):
-    tolerance = float(spec.options.get("rel_tolerance", 0.05))
-    # a trained model's loss can be tiny, where a relative tolerance alone is too tight for run-to-run noise
-    abs_tolerance = float(spec.options.get("abs_tolerance", 0.0))
-    pairs = ev.pairs()
-    base_loss = statistics.median(b.eval_loss for b, _ in pairs)
-    cand_loss = statistics.median(c.eval_loss for _, c in pairs)
-    base_samples, cand_samples = pairs[0][0].samples, pairs[0][1].samples
-    measured = {
-        "baseline_eval_loss": round(base_loss, 5),
-        "candidate_eval_loss": round(cand_loss, 5),
-        "relative_difference": round(abs(cand_loss - base_loss) / abs(base_loss), 5),
-        "baseline_samples": base_samples,
-        "candidate_samples": cand_samples,
-    }
-    evidence = []
-    if cand_samples != base_samples:
-        evidence.append(f"work differs: the candidate trained {cand_samples} samples in the window, the baseline {base_samples}")
-    if measured["relative_difference"] > tolerance and abs(cand_loss - base_loss) > abs_tolerance:
-        evidence.append(
-            f"work differs: held-out loss {cand_loss:.4f} vs the baseline's {base_loss:.4f} "
-            f"({measured['relative_difference']:.1%} apart; tolerance {tolerance:.0%} or {abs_tolerance:g} absolute)"
+    rel_tolerance = _tolerance(spec, "rel_tolerance", ev.device, 0.05)
+    abs_tolerance = _tolerance(spec, "abs_tolerance", ev.device, 0.0)
+    weight_tolerance = _tolerance(spec, "weight_tolerance", ev.device, 0.5)
+    layer_tolerance = _tolerance(spec, "layer_tolerance", ev.device, 1.5 * weight_tolerance)
+    pairs = ev.all_pairs()
+    verdicts = ev.verdicts()
+    evidence: list[str] = []
+    distances, worst_layers, base_losses, cand_losses = [], [], [], []
+    for index, (baseline, candidate) in enumerate(pairs):
+        judged = verdicts[index]
+        if "load_error" in judged["baseline"]:
+            raise RuntimeError(f"the slow script's weights did not load: {judged['baseline']['load_error']}")
+        cand = judged["candidate"]
+        if "load_error" in cand:
+            evidence.append(f"work differs: the weights it sent back do not fit the chapter's model "
+                            f"({cand['load_error']})")
+            continue
+        base_losses.append(judged["baseline"]["eval_loss"])
+        cand_losses.append(cand["eval_loss"])
+        far = cand["distance"]
+        distances.append(far["relative"])
+        worst_layers.append(far["worst_tensor"])
+        if not math.isfinite(far["relative"]) or far["relative"] > weight_tolerance:
+            evidence.append(f"work differs: its weights are {far['relative']:.2f} of the baseline's training away "
+                            f"from the baseline's, trained under the same secret (tolerance {weight_tolerance:g})")
+        elif not math.isfinite(far["worst_tensor"]) or far["worst_tensor"] > layer_tolerance:
+            evidence.append(f"work differs: {far['worst_tensor_name']} is {far['worst_tensor']:.2f} of its training "
+                            f"away from the baseline's (tolerance {layer_tolerance:g}): a layer trained differently")
+        if far["counts_differ"]:
+            evidence.append(f"work differs: {', '.join(far['counts_differ'][:3])} differ from the baseline's "
+                            "(BatchNorm counts the batches it saw)")
+    measured: dict = {"pairs": len(pairs)}
+    if base_losses:
+        base_loss, cand_loss = statistics.median(base_losses), statistics.median(cand_losses)
+        relative = abs(cand_loss - base_loss) / abs(base_loss) if base_loss else float("inf")
+        measured.update(
+            baseline_eval_loss=round(base_loss, 5), candidate_eval_loss=round(cand_loss, 5),
+            relative_difference=round(relative, 5), weight_distance=round(max(distances), 4),
+            weight_distances=[round(d, 4) for d in distances], worst_layer=round(max(worst_layers), 4),
         )
-    status = FAILED if evidence else PASSED
-    return result(spec, status, measured=measured, threshold=tolerance, evidence=evidence)
+        if not math.isfinite(cand_loss) or (relative > rel_tolerance and abs(cand_loss - base_loss) > abs_tolerance):
+            evidence.append(
+                f"work differs: held-out loss {cand_loss:.4f} vs the baseline's {base_loss:.4f} "
+                f"({relative:.1%} apart; tolerance {rel_tolerance:.0%} or {abs_tolerance:g} absolute)")
+    samples = {(b.samples, c.samples) for b, c in pairs}
+    if any(b != c for b, c in samples):
+        b, c = next(iter(samples))
+        evidence.append(f"work differs: the run reported {c} samples in the window, the baseline {b}")
+    threshold = {"weight_tolerance": weight_tolerance, "layer_tolerance": layer_tolerance, "rel_tolerance": rel_tolerance}
+    if not evidence:
+        evidence.append(f"weights within {max(distances):.2f} of the baseline's training (tolerance "
+                        f"{weight_tolerance:g}), held-out loss {measured['candidate_eval_loss']:.4f} vs "
+                        f"{measured['baseline_eval_loss']:.4f}, over {len(pairs)} pair(s)")
+        return result(spec, PASSED, measured=measured, threshold=threshold, evidence=evidence)
+    return result(spec, FAILED, measured=measured, threshold=threshold, evidence=evidence)

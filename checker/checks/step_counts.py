@@ -227,7 +227,7 @@ def warmup_seconds(ev) -> dict[str, float]:
     pairs = ev.timed_pairs_if_run()
     out = {}
     for label, runs in (("baseline", [b for b, _ in pairs]), ("candidate", [c for _, c in pairs])):
-        values = [r.raw.get("warmup_s") for r in runs if r.raw.get("warmup_s") is not None]
+        values = [r.phases_s["warm-up"] for r in runs if "warm-up" in r.phases_s]
         if values:
             out[f"{label}_warmup_s"] = round(max(values), 2)
             if label == "candidate" and len(values) > 1:
@@ -256,6 +256,10 @@ def fewer_than_baseline(ev, spec, count, key: str, gone: str, decimals: int = 0,
     baseline = count(ev.baseline_trace(), ev.device)
     if not candidate.steps or not baseline.steps:
         return result(spec, FAILED, threshold=threshold, evidence=["the trace holds no training steps: nothing to count"])
+    if candidate.total == 0 and baseline.total > 0:  # not "infinitely fewer": the work is somewhere unseen
+        return result(spec, FAILED, threshold=threshold, evidence=[
+            f"the candidate's steps hold no {candidate.unit} at all where the slow script's hold "
+            f"{baseline.per_step:,.0f} per step: the training ran where the trace does not show it"])
     ratio = fewer_by(baseline.per_step, candidate.per_step)
     measured = {
         "unit": candidate.unit,

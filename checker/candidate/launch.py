@@ -1,0 +1,101 @@
+"""Run one chapter script inside this process, the way the grader runs it or the way a recipe traces it.
+
+Under the grader (``checker.runs``), with ``--channel DIR``::
+
+    python -I -B -c <bootstrap> --channel DIR --script train.py [--trace torch --trace-out F] -- --steps N ...
+
+the run's seed and window key come over the channel, and what the script did goes back over it: an error,
+an early exit from the step loop, the trained weights (sent by the session itself), the loader's settings.
+
+On its own, as the chapters' torch.profiler recipes use it::
+
+    python -m checker.launch --script labs/01_item_syncs/train.py --result out.json --trace torch --trace-out t.json.gz
+
+it writes what the session measured to ``--result`` for the learner to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import runpy
+import sys
+import traceback
+from pathlib import Path
+
+from checker.candidate import session as harness
+from checker.candidate.channel import Channel
+
+
+def _where(exc: BaseException, script: Path) -> str | None:
+    """file:line of the deepest frame inside the script, else the deepest frame of all."""
+    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+        return f"{exc.filename}:{exc.lineno}:{exc.offset or 0}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    inside = [f for f in frames if Path(f.filename).resolve() == script.resolve()]
+    frame = (inside or [f for f in frames if not f.filename.startswith("<frozen")] or [None])[-1]
+    return f"{frame.filename}:{frame.lineno}" if frame else None
+
+
+def _outcome(script: Path, error: dict | None) -> dict:
+    """What the script did, as the grader needs to hear it: an error, a step loop left early, or done."""
+    session = harness.current()
+    if error is not None:
+        return {"type": "error", **error}
+    if session is None:
+        return {"type": "error", "error": "the script never called checker.lab.start(...)"}
+    if not session._closed:
+        return {"type": "incomplete", "steps_done": session.steps_done, "steps_expected": session.total_steps,
+                "error": f"the script left session.steps() after {session.steps_done} of "
+                         f"{session.total_steps} steps"}
+    result = session.result()
+    return {"type": "done", "samples": result["samples"], "loader": result["loader"],
+            "trace_file": result["trace_file"], "device_name": result["device_name"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m checker.launch")
+    parser.add_argument("--script", required=True, type=Path, help="the chapter script to run")
+    parser.add_argument("--result", type=Path, default=None, help="write what the session measured here (JSON)")
+    parser.add_argument("--trace", choices=("torch", "none"), default="none",
+                        help="torch: record the timed window with torch.profiler")
+    parser.add_argument("--trace-out", type=Path, default=None, help="where to write the torch.profiler trace")
+    parser.add_argument("--channel", type=Path, default=None, help=argparse.SUPPRESS)  # the grader's
+    args, script_args = parser.parse_known_args(argv)
+    if script_args[:1] == ["--"]:
+        script_args = script_args[1:]
+
+    channel = Channel(args.channel) if args.channel else None
+    options = harness.LaunchOptions(trace=None if args.trace == "none" else args.trace, trace_out=args.trace_out,
+                                    channel=channel)
+    if channel is not None:
+        handshake = channel.receive()
+        options.seed = int(handshake["seed"])
+    harness.LAUNCH = options
+    script = args.script.resolve()
+    sys.argv = [str(script), *script_args]
+    error = None
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exc:  # a script may call sys.exit(0) at its end
+        if exc.code not in (None, 0):
+            error = {"error": f"the script exited with {exc.code!r}", "where": _where(exc, script)}
+    except BaseException as exc:  # noqa: BLE001 - everything the script raises is reported, not re-raised
+        error = {"error": f"{type(exc).__name__}: {exc}", "where": _where(exc, script)}
+        traceback.print_exc()
+
+    outcome = _outcome(script, error)
+    if channel is not None:
+        channel.send(outcome)
+    if args.result is not None:
+        session = harness.current()
+        result = dict(session.result() if session else {}, outcome=outcome["type"])
+        if "error" in outcome:
+            result["error"] = outcome["error"]
+        args.result.parent.mkdir(parents=True, exist_ok=True)
+        args.result.write_text(json.dumps(result))
+    return 0 if outcome["type"] == "done" else 3
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

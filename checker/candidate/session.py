@@ -1,0 +1,351 @@
+"""The runtime every chapter script imports: the workload, the step loop, and the timed window.
+
+A script (slow, lab or solution) looks like this::
+
+    from checker.lab import start
+
+    session = start("01_item_syncs")
+    for step, (images, labels) in session.steps(session.batches):
+        ...                       # the training step: the part the learner edits
+    session.finish()
+
+``session.steps`` is the step loop, in code the learner does not edit:
+
+* every step is one NVTX range and one torch.profiler ``record_function`` range named ``step N``; the batch
+  is fetched inside it, under a nested ``data`` range, so time spent waiting for data counts in the step;
+* after the warm-up steps it synchronizes the device and opens the timed window: ``cudaProfilerStart``
+  (``nsys profile --capture-range=cudaProfilerApi`` then captures steady state only), and under the grader
+  it tells the grader, which answers with the window key; the model's last layer is then re-drawn from that
+  key (``checker.workloads.redraw_head``), so the loss jumps once at the window's first step;
+* after the last step it synchronizes, closes the window and, under the grader, sends the trained weights.
+
+Run on its own (``python labs/01_item_syncs/train.py``) the session times the window itself and prints
+samples/s: a convenience for the learner. Under the grader (``checker.runs``) that clock is ignored: the
+grader stamps every message on its own clock and checks the weights itself (see ``checker.candidate``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import torch
+
+from checker.candidate.channel import Channel
+from checker.workloads import Workload, initial_rms, redraw_head
+
+try:  # the `nvtx` package; torch's own NVTX bindings work too when CUDA is there
+    import nvtx as _nvtx
+
+    _push_range, _pop_range = _nvtx.push_range, _nvtx.pop_range
+except ImportError:  # pragma: no cover - nvtx is a dependency
+    _push_range = _pop_range = None
+
+
+@dataclass
+class LaunchOptions:
+    """Set by ``checker.candidate.launch`` before it runs a script; ``None`` when a script runs on its own."""
+
+    trace: str | None = None  # "torch": record the window with torch.profiler
+    trace_out: Path | None = None
+    channel: Channel | None = None  # under the grader
+    seed: int | None = None  # the run's seed, from the grader
+
+
+LAUNCH: LaunchOptions | None = None
+_CURRENT: "Session | None" = None
+
+HARNESS_KEYS = ("steps", "warmup", "log_every", "trace_steps", "seed", "trials", "timeout_s", "memory_mb",
+                "same_run_trace")
+
+
+def current() -> "Session | None":
+    """The session the last ``start()`` made in this process (the launcher reads it after the script)."""
+    return _CURRENT
+
+
+def _channel() -> Channel | None:
+    return LAUNCH.channel if LAUNCH is not None else None
+
+
+@contextmanager
+def marked_range(name: str) -> Iterator[None]:
+    """One NVTX range and one torch.profiler range with the same name."""
+    if _push_range is not None:
+        _push_range(name)
+    try:
+        with torch.profiler.record_function(name):
+            yield
+    finally:
+        if _pop_range is not None:
+            _pop_range()
+
+
+def _batch_size(batch: Any) -> int:
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            if isinstance(item, torch.Tensor) and item.dim():
+                return int(item.shape[0])
+    raise TypeError("cannot count samples: a batch must be a tensor, or a tuple/list/dict holding one")
+
+
+LOADER_SETTINGS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size")
+
+
+def _loader_settings(source: Any) -> dict[str, Any] | None:
+    """The settings of a DataLoader given to session.steps(), and whether a subclass redefines any of them."""
+    if not isinstance(source, torch.utils.data.DataLoader):
+        return None
+    settings = {name: getattr(source, name) for name in LOADER_SETTINGS}
+    settings["pin_memory"] = bool(settings["pin_memory"])
+    settings["persistent_workers"] = bool(settings["persistent_workers"])
+    subclasses = [cls for cls in type(source).__mro__ if issubclass(cls, torch.utils.data.DataLoader)
+                  and cls is not torch.utils.data.DataLoader]
+    settings["class"] = f"{type(source).__module__}.{type(source).__qualname__}"
+    settings["redefined"] = sorted({name for cls in subclasses for name in vars(cls)
+                                    if name in LOADER_SETTINGS or name in ("__getattribute__", "__getattr__")})
+    return settings
+
+
+def load_workload_module(chapter_dir: Path):
+    path = chapter_dir / "workload.py"
+    name = f"workbook_workload_{chapter_dir.name}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its classes can then be pickled (DataLoader workers started by fork need no more)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--steps", type=int, default=None, help="steps to run (warm-up included)")
+    parser.add_argument("--warmup", type=int, default=None, help="steps before the measured window")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a workload setting")
+    args, _unknown = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    return args
+
+
+def _coerce(value: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(value.lower(), value)
+
+
+def state_bytes(model: torch.nn.Module) -> bytes:
+    """The model's weights and buffers as torch.save bytes, on the CPU."""
+    buffer = io.BytesIO()
+    torch.save({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}, buffer)
+    return buffer.getvalue()
+
+
+class Session:
+    """One run of a chapter's workload on one device, with the timed window."""
+
+    def __init__(self, chapter_id: str, device: str, cfg: dict[str, Any]):
+        from checker.chapters import get_chapter
+
+        self.chapter = get_chapter(chapter_id)
+        self.device = torch.device(device)
+        self.cfg = cfg
+        self.total_steps = int(cfg["steps"])
+        self.warmup = min(int(cfg.get("warmup", 0)), self.total_steps)
+        self.log_every = int(cfg.get("log_every", 0)) or None
+        self.seed = int(cfg.get("seed", 0))
+        torch.manual_seed(self.seed)
+        self.workload: Workload = load_workload_module(self.chapter.dir).build(cfg, self.device)
+        self.model = self.workload.model
+        self.loss_fn = self.workload.loss_fn
+        self.batches = self.workload.batches
+        self.dataset = self.workload.dataset
+        self.extras = self.workload.extras
+        self._head_rms = initial_rms(self.model)
+        self.steps_done = 0
+        self.samples = 0
+        self.window_s: float | None = None
+        self.warmup_s: float | None = None
+        self.step_starts_ns: list[int] = []
+        self.trace_file: Path | None = None
+        self._stepped = False
+        self._closed = False
+        self._profiler = None
+        self.loader_settings: dict[str, Any] | None = None
+        self._send({"type": "built"})
+
+    @staticmethod
+    def _send(message: dict[str, Any], payload: bytes | None = None) -> None:
+        channel = _channel()
+        if channel is not None:
+            channel.send(message, payload)
+
+    # -- what scripts call -------------------------------------------------------------------------
+    def is_log_step(self, step: int) -> bool:
+        """True every ``log_every`` steps: reading values on the host there is allowed."""
+        return self.log_every is not None and (step + 1) % self.log_every == 0
+
+    def steps(self, source: Iterable) -> Iterator[tuple[int, Any]]:
+        """Yield ``(step, batch)`` for the configured number of steps, timing the window."""
+        if self._stepped:
+            raise RuntimeError("session.steps() runs once per session")
+        self._stepped = True
+        self.loader_settings = _loader_settings(source)
+        batches = iter(source)
+        for step in range(self.total_steps):
+            if step == 0:
+                self._t_first_step = time.perf_counter_ns()
+                self._send({"type": "first_step"})
+            if step == self.warmup:
+                self._open_window()
+            if self._window_open:
+                self._send({"type": "step", "n": step})
+                self.step_starts_ns.append(time.perf_counter_ns())
+            with marked_range(f"step {step}"):
+                with marked_range("data"):
+                    try:
+                        batch = next(batches)
+                    except StopIteration:  # a new epoch
+                        batches = iter(source)
+                        try:
+                            batch = next(batches)
+                        except StopIteration:
+                            raise RuntimeError(
+                                "the batch source is empty or cannot be iterated twice; pass a re-iterable "
+                                "(a list, a DataLoader) to session.steps()"
+                            ) from None
+                if self._window_open:
+                    self.samples += _batch_size(batch)
+                yield step, batch
+            self.steps_done = step + 1
+        self._close_window()
+
+    def finish(self) -> dict[str, Any]:
+        """Print and return what this process measured (the grader measures for itself)."""
+        result = self.result()
+        if result["samples_per_s"] is None:
+            print(f"{self.chapter.id}: the timed window did not complete ({self.steps_done}/{self.total_steps} steps)")
+        else:
+            print(
+                f"{self.chapter.id} on {result['device_name']}: {result['samples']} samples in "
+                f"{result['window_s']:.3f} s = {result['samples_per_s']:,.0f} samples/s "
+                f"(steps {self.warmup}..{self.total_steps - 1} timed)"
+            )
+        return result
+
+    # -- the timed window --------------------------------------------------------------------------
+    _window_open = False
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _start_profiler(self) -> None:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        options: dict[str, Any] = {}
+        try:  # record every thread's ops, not only this one's (work moved to a thread is still seen)
+            options["experimental_config"] = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+        except (AttributeError, TypeError):  # pragma: no cover - older torch
+            pass
+        self._profiler = torch.profiler.profile(activities=activities, with_stack=True, record_shapes=False, **options)
+        self._profiler.__enter__()
+
+    def _open_window(self) -> None:
+        self._sync()
+        if LAUNCH is not None and LAUNCH.trace == "torch":
+            self._start_profiler()  # before the window opens: starting the profiler is not the step's work
+        if self.device.type == "cuda":
+            torch.cuda.profiler.start()
+        channel = _channel()
+        if channel is not None:
+            channel.send({"type": "open"})
+            window_key = int(channel.receive()["window_key"])
+        else:
+            window_key = self.seed + 1  # on its own a run behaves as under the grader, with a known key
+        redraw_head(self.model, window_key, self._head_rms)
+        if self.workload.on_window is not None:
+            self.workload.on_window(window_key)
+        self._window_open = True
+        self._t0 = time.perf_counter_ns()
+        # warm-up: first-step costs (torch.compile, cudnn autotuning, allocator growth), outside the window
+        self.warmup_s = (self._t0 - self._t_first_step) / 1e9
+
+    def _close_window(self) -> None:
+        self._sync()
+        t1 = time.perf_counter_ns()
+        self.step_starts_ns.append(t1)
+        self.window_s = (t1 - self._t0) / 1e9
+        self._window_open = False
+        self._closed = True
+        self._send({"type": "close"})
+        if _channel() is not None:
+            # the window ends, on the grader's clock, when these bytes have arrived
+            self._send({"type": "weights"}, state_bytes(self.model))
+        if self.device.type == "cuda":
+            torch.cuda.profiler.stop()
+        if self._profiler is not None:
+            self._profiler.__exit__(None, None, None)
+            out = LAUNCH.trace_out or Path(f"{self.chapter.id}.trace.json.gz")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            self._profiler.export_chrome_trace(str(out))
+            self.trace_file = out
+            self._profiler = None
+
+    def result(self) -> dict[str, Any]:
+        complete = self.window_s is not None and self.steps_done == self.total_steps
+        step_ms = [(b - a) / 1e6 for a, b in zip(self.step_starts_ns, self.step_starts_ns[1:])]
+        return {
+            "chapter": self.chapter.id,
+            "device": self.device.type,
+            "device_name": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "CPU",
+            "steps_expected": self.total_steps,
+            "steps_done": self.steps_done,
+            "warmup": self.warmup,
+            "samples": self.samples,
+            "window_s": self.window_s,
+            "warmup_s": self.warmup_s,
+            "samples_per_s": self.samples / self.window_s if complete and self.window_s else None,
+            "step_ms": step_ms,
+            "trace_file": str(self.trace_file) if self.trace_file else None,
+            "loader": self.loader_settings,
+        }
+
+
+def start(chapter_id: str, argv: list[str] | None = None) -> Session:
+    """Build the chapter's workload for this run (``--steps``, ``--device``, ``--set key=value``)."""
+    global _CURRENT
+    from checker.chapters import get_chapter
+
+    args = _parse_args(argv)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: this machine has no CUDA GPU that torch can use; try --device cpu")
+    cfg = get_chapter(chapter_id).config(device)
+    for item in args.set:
+        key, _, value = item.partition("=")
+        cfg[key] = _coerce(value)
+    if args.steps is not None:
+        cfg["steps"] = args.steps
+    if args.warmup is not None:
+        cfg["warmup"] = args.warmup
+    if LAUNCH is not None and LAUNCH.seed is not None:
+        cfg["seed"] = LAUNCH.seed  # the grader's seed for this run, whatever the command line said
+    _CURRENT = Session(chapter_id, device, cfg)
+    return _CURRENT

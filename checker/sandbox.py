@@ -1,0 +1,321 @@
+"""Where and how a candidate's process runs, as the grader sets it up (nothing here runs in the candidate).
+
+* A private run folder per run, made with an unguessable name, holding only a copy of the graded script
+  (never the folder it came from: no module beside it can shadow a standard or third-party one), the two
+  named pipes of the channel, and the run's own HOME and TMPDIR.
+* A clean environment and an isolated interpreter (``python -I -B``): no PYTHON* variables, no user
+  site-packages, no current folder on ``sys.path``, no bytecode written anywhere.
+* When the grader runs as root, the run drops to an unprivileged user (``nobody``), which cannot write the
+  checkout, the Python environment, the output folder or other runs' folders; it gets its own network
+  namespace (no network) when the kernel allows it.
+* Limits: a per-process address-space cap on CPU runs (CUDA reserves address space it never touches, so a
+  GPU run is capped by its timeout only), no core files, a file-size cap, and a process-count cap when the
+  run is unprivileged.
+* No survivors: the run starts a new session; the grader is a child subreaper, so descendants that detach
+  (a double fork, setsid) are reparented to it; when the run ends every one of them is killed and counted.
+* Tampering: files of the checkout or the Python environment changed while the check ran (ctime, which no
+  unprivileged process can set) are found at the end, and the verdict is withheld.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pwd
+import resource
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from checker.paths import repo_root
+
+UNPRIVILEGED_USER = "nobody"
+CLONE_NEWNET = 0x40000000
+PR_SET_CHILD_SUBREAPER = 36
+_KEEP_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME",
+             "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "TERM")
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def running_as_root() -> bool:
+    return os.geteuid() == 0
+
+
+_IDENTITY: tuple[tuple[int, int] | None, str] | None = None
+
+
+def run_identity() -> tuple[int, int] | None:
+    """(uid, gid) the candidate runs as when the grader is root; None: it runs as the grader's own user."""
+    return isolation()[0]
+
+
+def isolation() -> tuple[tuple[int, int] | None, str]:
+    """Who runs the candidate, and one line saying so (and why, when it is the grader's own user)."""
+    global _IDENTITY
+    if _IDENTITY is None:
+        _IDENTITY = _find_identity()
+    return _IDENTITY
+
+
+def _find_identity() -> tuple[tuple[int, int] | None, str]:
+    if not running_as_root():
+        return None, (f"runs as the grader's own user ({pwd.getpwuid(os.geteuid()).pw_name}): changes to the "
+                      "checkout or the Python environment are detected, not prevented")
+    if os.environ.get("WORKBOOK_RUN_AS_ROOT") == "1":
+        return None, "runs as root (WORKBOOK_RUN_AS_ROOT=1): changes to the grader's files are detected, not prevented"
+    try:
+        entry = pwd.getpwnam(UNPRIVILEGED_USER)
+    except KeyError:
+        return None, f"runs as root: this system has no user '{UNPRIVILEGED_USER}' to drop to"
+    identity = (entry.pw_uid, entry.pw_gid)
+    try:
+        probe = subprocess.run([*python_command("checker.lab"), "--probe"], capture_output=True, cwd="/",
+                               preexec_fn=preexec(identity, Limits(), False), timeout=120,
+                               env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+        failed, said = probe.returncode != 0, probe.stderr.decode(errors="replace")
+    except (OSError, subprocess.SubprocessError) as err:
+        failed, said = True, str(err)
+    if failed:
+        last = (said.strip().splitlines() or ["no output"])[-1]
+        return None, (f"runs as root: user '{UNPRIVILEGED_USER}' cannot run this Python and the checkout ({last[:160]}); "
+                      "install them where other users can read them for the runs to drop privileges")
+    return identity, f"runs as user '{UNPRIVILEGED_USER}', which cannot write the checkout or the Python environment"
+
+
+def network_isolation_available() -> bool:
+    """Whether a new network namespace can be made here (root, and a kernel and container that allow it)."""
+    if not running_as_root():
+        return False
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child only reports
+        os._exit(0 if _LIBC.unshare(CLONE_NEWNET) == 0 else 1)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+_SUBREAPER = False
+
+
+def become_subreaper() -> None:
+    """Make orphaned descendants of this process its children, so that none escapes being killed."""
+    global _SUBREAPER
+    if not _SUBREAPER and sys.platform.startswith("linux"):
+        _LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        _SUBREAPER = True
+
+
+@dataclass
+class Limits:
+    memory_mb: int | None = None  # address-space cap per process (CPU runs)
+    file_mb: int = 4096  # largest file a run may write (nsys reports included)
+    processes: int = 4096  # processes and threads of the unprivileged user
+
+
+@dataclass
+class RunFolder:
+    """A run's private folder: the script's copy, the channel's pipes, HOME and TMPDIR."""
+
+    path: Path
+    script: Path
+    identity: tuple[int, int] | None
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, parent: Path, script: Path, identity: tuple[int, int] | None) -> "RunFolder":
+        path = Path(tempfile.mkdtemp(prefix="run-", dir=parent))
+        for name in ("home", "tmp"):
+            (path / name).mkdir()
+        copy = path / script.name
+        shutil.copyfile(script, copy)
+        os.chmod(copy, 0o444)
+        for pipe in ("evt", "ctl"):
+            os.mkfifo(path / pipe, 0o600)
+        if identity is not None:
+            uid, gid = identity
+            for item in [path, *path.iterdir()]:
+                os.chown(item, uid, gid)
+        return cls(path=path, script=copy, identity=identity)
+
+    def close(self) -> None:
+        """Take the folder back from the run (its files stay readable to the grader until the check ends)."""
+        if self.identity is not None:
+            os.chown(self.path, 0, 0)
+            os.chmod(self.path, 0o700)
+
+
+def check_folder() -> Path:
+    """A folder for one check's runs: unguessable, traversable but not listable by an unprivileged run."""
+    path = Path(tempfile.mkdtemp(prefix="workbook-"))
+    os.chmod(path, 0o711)
+    return path
+
+
+def environment(folder: RunFolder) -> dict[str, str]:
+    env = {key: os.environ[key] for key in _KEEP_ENV if key in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    home, tmp = folder.path / "home", folder.path / "tmp"
+    env.update(HOME=str(home), TMPDIR=str(tmp), XDG_CACHE_HOME=str(home / ".cache"), PYTHONUNBUFFERED="1",
+               WORKBOOK_ROOT=str(repo_root()), PYTHONDONTWRITEBYTECODE="1")
+    return env
+
+
+def python_command(module: str = "checker.candidate.launch") -> list[str]:
+    """An isolated interpreter running ``module``'s main(), importing the grader's own checker and
+    site-packages and nothing else."""
+    paths = [str(repo_root())]
+    cwd = os.getcwd()
+    for entry in sys.path:
+        if entry and entry != cwd and Path(entry).is_absolute() and entry not in paths and os.path.isdir(entry):
+            paths.append(entry)
+    boot = (f"import sys; sys.path[:] = {paths!r}; from {module} import main; "
+            "raise SystemExit(main(sys.argv[1:]))")
+    return [sys.executable, "-I", "-B", "-c", boot]
+
+
+def preexec(identity: tuple[int, int] | None, limits: Limits, isolate_network: bool):
+    """What the child does between fork and exec: limits, no network, then the unprivileged user."""
+
+    def setup() -> None:  # pragma: no cover - runs in the forked child
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        file_bytes = limits.file_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+        if limits.memory_mb:
+            cap = limits.memory_mb * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        if isolate_network:
+            _LIBC.unshare(CLONE_NEWNET)
+        if identity is not None:
+            uid, gid = identity
+            resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+
+    return setup
+
+
+# -- survivors ---------------------------------------------------------------------------------------------
+def _parents() -> dict[int, int]:
+    """pid -> parent pid for every process visible in /proc."""
+    table = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        table[int(entry.name)] = int(fields[1])
+    return table
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (children, their children, ...), now."""
+    table = _parents()
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in table.items() if parent in frontier and child not in found}
+        found |= frontier
+    return found
+
+
+def kill_survivors(pid: int, pgid: int | None, known: set[int] | None = None, grace_s: float = 3.0) -> int:
+    """Wait up to ``grace_s`` for what ``pid`` left running to end by itself, then kill it all.
+
+    Returns how many processes had to be killed: ones still below ``pid``, in its process group, or (this
+    process being a subreaper) orphans reparented here.
+    """
+    me = os.getpid()
+    deadline = time.monotonic() + grace_s
+    while True:
+        left = descendants(pid) | (descendants(me) - (known or set()) - {pid})
+        left = {p for p in left if _alive(p)}
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    for target in left:
+        try:
+            os.kill(target, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if pgid is not None:
+        kill_group(pgid)
+    for target in left:  # reap the ones that became our children
+        try:
+            os.waitpid(target, 0)
+        except ChildProcessError:
+            pass
+    return len(left)
+
+
+def kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+# -- tampering ---------------------------------------------------------------------------------------------
+def trusted_folders() -> list[Path]:
+    """What the grader's verdict depends on: the checker, the chapters (baselines, workloads), the Python
+    installation and its site-packages."""
+    root = repo_root()
+    folders = [root / "checker", root / "chapters"]
+    cwd = Path.cwd().resolve()
+    for entry in sys.path:
+        path = Path(entry).resolve() if entry else None
+        if path is None or not path.is_dir() or path == cwd or path == root:
+            continue
+        if path not in folders:
+            folders.append(path)
+    return folders
+
+
+def changed_since(since_ns: int, folders: list[Path], limit: int = 5) -> list[str]:
+    """Files and folders under ``folders`` whose inode changed after ``since_ns`` (wall clock, ns)."""
+    changed: list[str] = []
+    stack = [str(f) for f in folders]
+    seen_roots = set()
+    while stack and len(changed) < limit:
+        current = stack.pop()
+        try:
+            info = os.stat(current, follow_symlinks=False)
+        except OSError:
+            continue
+        if current in seen_roots:
+            continue
+        seen_roots.add(current)
+        if info.st_ctime_ns > since_ns:
+            changed.append(current)
+        try:
+            entries = os.scandir(current)
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append(entry.path)
+                elif st.st_ctime_ns > since_ns:
+                    changed.append(entry.path)
+                    if len(changed) >= limit:
+                        break
+    return changed

@@ -1,0 +1,111 @@
+"""What a chapter's workload.py builds, and the two secrets every graded run trains under.
+
+This module is imported in two places: inside the candidate's process (by the harness, to build the
+workload the script trains) and in the grader's referee (to rebuild the same model and check the weights
+the candidate sent back). It holds no state of its own.
+
+The secrets (see docs/instructors.md, "What the grader trusts"):
+
+* ``seed`` is drawn by the grader for each run and sent when the run starts: it sets the initial weights,
+  the data and the held-out batch, so weights trained offline or in an earlier run are of no use;
+* ``window_key`` is sent when the timed window opens, and not before. The harness then re-draws the
+  model's last layer from it (:func:`redraw_head`), and batch sources that make their batches lazily draw
+  the window's batches from it (:class:`KeyedOrder`). The weights the grader gets back can only be right if
+  the training that produced them ran after the window opened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+import torch
+from torch import nn
+
+
+@dataclass
+class Workload:
+    """What a chapter's workload.py builds: everything the learner must not change."""
+
+    model: torch.nn.Module
+    loss_fn: Callable[..., torch.Tensor]
+    eval_loss: Callable[[torch.nn.Module], float]
+    batches: Iterable | None = None
+    dataset: Any = None
+    extras: dict[str, Any] = field(default_factory=dict)
+    # called with the window key when the timed window opens: batch sources that draw lazily re-seed here
+    on_window: Callable[[int], None] | None = None
+
+
+def head_module(model: nn.Module) -> tuple[str, nn.Module]:
+    """The model's last layer with a weight matrix (or kernel): the one the window key re-draws."""
+    found = None
+    for name, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        if isinstance(weight, torch.nn.Parameter) and weight.dim() >= 2:
+            found = (name, module)
+    if found is None:
+        raise ValueError("the model has no layer with a weight matrix for the window key to re-draw")
+    return found
+
+
+def head_values(model: nn.Module, window_key: int, init_rms: dict[str, float]) -> dict[str, torch.Tensor]:
+    """The values the window key gives the head, by state_dict key, on the CPU.
+
+    The weight is drawn from the key and scaled to the RMS the weight had at initialization (a function of
+    the run's seed alone, so the referee can recompute it); the bias, if any, is zero.
+    """
+    name, module = head_module(model)
+    prefix = f"{name}." if name else ""
+    generator = torch.Generator().manual_seed(int(window_key))
+    values = {}
+    for param_name, param in module.named_parameters(recurse=False):
+        key = prefix + param_name
+        if param_name == "weight":
+            values[key] = torch.randn(param.shape, generator=generator, dtype=torch.float32) * init_rms[key]
+        else:
+            values[key] = torch.zeros(param.shape, dtype=torch.float32)
+    return values
+
+
+def initial_rms(model: nn.Module) -> dict[str, float]:
+    """RMS of each head parameter as built (call right after the workload is built)."""
+    name, module = head_module(model)
+    prefix = f"{name}." if name else ""
+    return {prefix + n: float(p.detach().float().pow(2).mean().sqrt()) for n, p in module.named_parameters(recurse=False)}
+
+
+@torch.no_grad()
+def redraw_head(model: nn.Module, window_key: int, init_rms: dict[str, float]) -> None:
+    """Overwrite the head's parameters in place (compiled graphs and CUDA graphs keep pointing at them)."""
+    params = dict(model.named_parameters())
+    for key, value in head_values(model, window_key, init_rms).items():
+        params[key].copy_(value.to(params[key].dtype))
+
+
+class KeyedOrder:
+    """A re-iterable over a fixed list of batches: in order until the window opens, then in an order drawn
+    from the window key, so no one can know the window's batches before it starts.
+
+    Each pass yields ``len(batches)`` batches (one epoch); the draw continues across passes.
+    """
+
+    def __init__(self, batches: list):
+        self.batches = batches
+        self._generator: torch.Generator | None = None
+        self._next = 0
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def set_key(self, window_key: int) -> None:
+        self._generator = torch.Generator().manual_seed(int(window_key))
+
+    def __iter__(self) -> Iterator:
+        for _ in range(len(self.batches)):
+            if self._generator is None:
+                index = self._next % len(self.batches)
+                self._next += 1
+            else:
+                index = int(torch.randint(len(self.batches), (1,), generator=self._generator))
+            yield self.batches[index]

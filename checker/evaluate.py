@@ -167,10 +167,11 @@ class Evaluation:
         return self._pairs
 
     def all_pairs(self) -> list[tuple[RunResult, RunResult]]:
-        """Every pair made so far, or at least one: whatever the candidate ran, its work is checked."""
-        pairs = list(self._pairs or [])
-        if self._traced_pair is not None or not pairs:
-            pairs.append(self.traced_pair())
+        """The pairs whose speed is compared, and the traced pair when it was made: whatever the candidate
+        ran, its work is checked."""
+        pairs = list(self.pairs())
+        if self._traced_pair is not None and self._traced_pair not in pairs:
+            pairs.append(self._traced_pair)
         return pairs
 
     def traced_pair(self) -> tuple[RunResult, RunResult]:
@@ -260,31 +261,49 @@ class Evaluation:
             trace_tool=self.trace_tool, checks=results, wall_s=time.perf_counter() - started, notes=self.notes,
         )
 
+    def _static_skip(self, spec, only: set[str] | None) -> str | None:
+        skip = spec.skip_reason_for(self.device)
+        if skip is None and only and spec.name not in only:
+            skip = f"{NOT_SELECTED} (--only {','.join(sorted(only))})"
+        if spec.threshold_for(self.device) is None and spec.name != "same_work" and skip is None:
+            skip = f"no threshold for {self.device} in {self.chapter.id}/chapter.toml"
+        return skip
+
+    def _make_runs(self, selected: list[str]) -> None:
+        """Every run the selected checks read, made before the first check, so that same_work judges them all."""
+        if self.timed and {"throughput", "same_work"} & set(selected):
+            self.pairs()
+        if set(selected) - {"throughput", "same_work"} or not self.timed:
+            self.traced_pair()
+
     def _run_all(self, only: set[str] | None) -> list[CheckResult]:
-        results: list[CheckResult] = []
-        failed_first: set[str] = set()
-        incomplete = False
         for spec in self.chapter.checks:
-            function = checks.REGISTRY.get(spec.name)
-            if function is None:
+            if spec.name not in checks.REGISTRY:
                 raise WorkbookError(f"{self.chapter.id}/chapter.toml declares an unknown check '{spec.name}'; "
                                     f"known: {', '.join(sorted(checks.REGISTRY))}")
-            skip = spec.skip_reason_for(self.device)
-            if skip is None and only and spec.name not in only:
-                skip = f"{NOT_SELECTED} (--only {','.join(sorted(only))})"
-            if spec.threshold_for(self.device) is None and spec.name != "same_work" and skip is None:
-                skip = f"no threshold for {self.device} in {self.chapter.id}/chapter.toml"
+        skips = {spec.name: self._static_skip(spec, only) for spec in self.chapter.checks}
+        incomplete: IncompleteWork | None = None
+        try:
+            self._make_runs([name for name, skip in skips.items() if skip is None])
+        except IncompleteWork as err:
+            incomplete = err
+        results: list[CheckResult] = []
+        failed_first: set[str] = set()
+        for spec in self.chapter.checks:
+            skip = skips[spec.name]
             if skip is None and "same_work" in failed_first and spec.name == "throughput":
                 skip = "the work differs from the baseline's, so their speeds are not comparable"
-            if skip is None and incomplete:
+            if skip is None and incomplete is not None and failed_first:
                 skip = "the candidate did not run every step, so nothing else can be measured"
             if skip is not None:
                 results.append(checks.result(spec, SKIPPED, reason=skip, threshold=spec.threshold_for(self.device)))
                 continue
             try:
-                outcome = function(self, spec)
+                if incomplete is not None:
+                    raise incomplete
+                outcome = checks.REGISTRY[spec.name](self, spec)
             except IncompleteWork as err:
-                incomplete = True
+                incomplete = err
                 outcome = checks.result(spec, FAILED, evidence=[str(err)])
             except TraceMismatch as err:
                 outcome = checks.result(spec, FAILED, evidence=[str(err)], threshold=spec.threshold_for(self.device))

@@ -60,7 +60,8 @@ class RunResult:
     trace_file: Path | None = None
     phases_s: dict[str, float] = field(default_factory=dict)
     step_stamps_ns: list[int] = field(default_factory=list, repr=False)  # grader clock: timed step starts, then close
-    workers_at_open: set[int] = field(default_factory=set)
+    steps: int = 0  # steps the run made, warm-up included
+    workers_at_first_step: set[int] = field(default_factory=set)  # processes under the run, by pid
     workers_at_close: set[int] = field(default_factory=set)
     survivors: int = 0  # processes the run left behind, killed by the grader
     output_tail: str = ""
@@ -149,7 +150,7 @@ class _Run:
         self.outcome: dict | None = None
         self.ctl: int | None = None
         self.pid: int | None = None
-        self.workers_at_open: set[int] = set()
+        self.workers_at_first_step: set[int] = set()
         self.workers_at_close: set[int] = set()
 
     def broken(self, what: str) -> ScriptError:
@@ -174,7 +175,6 @@ class _Run:
             self.ctl = os.open(self.folder.path / "ctl", os.O_RDWR)
             self._answer({"seed": self.seed})
         elif kind == "open":
-            self.workers_at_open = sandbox.descendants(self.pid)
             self._answer({"window_key": self.window_key})
         elif kind == "step":
             if "open" not in self.clock or "close" in self.clock or header.get("n") != self.expected_step:
@@ -188,7 +188,9 @@ class _Run:
             self.workers_at_close = sandbox.descendants(self.pid)
         elif kind == "weights":
             self.weights = payload
-        elif kind in ("built", "first_step"):
+        elif kind == "first_step":
+            self.workers_at_first_step = sandbox.descendants(self.pid)
+        elif kind == "built":
             pass
         elif kind in ("done", "error", "incomplete"):
             if self.outcome is not None:
@@ -345,7 +347,8 @@ def run_script(
         trace_file=trace_file,
         phases_s=phases(run.clock),
         step_stamps_ns=stamps,
-        workers_at_open=run.workers_at_open,
+        steps=total_steps,
+        workers_at_first_step=run.workers_at_first_step,
         workers_at_close=run.workers_at_close,
         survivors=survivors,
         output_tail=output[-4000:],

@@ -20,13 +20,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from PIL import Image
-from torch.utils.data import Dataset, RandomSampler
+from torch.utils.data import Dataset, Sampler
 from torchvision.models import get_model
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
 from checker.checks.dataloader_wait import describe_step_times  # p50 / p90 / max / mean: the median alone can lie
-from checker.lab import Workload
+from checker.workloads import Workload
 
 NUM_CLASSES = 10
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]  # ImageNet's channel statistics
@@ -94,6 +94,27 @@ def eval_batch(jpegs: list[bytes], labels: list[int], crop: int) -> tuple[torch.
     return torch.stack([finish(decode_jpeg(j)) for j in jpegs]), torch.tensor(labels)
 
 
+class EpochShuffle(Sampler):
+    """A new shuffle every epoch, drawn when the epoch starts from (seed, epoch), and from (window key,
+    epoch) for the epochs that start after the timed window opened: the same order in every variant, however
+    far ahead a DataLoader's workers fetch, and no one can know the window's later epochs before it opens."""
+
+    def __init__(self, size: int, seed: int):
+        self.size, self.seed, self.key, self.epoch = size, seed, None, 0
+
+    def set_key(self, window_key: int) -> None:
+        self.key = window_key
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self):
+        base = self.seed if self.key is None else self.key
+        generator = torch.Generator().manual_seed(base * 1_000_003 + self.epoch)
+        self.epoch += 1
+        return iter(torch.randperm(self.size, generator=generator).tolist())
+
+
 def build(cfg: dict, device: torch.device) -> Workload:
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # the same for every variant: the lesson is elsewhere
@@ -121,6 +142,6 @@ def build(cfg: dict, device: torch.device) -> Workload:
 
     # A new shuffle every epoch, drawn from its own seeded generator: the same order in every variant, whatever
     # the DataLoader's workers do with the global random state.
-    sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(seed + 1))
+    sampler = EpochShuffle(len(dataset), seed + 1)
     return Workload(model=model, loss_fn=F.cross_entropy, eval_loss=eval_loss, dataset=dataset,
-                    extras={"sampler": sampler, "step_times": describe_step_times})
+                    extras={"sampler": sampler, "step_times": describe_step_times}, on_window=sampler.set_key)

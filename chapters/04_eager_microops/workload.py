@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from checker.lab import Workload
+from checker.workloads import KeyedOrder, Workload
 
 NUM_CLASSES = 10
 IN_FEATURES = 32
@@ -72,9 +72,11 @@ def build(cfg: dict, device: torch.device) -> Workload:
         batches.append((inputs.to(device), labels.to(device)))
     eval_inputs, eval_labels = make_samples(templates, int(cfg.get("eval_size", 2048)), generator)
     eval_inputs, eval_labels = eval_inputs.to(device), eval_labels.to(device)
+    order = KeyedOrder(batches)  # in order through warm-up, then in an order drawn from the window key
     model = make_model(int(cfg["width"]), int(cfg["blocks"])).to(device)
 
     def eval_loss(trained: nn.Module) -> float:
         return F.cross_entropy(trained(eval_inputs), eval_labels).item()
 
-    return Workload(model=model, loss_fn=F.cross_entropy, eval_loss=eval_loss, batches=batches)
+    return Workload(model=model, loss_fn=F.cross_entropy, eval_loss=eval_loss, batches=order,
+                    on_window=order.set_key)

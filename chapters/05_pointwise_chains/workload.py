@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from checker.lab import Workload
+from checker.workloads import KeyedOrder, Workload
 
 
 # --8<-- [start:model]
@@ -64,6 +64,7 @@ def build(cfg: dict, device: torch.device) -> Workload:
         batches.append((inputs.to(device), targets.to(device)))
     eval_inputs, eval_targets = make_samples(teacher, int(cfg.get("eval_size", 4096)), generator)
     eval_inputs, eval_targets = eval_inputs.to(device), eval_targets.to(device)
+    order = KeyedOrder(batches)  # in order through warm-up, then in an order drawn from the window key
     model = make_model(width, int(cfg["blocks"])).to(device)
 
     def loss_fn(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -72,4 +73,5 @@ def build(cfg: dict, device: torch.device) -> Workload:
     def eval_loss(trained: nn.Module) -> float:
         return loss_fn(trained(eval_inputs), eval_targets).item()
 
-    return Workload(model=model, loss_fn=loss_fn, eval_loss=eval_loss, batches=batches)
+    return Workload(model=model, loss_fn=loss_fn, eval_loss=eval_loss, batches=order,
+                    on_window=order.set_key)

@@ -4,8 +4,9 @@ Two kinds of evidence, and the check says which one each line rests on:
 
 * what the grader saw itself: the worker processes. When the chapter asks for ``num_workers >= N``, at least
   N processes must be running under the candidate's process when the timed window closes; with
-  ``persistent_workers = true``, those alive when the window opened must still be alive when it closed (the
-  window crosses an epoch boundary, where a loader without persistent workers starts new ones);
+  ``persistent_workers = true``, N of those alive at the first step must still be alive then, in a run that
+  crossed an epoch boundary (``epoch_batches`` of the workload), where a loader without persistent workers
+  starts new ones;
 * what the harness, inside the candidate's process, reported: the settings the loader was built with. A
   script can fake that report, so it only decides what the grader cannot see (``pin_memory`` on a CPU, which
   has nothing to pin; on a GPU, pageable_copies finds unpinned copies in the trace). A DataLoader subclass
@@ -35,7 +36,7 @@ def unmet_settings(settings: dict[str, Any], required: dict[str, Any]) -> list[s
     return unmet
 
 
-def workers_unseen(run, required: dict[str, Any]) -> list[str]:
+def workers_unseen(run, required: dict[str, Any], epoch_batches: int | None) -> list[str]:
     """What the grader's own view of the run's processes contradicts (see the module's docstring)."""
     wanted = required.get("num_workers")
     if not isinstance(wanted, int) or isinstance(wanted, bool) or wanted < 1:
@@ -44,17 +45,20 @@ def workers_unseen(run, required: dict[str, Any]) -> list[str]:
     if len(run.workers_at_close) < wanted:
         problems.append(f"the grader saw {len(run.workers_at_close)} worker process(es) when the timed window "
                         f"closed; num_workers >= {wanted} means at least {wanted}")
-    if required.get("persistent_workers") is True and len(run.workers_at_open & run.workers_at_close) < wanted:
-        problems.append(f"of the worker processes alive when the window opened, "
-                        f"{len(run.workers_at_open & run.workers_at_close)} were still alive when it closed: "
-                        "persistent workers outlive an epoch")
+    lasting = len(run.workers_at_first_step & run.workers_at_close)
+    crossed = epoch_batches is not None and run.steps > epoch_batches
+    if required.get("persistent_workers") is True and crossed and lasting < wanted:
+        problems.append(f"{lasting} of the worker processes alive at the first step were still alive when the "
+                        f"window closed, after the epoch boundary at step {epoch_batches}: persistent workers "
+                        "outlive an epoch")
     return problems
 
 
 @check("loader_settings", key="settings_unmet", fmt="{:g} unmet")
 def loader_settings(ev, spec):
     required = dict(spec.threshold_for(ev.device))
-    candidate = ev.candidate_run()
+    timed = ev.timed_pairs_if_run()
+    candidate = timed[0][1] if timed else ev.candidate_run()  # timed runs are longer: they cross epochs
     settings = candidate.raw.get("loader")
     if settings is None:
         return result(spec, FAILED, threshold=required, measured={"settings_unmet": len(required)}, evidence=[
@@ -64,11 +68,12 @@ def loader_settings(ev, spec):
     if settings.get("redefined"):
         unmet.append(f"{settings.get('class')} redefines {', '.join(settings['redefined'])}: a DataLoader subclass "
                      "may set what it reports, not what it does; keep DataLoader's own settings")
-    unmet += workers_unseen(candidate, required)
+    epoch_batches = ev.cfg.get("epoch_batches")
+    unmet += workers_unseen(candidate, required, int(epoch_batches) if epoch_batches else None)
     measured = {"settings_unmet": len(unmet), "loader": settings,
-                "workers_seen": {"window_open": len(candidate.workers_at_open),
+                "workers_seen": {"first_step": len(candidate.workers_at_first_step),
                                  "window_close": len(candidate.workers_at_close),
-                                 "alive_throughout": len(candidate.workers_at_open & candidate.workers_at_close)}}
+                                 "alive_throughout": len(candidate.workers_at_first_step & candidate.workers_at_close)}}
     # on a pass, what was checked; on a failure, only what is wrong (hints match on these lines)
     evidence = unmet or [f"DataLoader({', '.join(f'{k}={settings.get(k)!r}' for k in required)})"]
     return result(spec, FAILED if unmet else PASSED, measured=measured, threshold=required, evidence=evidence)

@@ -1,0 +1,19 @@
+"""Cheat (tampering): look through other runs' folders for trained weights to send back instead of training."""
+import glob, os, tempfile, torch
+from checker.lab import start
+session = start("01_item_syncs")
+stolen = None
+for pattern in ("/tmp/workbook-*/*/*.pt", "/tmp/workbook-*/*/*", os.path.join(tempfile.gettempdir(), "..", "..", "*", "*.pt")):
+    for path in glob.glob(pattern):
+        try:
+            stolen = torch.load(path, weights_only=True)
+            break
+        except Exception:
+            continue
+    if stolen:
+        break
+if stolen:
+    session.model.load_state_dict(stolen)
+for step, (images, labels) in session.steps(session.batches):
+    pass  # no training: the stolen weights are the result
+session.finish()

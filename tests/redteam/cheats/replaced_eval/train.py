@@ -1,0 +1,10 @@
+"""Cheat (less work): skip training, and replace the workload's evaluation with one that returns the loss a
+trained model would have."""
+from checker.lab import start
+session = start("01_item_syncs")
+session.workload.eval_loss = lambda model: 0.01
+import checker.workloads
+checker.workloads.Workload.eval_loss = property(lambda self: (lambda model: 0.01))
+for step, (images, labels) in session.steps(session.batches):
+    pass
+session.finish()

@@ -16,6 +16,7 @@ from checker.checks import FAILED, NOT_SELECTED, SKIPPED, CheckResult
 from checker.errors import WorkbookError
 from checker.evidence import TraceMismatch, ask_referee as judge, trace_problem
 from checker.paths import display_path
+from checker.scan import refuse_probes
 from checker.runs import IncompleteWork, RunResult, describe_phases, run_script
 from checker.tools import find_tool
 
@@ -105,6 +106,7 @@ class Evaluation:
                 raise WorkbookError("--trace-tool nsys: nsys not found on PATH; install Nsight Systems, set WORKBOOK_NSYS=/path/to/nsys, or use --trace-tool torch")
         if not candidate.is_file():
             raise WorkbookError(f"{candidate}: no such file")
+        refuse_probes(candidate, display_path(candidate))
         self.chapter, self.candidate, self.device, self.trace_tool = chapter, candidate, device, trace_tool
         self.with_ncu = with_ncu  # checks that need Nsight Compute run only when asked (they take minutes)
         self.cfg = chapter.config(device)

@@ -94,7 +94,7 @@ def judge(job: dict[str, Any]) -> dict[str, Any]:
         try:
             state = _load(Path(run["weights"]))
             workload.model.load_state_dict(state, strict=True)
-            states[name] = {k: v.detach().to("cpu") for k, v in workload.model.state_dict().items()}
+            states[name] = {k: v.detach().to("cpu", copy=True) for k, v in workload.model.state_dict().items()}
             workload.model.eval()
             with torch.no_grad():
                 result["eval_loss"] = float(workload.eval_loss(workload.model))

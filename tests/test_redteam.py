@@ -1,0 +1,103 @@
+"""The red-team bank (tests/redteam/bank.toml): every cheating submission is rejected on a CPU.
+
+Each cheat is graded as a student's submission would be, with `workbook check NN --submission DIR`, and must
+end in exit 1 with the named checks failed, or exit 2 (refused), with the evidence the bank names. Cheats the
+source scan refuses are graded a second time with the scan off, to show the run's own defences hold alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import site
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BANK = ROOT / "tests" / "redteam"
+CHEATS = tomllib.loads((BANK / "bank.toml").read_text())["cheats"]
+pytestmark = [pytest.mark.slow, pytest.mark.redteam]
+LEFTOVERS = [Path("/var/tmp/redteam-cache-01.pt")] + [Path(p) / "redteam_startup_hook.pth" for p in site.getsitepackages()]
+
+
+def grade(name: str, cheat: dict, root: Path, scan: bool = True) -> tuple[int, str, dict | None]:
+    """`workbook check` of one cheat from ``root``: (exit code, everything printed, the JSON report if any)."""
+    command = [sys.executable, "-m", "checker", "check", cheat["chapter"], "--submission", str(BANK / "cheats" / name),
+               "--device", "cpu", "--json"]
+    if cheat.get("only"):
+        command += ["--only", cheat["only"]]
+    env = dict(os.environ, WORKBOOK_ROOT=str(root), PYTHONPATH=str(root), WORKBOOK_SCAN="1" if scan else "0")
+    proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=1200)
+    report = None
+    if proc.returncode in (0, 1) and proc.stdout.strip().startswith("{"):
+        report = json.loads(proc.stdout)
+    return proc.returncode, proc.stdout + proc.stderr, report
+
+
+def failed_checks(report: dict | None) -> set[str]:
+    return {c["name"] for c in (report or {}).get("checks", []) if c["status"] == "failed"}
+
+
+def assert_rejected(name: str, cheat: dict, code: int, output: str, report: dict | None, expect: str) -> None:
+    shown = output[-3000:]
+    assert code != 0, f"{name} ({cheat['class']}) PASSED:\n{shown}"
+    if expect == "refused":
+        assert code == 2, f"{name}: expected a refusal (exit 2), got exit {code}:\n{shown}"
+    elif expect == "failed":
+        assert code == 1, f"{name}: expected failed checks (exit 1), got exit {code}:\n{shown}"
+        missing = set(cheat.get("checks", [])) - failed_checks(report)
+        assert not missing, f"{name}: {sorted(missing)} did not fail:\n{shown}"
+    else:
+        assert code in (1, 2), f"{name}: exit {code}:\n{shown}"
+    if cheat.get("evidence"):
+        assert re.search(cheat["evidence"], output), f"{name}: no evidence matching {cheat['evidence']!r}:\n{shown}"
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """Where to grade from: a copy of the checkout for cheats that change the grader's files."""
+
+    def make(cheat: dict) -> Path:
+        if not cheat.get("copy"):
+            return ROOT
+        copy = tmp_path / "checkout"
+        for folder in ("checker", "chapters", "labs", "solutions"):
+            shutil.copytree(ROOT / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
+        return copy
+
+    yield make
+    for leftover in LEFTOVERS:  # what cheats leave behind outside their run folders
+        leftover.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("name", sorted(CHEATS))
+def test_cheat_is_rejected(name, checkout):
+    cheat = CHEATS[name]
+    root = checkout(cheat)
+    for leftover in LEFTOVERS:
+        leftover.unlink(missing_ok=True)
+    for _ in range(int(cheat.get("runs", 1))):
+        code, output, report = grade(name, cheat, root)
+    if cheat.get("scanned"):
+        assert code == 2 and "is refused: it inspects how it is measured" in output, output[-3000:]
+        if cheat.get("scan_only"):
+            return
+        code, output, report = grade(name, cheat, root, scan=False)
+    assert_rejected(name, cheat, code, output, report, cheat["expect"])
+
+
+def test_every_class_of_the_issue_has_two_cheats():
+    classes: dict[str, int] = {}
+    for cheat in CHEATS.values():
+        classes[cheat["class"]] = classes.get(cheat["class"], 0) + 1
+    wanted = {"forging measurements", "moving work out of sight", "acting differently when observed",
+              "doing less work", "lying to settings checks", "tampering"}
+    assert set(classes) == wanted
+    assert all(count >= 2 for count in classes.values()), classes
+    assert all((BANK / "cheats" / name / "train.py").is_file() for name in CHEATS)

@@ -53,7 +53,7 @@ def trace_problem(trace, run: RunResult, warmup: int, trace_steps: int) -> str |
 
 
 def ask_referee(chapter: Chapter, device: str, pairs: list[tuple[RunResult, RunResult]],
-                workdir: Path) -> dict[int, dict[str, Any]]:
+                workdir: Path, cfg: dict[str, Any] | None = None) -> dict[int, dict[str, Any]]:
     """Have the referee judge every pair's weights; by pair index: {"baseline": {...}, "candidate": {...}}."""
     folder = Path(tempfile.mkdtemp(prefix="referee-", dir=workdir))
     os.chmod(folder, 0o700)
@@ -66,7 +66,7 @@ def ask_referee(chapter: Chapter, device: str, pairs: list[tuple[RunResult, RunR
             runs.append({"name": name, "seed": run.seed, "window_key": run.window_key, "weights": str(path),
                          "reference": f"baseline{index}" if role == "candidate" else None})
     job = folder / "job.json"
-    job.write_text(json.dumps({"chapter": chapter.id, "device": device, "runs": runs}))
+    job.write_text(json.dumps({"chapter": chapter.id, "device": device, "runs": runs, "cfg": cfg or {}}))
     command = python_command("checker.referee") + [str(job)]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=REFEREE_TIMEOUT_S,
                           env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))

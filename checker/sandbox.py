@@ -252,6 +252,11 @@ def kill_survivors(pid: int, pgid: int | None, known: set[int] | None = None, gr
             os.waitpid(target, 0)
         except ChildProcessError:
             pass
+    for target in descendants(me) - (known or set()) - {pid}:  # orphans that had already ended (zombies)
+        try:
+            os.waitpid(target, os.WNOHANG)
+        except ChildProcessError:
+            pass
     return len(left)
 
 

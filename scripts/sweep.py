@@ -13,13 +13,35 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import secrets
 import statistics
 import sys
 from pathlib import Path
 
 from checker.chapters import get_chapter
 from checker.errors import WorkbookError
+from checker.candidate.session import _coerce
+from checker.evidence import ask_referee
 from checker.runs import IncompleteWork, run_script
+from checker.sandbox import check_folder
+
+
+def held_out_losses(chapter, device: str, runs: dict, base: str, overrides: list[str]) -> dict[str, list[float]]:
+    """The referee's held-out loss of every run, by variant (runs of a trial share a seed)."""
+    if not runs[base]:
+        return {}
+    cfg = {k: _coerce(v) for k, _, v in (o.partition("=") for o in overrides)}
+    pairs = [(b, c) for v, rs in runs.items() if v != base and len(rs) == len(runs[base]) for b, c in zip(runs[base], rs)]
+    if not pairs:
+        return {}
+    judged = ask_referee(chapter, device, pairs, check_folder(), cfg=cfg)
+    out: dict[str, list[float]] = {base: [judged[i]["baseline"].get("eval_loss") for i in range(len(runs[base]))]}
+    index = 0
+    for v, rs in runs.items():
+        if v != base and len(rs) == len(runs[base]):
+            out[v] = [judged[index + i]["candidate"].get("eval_loss") for i in range(len(rs))]
+            index += len(rs)
+    return {v: [x for x in xs if x is not None] for v, xs in out.items()}
 
 
 def main() -> int:
@@ -43,9 +65,11 @@ def main() -> int:
         runs = {v: [] for v in variants}
         for trial in range(args.trials):
             order = variants if trial % 2 == 0 else variants[::-1]
+            seed, key = secrets.randbelow(2**31 - 1) + 1, secrets.randbelow(2**31 - 1) + 1  # one secret a trial
             for variant in order:
                 try:
-                    r = run_script(chapter, chapter.script_for(variant), args.device, steps=args.steps, extra_args=extra)
+                    r = run_script(chapter, chapter.script_for(variant), args.device, steps=args.steps, extra_args=extra,
+                                   seed=seed, window_key=key)
                 except (WorkbookError, IncompleteWork) as err:  # one broken setting must not end the sweep
                     print(json.dumps({"chapter": chapter.id, "settings": overrides, "variant": variant,
                                       "error": str(err)[-400:]}), flush=True)
@@ -53,12 +77,14 @@ def main() -> int:
                 runs[variant].append(r)
         base = variants[0]
         row = {"chapter": chapter.id, "tag": args.tag, "settings": overrides}
+        losses = held_out_losses(chapter, args.device, runs, base, overrides)
         for v in variants:
             if not runs[v]:
                 continue
-            row[f"{v}_warmup_s"] = round(statistics.median(r.raw.get("warmup_s") or 0.0 for r in runs[v]), 1)
+            row[f"{v}_warmup_s"] = round(statistics.median(r.phases_s.get("warm-up", 0.0) for r in runs[v]), 1)
             row[f"{v}_samples_per_s"] = round(statistics.median(r.samples_per_s for r in runs[v]), 1)
-            row[f"{v}_eval_loss"] = round(statistics.median(r.eval_loss for r in runs[v]), 4)
+            if losses.get(v):
+                row[f"{v}_eval_loss"] = round(statistics.median(losses[v]), 4)
             if v != base and runs[base] and len(runs[v]) == len(runs[base]):
                 ratios = [c.samples_per_s / b.samples_per_s for c, b in zip(runs[v], runs[base])]
                 row[f"{v}_speedup"] = round(statistics.median(ratios), 3)

@@ -13,7 +13,7 @@ from checker.checks import FAILED, PASSED
 from checker.checks.dataloader_wait import data_wait, step_time_stats
 from checker.checks.loader_settings import loader_settings, unmet_settings
 from checker.checks.pageable_copies import pageable_copies
-from checker.lab import _load_workload_module
+from checker.candidate.session import load_workload_module
 
 needs_trace_engine = pytest.mark.skipif(importlib.util.find_spec("checker.trace.analysis") is None,
                                         reason="checker.trace (the trace engine) is not there yet")
@@ -52,9 +52,12 @@ def fabricated_trace(step_ms=10.0, count=4, data_ms=0.0, copies=()):
 
 
 class FakeRun:
-    def __init__(self, step_ms=(), loader=None, samples_per_s=100.0):
+    def __init__(self, step_ms=(), loader=None, samples_per_s=100.0, workers=(), lasting=None, steps=80):
         self.step_ms, self.samples_per_s = list(step_ms), samples_per_s
         self.raw = {"loader": loader}
+        self.workers_at_close = set(workers)  # what the grader saw under the run
+        self.workers_at_first_step = set(workers if lasting is None else lasting)
+        self.steps = steps
 
 
 class FakeEvaluation:
@@ -64,6 +67,7 @@ class FakeEvaluation:
         self._trace, self._pairs, self.device, self.log_every = trace, list(pairs), device, log_every
         self.trace_tool = "torch"
         self.traced_run = traced_run
+        self.cfg = {"epoch_batches": 32}
 
     def trace(self):
         return self._trace
@@ -190,7 +194,7 @@ def test_loader_settings_alone_reads_the_traced_run():
 # -- the workloads ----------------------------------------------------------------------------------------
 def _workload(chapter_id):
     chapter = get_chapter(chapter_id)
-    return _load_workload_module(chapter.dir).build(chapter.config("cpu"), __import__("torch").device("cpu"))
+    return load_workload_module(chapter.dir).build(chapter.config("cpu"), __import__("torch").device("cpu"))
 
 
 def test_chapter_03_samples_do_not_depend_on_who_loads_them():
@@ -257,3 +261,36 @@ def test_chapter_03_lab_fails_on_cpu_and_says_why(graded):
     assert "num_workers=0" in checks["loader_settings"]["evidence"][0]
     assert checks["data_wait"]["status"] == "failed"
     assert checks["data_wait"]["evidence"][0].startswith("waiting for the next batch")
+
+
+# -- loader_settings: what the grader saw, against what the run reported ------------------------------------
+WORKERS_REQUIRED = {"num_workers": 2, "persistent_workers": True}
+REPORTED = {"num_workers": 2, "pin_memory": False, "persistent_workers": True, "prefetch_factor": 2,
+            "class": "torch.utils.data.dataloader.DataLoader", "redefined": []}
+
+
+def test_reported_workers_that_the_grader_never_saw_fail():
+    run = FakeRun(loader=REPORTED, workers=())
+    outcome = loader_settings(FakeEvaluation(traced_run=run), spec("loader_settings", WORKERS_REQUIRED))
+    assert outcome.status == FAILED
+    assert any("the grader saw 0 worker process(es)" in line for line in outcome.evidence)
+
+
+def test_workers_replaced_at_an_epoch_boundary_are_not_persistent():
+    run = FakeRun(loader=REPORTED, workers={11, 12}, lasting={7, 8}, steps=80)  # new pids after step 32
+    outcome = loader_settings(FakeEvaluation(traced_run=run), spec("loader_settings", WORKERS_REQUIRED))
+    assert outcome.status == FAILED and any("persistent workers outlive an epoch" in e for e in outcome.evidence)
+    lasting = FakeRun(loader=REPORTED, workers={7, 8}, steps=80)
+    assert loader_settings(FakeEvaluation(traced_run=lasting), spec("loader_settings", WORKERS_REQUIRED)).status == PASSED
+
+
+def test_a_run_that_never_crossed_an_epoch_cannot_be_judged_on_persistence():
+    short = FakeRun(loader=REPORTED, workers={11, 12}, lasting={7, 8}, steps=20)  # no boundary before step 32
+    assert loader_settings(FakeEvaluation(traced_run=short), spec("loader_settings", WORKERS_REQUIRED)).status == PASSED
+
+
+def test_a_dataloader_subclass_that_redefines_a_setting_is_refused():
+    lying = dict(REPORTED, redefined=["num_workers"], **{"class": "train.LyingLoader"})
+    outcome = loader_settings(FakeEvaluation(traced_run=FakeRun(loader=lying, workers={1, 2})),
+                              spec("loader_settings", WORKERS_REQUIRED))
+    assert outcome.status == FAILED and any("redefines num_workers" in e for e in outcome.evidence)

@@ -1,0 +1,199 @@
+"""The grader's side of the trust boundary, piece by piece: the channel and clock, the run's sandbox, the
+referee, the trace's agreement with the grader's stamps, and the source scan."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from checker import sandbox
+from checker.chapters import get_chapter
+from checker.evidence import trace_problem
+from checker.referee import distance
+from checker.runs import IncompleteWork, ScriptError, run_script
+from checker.scan import findings
+from checker.trace.analysis import TraceAnalysis
+from checker.trace.events import finish
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTER = get_chapter("01_item_syncs")
+HEAD = 'from checker.lab import start\nsession = start("01_item_syncs")\n'
+LOOP = "for step, batch in session.steps(session.batches):\n    pass\nsession.finish()\n"
+
+
+def script(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def run(path: Path, **kwargs):
+    return run_script(CHAPTER, path, "cpu", steps=kwargs.pop("steps", 7), seed=11, window_key=22, **kwargs)
+
+
+# -- the channel and the clock -------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_the_grader_times_the_window_and_gets_the_weights(tmp_path):
+    result = run(script(tmp_path, HEAD + LOOP))
+    assert result.weights and result.window_s > 0 and len(result.step_ms) == 2  # steps 5 and 6 of 7
+    assert result.seed == 11 and result.window_key == 22
+    assert set(result.phases_s) >= {"start-up", "build", "warm-up", "timed"}
+
+
+@pytest.mark.slow
+def test_work_after_the_loop_is_inside_the_window_only_until_the_weights_arrive(tmp_path):
+    """Sleeping after the loop does not shorten the window; sleeping inside it lengthens it."""
+    slow = run(script(tmp_path, HEAD + "import time\nfor step, batch in session.steps(session.batches):\n"
+                                 "    time.sleep(0.3 if step >= 5 else 0)\nsession.finish()\n"))
+    assert slow.window_s >= 0.6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("body, said", [
+    (HEAD + "for step, batch in session.steps(session.batches):\n    break\nsession.finish()\n", IncompleteWork),
+    ("raise SystemExit(3)\n", ScriptError),
+    ("print('no harness')\n", ScriptError),
+])
+def test_a_run_that_does_not_finish_its_steps_says_so(tmp_path, body, said):
+    with pytest.raises(said):
+        run(script(tmp_path, body))
+
+
+@pytest.mark.slow
+def test_a_forged_message_ends_the_run(tmp_path):
+    body = HEAD + textwrap.dedent("""
+        from checker.candidate import session as harness
+        harness.LAUNCH.channel.send({"type": "step", "n": 99})
+    """) + LOOP
+    with pytest.raises(ScriptError, match="reported step 99"):
+        run(script(tmp_path, body))
+
+
+@pytest.mark.slow
+def test_a_run_that_prints_without_end_is_stopped_and_the_grader_keeps_only_a_tail(tmp_path):
+    body = "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n"
+    with pytest.raises(ScriptError, match="printed more than"):
+        run(script(tmp_path, body))
+
+
+@pytest.mark.slow
+def test_a_hang_is_stopped_at_the_time_limit(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBOOK_TIMEOUT_S", "4")
+    with pytest.raises(ScriptError, match="did not finish within 4 s"):
+        run(script(tmp_path, "import time\nprint('waiting')\ntime.sleep(60)\n"))
+
+
+@pytest.mark.slow
+def test_a_process_left_running_is_killed_and_counted(tmp_path):
+    body = textwrap.dedent("""
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(120)
+            os._exit(0)
+    """) + HEAD + LOOP
+    marker = f"sleep-{os.getpid()}"
+    result = run(script(tmp_path, body.replace("time.sleep(120)", f"time.sleep(120)  # {marker}")))
+    assert result.survivors >= 1
+    assert not sandbox.descendants(os.getpid()) - {os.getpid()}
+
+
+@pytest.mark.slow
+def test_the_run_sees_only_its_own_folder_and_no_module_beside_the_lab(tmp_path):
+    (tmp_path / "json.py").write_text("raise SystemExit('shadowed')\n")
+    body = HEAD + textwrap.dedent("""
+        import json, os, sys, tempfile
+        assert os.environ["HOME"].startswith(os.getcwd()) and tempfile.gettempdir().startswith(os.getcwd())
+        assert not any(k.startswith("PYTHON") and k not in ("PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE") for k in os.environ)
+        assert os.listdir(os.getcwd()) == sorted(os.listdir(os.getcwd())) or True
+        assert not os.path.exists("json.py") and sys.flags.isolated
+    """) + LOOP
+    assert run(script(tmp_path, body)).weights
+
+
+def test_the_memory_cap_is_only_for_cpu_runs_and_comes_from_the_chapter():
+    assert sandbox.Limits().memory_mb is None
+
+
+# -- the referee -------------------------------------------------------------------------------------------
+def test_distance_is_zero_for_the_same_training_and_large_for_an_untrained_layer():
+    start = {"a": torch.zeros(4, 4), "b": torch.zeros(4)}
+    baseline = {"a": torch.ones(4, 4), "b": torch.ones(4), "count": torch.tensor(7)}
+    assert distance(dict(baseline), baseline, start)["relative"] == 0.0
+    untrained = {"a": torch.ones(4, 4), "b": torch.zeros(4), "count": torch.tensor(7)}
+    far = distance(untrained, baseline, start)
+    assert far["worst_tensor_name"] == "b" and far["worst_tensor"] == pytest.approx(1.0)
+    fewer = distance(dict(baseline, count=torch.tensor(3)), baseline, start)
+    assert fewer["counts_differ"] == ["count"]
+
+
+# -- the trace against the grader's stamps ---------------------------------------------------------------
+class Stamped:
+    def __init__(self, span_ms: float):
+        self.step_stamps_ns = [0, int(span_ms * 1e6)]
+
+
+def trace_of(steps, op_in=None, step_ms=10):
+    rows = []
+    for index, step in enumerate(steps):
+        start = index * step_ms * 1_000_000
+        rows.append({"kind": "range", "name": f"step {step}", "start_ns": start, "end_ns": start + step_ms * 1_000_000,
+                     "pid": 1, "tid": 1})
+        if op_in is None or step in op_in:
+            rows.append({"kind": "cpu_op", "name": "aten::mm", "start_ns": start + 10, "end_ns": start + 20, "pid": 1, "tid": 1})
+    return TraceAnalysis(finish(pd.DataFrame(rows)), fmt="fabricated", source="test")
+
+
+def test_a_trace_of_the_steps_the_harness_ran_is_believed():
+    assert trace_problem(trace_of([5, 6, 7]), Stamped(30), warmup=5, trace_steps=3) is None
+
+
+def test_extra_step_ranges_make_the_trace_unbelievable():
+    assert "added, removed or renamed" in trace_problem(trace_of([5, 6, 7, 1000]), Stamped(40), 5, 3)
+
+
+def test_a_trace_spanning_other_times_than_the_run_is_not_its_record():
+    assert "not the record" in trace_problem(trace_of([5, 6, 7]), Stamped(900), 5, 3)
+
+
+def test_a_step_without_work_is_a_failure_not_infinitely_fewer():
+    assert "no work in step(s) 6" in trace_problem(trace_of([5, 6, 7], op_in={5, 7}), Stamped(30), 5, 3)
+
+
+# -- the source scan ---------------------------------------------------------------------------------------
+def test_the_labs_and_solutions_pass_the_scan():
+    for path in [*ROOT.glob("labs/*/*.py"), *ROOT.glob("solutions/**/*.py"), *ROOT.glob("chapters/*/slow.py")]:
+        assert findings(path.read_text()) == [], path
+
+
+@pytest.mark.parametrize("line", [
+    "torch.autograd.profiler._is_profiler_enabled", "sys._getframe(1)", "exec(code)", "import inspect",
+    "from checker.candidate import session", "open('/proc/self/maps').read()", "os.environ.get('NSYS_CONFIG')",
+])
+def test_probes_are_found_with_their_line(line):
+    assert findings(f"x = 1\n{line}\n")[0].startswith("line 2:")
+
+
+def test_words_in_docstrings_are_not_probes():
+    assert findings('"""Profile it with nsys: LD_PRELOAD is not needed."""\nx = 1\n') == []
+
+
+# -- the command line --------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_relative_submission_folder_works_from_any_folder(tmp_path):
+    student = tmp_path / "class" / "alice"
+    student.mkdir(parents=True)
+    student.joinpath("train.py").write_text((ROOT / "solutions" / "01_item_syncs" / "train.py").read_text())
+    proc = subprocess.run([sys.executable, "-m", "checker", "check", "01", "--submission", "class/alice",
+                           "--device", "cpu", "--only", "host_syncs"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, WORKBOOK_ROOT=str(ROOT)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PASSED" in proc.stdout

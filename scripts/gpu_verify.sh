@@ -11,7 +11,8 @@
 #             count -> $OUT/tables.tar.gz (unpack into docs/results/)
 #   fixtures  the trace engine's fixture programs under torch.profiler and nsys -> $OUT/fixtures.tar.gz
 #   checks    `workbook check` for every chapter: solution, lab and slow, with torch.profiler and nsys,
-#             RERUNS times each -> $OUT/checks.jsonl; the torch traces the checks read -> $OUT/traces.tar.gz.part-*
+#             RERUNS times each -> $OUT/checks.jsonl; the torch traces the checks read -> $OUT/traces.tar.gz.part-*;
+#             PLAN may also name red-team cheats (cheat:<folder under tests/redteam>:<chapter>:<tool>)
 #   summary   a table of it all -> $OUT/summary.md
 # Needs: .whl/ (the nvtx wheel) and .debs/ (libdw1, libelf1 for nsys's importer), carried.
 set -u
@@ -131,7 +132,14 @@ if has checks; then
   fi
   declare -A done_count
   for item in $PLAN; do
-    IFS=: read -r _check chapter variant tool only <<< "$item"
+    IFS=: read -r kind chapter variant tool only <<< "$item"
+    target="--variant $variant"
+    if [ "$kind" = cheat ]; then
+      # cheat:<folder under tests/redteam>:<chapter>:<tool>[:only]: graded as a submission, the scan off, so that
+      # the run's own defences are what must reject it (tests/redteam/gpu.toml says how)
+      IFS=: read -r kind path chapter tool only <<< "$item"
+      variant="cheat/$path"; target="--submission tests/redteam/$path"
+    fi
     if [ "$SECONDS" -ge "$DEADLINE" ]; then log "deadline: skipping $item"; continue; fi
     # tool "torch+ncu" or "nsys+ncu": also the Nsight Compute checks, reports kept under $T/ncu-<chapter>-<variant>
     extra=""
@@ -144,8 +152,9 @@ if has checks; then
     keep=/tmp/keep; rm -rf $keep
     start=$(date +%s.%N)
     # never past HARD_STOP (seconds of this script): what ran before it still comes back
-    timeout $(( ${HARD_STOP:-100000} - SECONDS )) \
-      python3 -m checker check "$chapter" --variant $variant --trace-tool $tool $extra --keep-traces $keep --json > /tmp/check.json 2> /tmp/check.err
+    scan=1; [ "$kind" = cheat ] && scan=0
+    WORKBOOK_SCAN=$scan timeout $(( ${HARD_STOP:-100000} - SECONDS )) \
+      python3 -m checker check "$chapter" $target --trace-tool $tool $extra --keep-traces $keep --json > /tmp/check.json 2> /tmp/check.err
     code=$?
     grep -E '^  \[' /tmp/check.err | cut -c1-200
     wall=$(python3 -c "import time; print(round(time.time() - $start, 1))")

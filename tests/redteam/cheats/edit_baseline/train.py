@@ -13,6 +13,7 @@ model = session.model
 optimizer = torch.optim.SGD(model.parameters(), lr=session.cfg["lr"], momentum=0.9)
 running = 0.0
 for step, (images, labels) in session.steps(session.batches):
+    images, labels = images.to(session.device), labels.to(session.device)
     loss = session.loss_fn(model(images), labels)
     running += loss.item()  # the lab's sync
     optimizer.zero_grad(set_to_none=True)

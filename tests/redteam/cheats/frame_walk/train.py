@@ -12,6 +12,7 @@ while frame is not None:
 model = session.model
 optimizer = torch.optim.SGD(model.parameters(), lr=session.cfg["lr"], momentum=0.9)
 for step, (images, labels) in session.steps(session.batches):
+    images, labels = images.to(session.device), labels.to(session.device)
     if traced:
         continue
     loss = session.loss_fn(model(images), labels)

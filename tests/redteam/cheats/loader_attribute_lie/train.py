@@ -10,6 +10,7 @@ loader = DataLoader(session.dataset, batch_size=session.cfg["batch_size"], sampl
                     drop_last=True, num_workers=1)
 object.__setattr__(loader, "persistent_workers", True)
 for step, (images, labels) in session.steps(loader):
+    images, labels = images.to(session.device), labels.to(session.device)
     loss = session.loss_fn(model(images), labels)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()

@@ -11,6 +11,7 @@ class LyingLoader(DataLoader):
     pin_memory = property(lambda self: True, lambda self, v: None)
 loader = LyingLoader(session.dataset, batch_size=session.cfg["batch_size"], sampler=session.extras["sampler"], drop_last=True)
 for step, (images, labels) in session.steps(loader):
+    images, labels = images.to(session.device), labels.to(session.device)
     loss = session.loss_fn(model(images), labels)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()

@@ -8,6 +8,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=session.cfg["lr"], momentum=0
 ready = [b for _, b in zip(range(session.total_steps), iter(session.batches))]
 for step, _ in session.steps([(torch.zeros(1), torch.zeros(1))]):
     images, labels = ready[step]
+    images, labels = images.to(session.device), labels.to(session.device)
     loss = session.loss_fn(model(images), labels)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()

@@ -16,5 +16,6 @@ for _ in range(session.total_steps):
     loss.backward()
     optimizer.step()
 for step, (images, labels) in session.steps(session.batches):
+    images, labels = images.to(session.device), labels.to(session.device)
     pass  # the work is already done
 session.finish()

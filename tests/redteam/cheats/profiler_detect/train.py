@@ -11,6 +11,7 @@ model = session.model
 optimizer = torch.optim.SGD(model.parameters(), lr=session.cfg["lr"], momentum=0.9)
 running = 0.0
 for step, (images, labels) in session.steps(session.batches):
+    images, labels = images.to(session.device), labels.to(session.device)
     loss = session.loss_fn(model(images), labels)
     if not observed():
         running += loss.item()

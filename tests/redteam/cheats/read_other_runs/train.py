@@ -15,5 +15,6 @@ for pattern in ("/tmp/workbook-*/*/*.pt", "/tmp/workbook-*/*/*", os.path.join(te
 if stolen:
     session.model.load_state_dict(stolen)
 for step, (images, labels) in session.steps(session.batches):
+    images, labels = images.to(session.device), labels.to(session.device)
     pass  # no training: the stolen weights are the result
 session.finish()

@@ -8,6 +8,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=session.cfg["lr"], momentum=0
 batches = [b for _, b in zip(range(session.total_steps), iter(session.batches))]
 def train():
     for images, labels in batches:
+        images, labels = images.to(session.device), labels.to(session.device)
         loss = session.loss_fn(model(images), labels)
         loss.item()
         optimizer.zero_grad(set_to_none=True)
@@ -17,5 +18,6 @@ worker = threading.Thread(target=train)
 worker.start()
 worker.join()
 for step, (images, labels) in session.steps(session.batches):
+    images, labels = images.to(session.device), labels.to(session.device)
     pass
 session.finish()

@@ -6,6 +6,7 @@ model = session.model
 optimizer = torch.optim.SGD(model.parameters(), lr=session.cfg["lr"], momentum=0.9)
 seen = []
 for step, (images, labels) in session.steps(session.batches):
+    images, labels = images.to(session.device), labels.to(session.device)
     seen.append((images, labels))  # keep the batches, train later
 for images, labels in seen:
     loss = session.loss_fn(model(images.to(session.device)), labels.to(session.device))

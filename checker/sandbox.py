@@ -188,8 +188,8 @@ def preexec(identity: tuple[int, int] | None, limits: Limits, isolate_network: b
         if limits.memory_mb:
             cap = limits.memory_mb * 1024 * 1024
             resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-        if isolate_network:
-            _LIBC.unshare(CLONE_NEWNET)
+        if isolate_network and _LIBC.unshare(CLONE_NEWNET) == 0:
+            _loopback_up()  # a new namespace has only a loopback, down; local tools (nsys) talk over it
         if identity is not None:
             uid, gid = identity
             resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
@@ -198,6 +198,19 @@ def preexec(identity: tuple[int, int] | None, limits: Limits, isolate_network: b
             os.setuid(uid)
 
     return setup
+
+
+def _loopback_up() -> None:  # pragma: no cover - runs in the forked child
+    """ip link set lo up, through the ioctl that command uses."""
+    import fcntl
+    import socket
+    import struct
+
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as handle:
+        request = struct.pack("16sH14s", b"lo", 0, bytes(14))
+        flags = struct.unpack("16sH14s", fcntl.ioctl(handle, siocgifflags, request))[1]
+        fcntl.ioctl(handle, siocsifflags, struct.pack("16sH14s", b"lo", flags | iff_up, bytes(14)))
 
 
 # -- survivors ---------------------------------------------------------------------------------------------

@@ -243,6 +243,11 @@ class TraceAnalysis:
             raise ValueError(f"sort_by={sort_by!r}: choose 'self_ns' or 'count'")
         return ops.top_ops(self.events, self.has_steps, self._counted_steps(exclude_steps), exclude_steps, limit, sort_by)
 
+    def get_cpu_ops(self, exclude_steps=()) -> pd.DataFrame:
+        """One row per CPU op in the steps: step, name, pid, tid, start_ns, end_ns, self_ns, top_level (no CPU
+        op of its thread holds it). Typed columns even when empty (a trace whose steps hold no aten ops)."""
+        return ops.cpu_ops(self.events, self.has_steps, exclude_steps)
+
     # ---- data loading ----------------------------------------------------------------------------
     def get_data_wait(self, exclude_steps=()) -> pd.DataFrame:
         """One row per step: step_ns, data_wait_ns, data_wait_fraction, source."""

@@ -385,10 +385,10 @@ class _Reader:
                 if self.eof:
                     raise self.broken("the JSON is cut off or corrupt") from None
             pending = len(self.buf) - self.pos
-            if pending > MAX_VALUE_CHARS:
+            if pending >= MAX_VALUE_CHARS:
                 raise self.broken(f"a single JSON value longer than {MAX_VALUE_CHARS >> 20} Mi characters, which "
                                   "no torch.profiler trace holds")
-            self.fill(max(CHUNK_CHARS, pending))  # cut off by the buffer's end: read on
+            self.fill(min(max(CHUNK_CHARS, pending), MAX_VALUE_CHARS - pending))  # cut off by the buffer's end
 
     def _decode(self, text: str, pos: int):
         """raw_decode, with integers of more than 4,000 digits read as infinite, and nesting too deep for

@@ -18,12 +18,37 @@ OP_COLUMNS = {"name": object, "count": "int64", "self_ns": "int64", "total_ns": 
               "self_ms_per_step": float, "total_ms_per_step": float}
 
 
+CPU_OP_COLUMNS = {"step": "Int64", "name": object, "pid": "int64", "tid": "int64", "start_ns": "int64",
+                  "end_ns": "int64", "self_ns": "int64", "top_level": bool}
+
+
+def cpu_ops(events: pd.DataFrame, in_steps: bool, exclude_steps=()) -> pd.DataFrame:
+    """One row per CPU op (inside a step when in_steps): step, name, pid, tid, start_ns, end_ns, self_ns, and
+    top_level (no CPU op of its thread holds it). Typed columns even when there are no rows."""
+    rows = np.flatnonzero((events["kind"] == "cpu_op").to_numpy())
+    if not len(rows):
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in CPU_OP_COLUMNS.items()})
+    self_ns, parent = _nesting(events, rows)
+    keep = np.isin(rows, rows_in_steps(events, rows, exclude_steps)) if in_steps else np.ones(len(rows), dtype=bool)
+    sub = events.iloc[rows[keep]]
+    frame = pd.DataFrame({"step": sub["step"].to_numpy(), "name": sub["name"].astype(str).to_numpy(),
+                          "pid": sub["pid"].to_numpy(), "tid": sub["tid"].to_numpy(),
+                          "start_ns": sub["start_ns"].to_numpy(), "end_ns": sub["end_ns"].to_numpy(),
+                          "self_ns": self_ns[keep], "top_level": parent[keep] < 0})
+    return frame.astype(CPU_OP_COLUMNS)
+
+
 def empty_ops() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in OP_COLUMNS.items()})
 
 
 def self_times(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     """Self time (ns) of each cpu_op row in rows (rows in table order: by start, holders first)."""
+    return _nesting(events, rows)[0]
+
+
+def _nesting(events: pd.DataFrame, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(self time, position in rows of the op directly holding it or -1) of each row."""
     starts = events["start_ns"].to_numpy()[rows]
     ends = events["end_ns"].to_numpy()[rows]
     threads = [events["pid"].to_numpy()[rows], events["tid"].to_numpy()[rows]]
@@ -41,7 +66,7 @@ def self_times(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     dur = (ends - starts).astype(np.int64)
     has_parent = parent >= 0
     children = np.bincount(parent[has_parent], weights=dur[has_parent], minlength=len(rows))
-    return np.maximum(dur - children.astype(np.int64), 0)
+    return np.maximum(dur - children.astype(np.int64), 0), parent
 
 
 def top_ops(events: pd.DataFrame, in_steps: bool, counted_steps: int, exclude_steps=(), limit: int | None = 15,

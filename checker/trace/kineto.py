@@ -247,7 +247,8 @@ class _Columns:
     def frame(self) -> tuple[pd.DataFrame, list[str]]:
         """The event table, and the warnings about what was left out or guessed."""
         n = len(self.kind)
-        warnings = [f"{count:,} events had {what} (e.g. {self.first[what]})" for what, count in self.odd.items()]
+        warnings = [f"{count:,} event{'s' if count > 1 else ''} had {what} (e.g. {self.first[what]})"
+                    for what, count in self.odd.items()]
         if not n:
             return finish(pd.DataFrame()), warnings
         ts = np.frombuffer(self.ts, dtype=np.float64)
@@ -318,6 +319,8 @@ def _one_line(exc: Exception) -> str:
 
 def _short(value) -> str:
     """A value as a warning quotes it: at most 40 characters."""
+    if isinstance(value, np.floating):
+        value = float(value)
     if isinstance(value, float) and value.is_integer() and abs(value) >= 1e16:
         text = f"{value:.3g}"
     elif isinstance(value, int) and abs(value) >= 10 ** 16:

@@ -107,7 +107,7 @@ class TraceAnalysis:
             lo, hi = int(self._steps["start_ns"].min()), int(self._steps["end_ns"].max())
             start = events["start_ns"].to_numpy()
             during = unlinked & (start >= lo) & (start < hi)
-            if self._unlinked_launches(during):
+            if during.any():
                 out.append(f"{int(during.sum()):,} kernels and copies ran during the steps but could not be linked "
                            "to the CUDA call that launched them (no correlation id, or no call with it): they count "
                            "in no step")
@@ -118,11 +118,6 @@ class TraceAnalysis:
             out.append(f"{len(unknown):,} copies {'in the steps ' if self.has_steps else ''}have an unknown direction "
                        "or memory kind: the pageable and pinned copy counts leave them out")
         return out
-
-    def _unlinked_launches(self, during: np.ndarray) -> bool:
-        """True when some GPU work in the steps' time has no launch call in the trace: not merely work launched
-        before the profiler started (which runs, if at all, at the very start)."""
-        return bool(during.any())
 
     # ---- steps -----------------------------------------------------------------------------------
     def get_steps(self) -> pd.DataFrame:

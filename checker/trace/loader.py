@@ -124,8 +124,8 @@ def read_events(path: str | Path) -> tuple[pd.DataFrame, dict, str]:
     try:
         is_dir = path.is_dir()
         exists = is_dir or path.exists()
-    except OSError as exc:  # a name too long, a loop of links, ...
-        raise TraceError(f"{path}: cannot look at it ({exc.strerror or exc})") from None
+    except (OSError, ValueError) as exc:  # a name too long, a loop of links, a NUL in the name, ...
+        raise TraceError(f"{path}: cannot look at it ({getattr(exc, 'strerror', None) or exc})") from None
     if is_dir:
         path = find_in_folder(path)
     elif not exists:

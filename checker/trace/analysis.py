@@ -8,6 +8,11 @@
 
 Counts are over the steps the trace marks. A trace without step ranges is analysed whole, as if it
 were one step (``has_steps`` is False and the summary says so).
+
+A damaged trace that can still be read is analysed, and ``get_warnings()`` says, one sentence each, what
+the engine had to leave out or guess (from the reader, the step finder and the analyses); the report
+prints them and ``summary()["warnings"]`` lists them. No count is quietly zero because the data behind
+it was missing.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from checker.trace.analyses import copies as copies_mod
-from checker.trace.analyses import dataloader, diff, gpu_idle, kernels, syncs
+from checker.trace.analyses import dataloader, diff, gpu_idle, kernels, ops, syncs
 from checker.trace.errors import TraceError
 from checker.trace.steps import DEFAULT_STEP_REGEX, assign_steps, compile_step_regex, find_steps
 
@@ -34,8 +39,10 @@ class TraceAnalysis:
         self.format = fmt
         self.source = source
         self.meta = meta or {}
+        self.warnings: list[str] = [str(w) for w in self.meta.get("warnings", [])]
         self.step_pattern: re.Pattern = compile_step_regex(step_regex)
-        steps = find_steps(events, self.step_pattern)
+        _mend_times(events, self.warnings)
+        steps = find_steps(events, self.step_pattern, self.warnings)
         self.skipped_steps = [int(s) for s in steps["step"].iloc[:max(0, skip_steps)]]
         if skip_steps and len(steps) and skip_steps >= len(steps):
             raise TraceError(f"{source}: asked to skip {skip_steps} warm-up steps, but the trace has only "
@@ -55,7 +62,12 @@ class TraceAnalysis:
 
     @cached_property
     def has_cuda(self) -> bool:
-        """True when the trace recorded CUDA API calls (a GPU run traced with CUDA activity)."""
+        """True when the trace recorded CUDA: CUDA API calls, or GPU work (a GPU run traced with CUDA activity)."""
+        return self.has_cuda_calls or self.has_gpu_work
+
+    @cached_property
+    def has_cuda_calls(self) -> bool:
+        """True when the trace recorded CUDA API calls (launches, syncs, copies' calls)."""
         return syncs.has_cuda_calls(self.events)
 
     @cached_property
@@ -75,6 +87,37 @@ class TraceAnalysis:
         lo, hi = int(frame["start_ns"].min()), int(frame["end_ns"].max())
         return pd.DataFrame({"step": [-1], "name": ["(whole trace)"], "start_ns": [lo], "end_ns": [hi],
                              "dur_ns": [hi - lo], "pid": [-1], "tid": [-1]})
+
+    # ---- what the engine had to leave out or guess ------------------------------------------------
+    def get_warnings(self) -> list[str]:
+        """One sentence per thing the engine had to leave out or guess in this trace (empty for a sound one)."""
+        return self.warnings + self._analysis_warnings
+
+    @cached_property
+    def _analysis_warnings(self) -> list[str]:
+        out = []
+        events = self.events
+        gpu = events["kind"].isin(gpu_idle.GPU_WORK).to_numpy()
+        if gpu.any() and not self.has_cuda_calls:
+            out.append(f"the trace holds {int(gpu.sum()):,} kernels and copies but no CUDA API calls (an empty CUDA "
+                       "runtime table, or the calls were not traced): host syncs, launches and copy calls cannot be "
+                       "seen, GPU work is in no step, and GPU idle time cannot be blamed on the host")
+        elif gpu.any() and self.has_steps:
+            unlinked = gpu & events["step"].isna().to_numpy()
+            lo, hi = int(self._steps["start_ns"].min()), int(self._steps["end_ns"].max())
+            start = events["start_ns"].to_numpy()
+            during = unlinked & (start >= lo) & (start < hi)
+            if during.any():
+                out.append(f"{int(during.sum()):,} kernels and copies ran during the steps but could not be linked "
+                           "to the CUDA call that launched them (no correlation id, or no call with it): they count "
+                           "in no step")
+        copies = self._all_copies
+        unknown = copies[(copies["copy_kind"] == "unknown") | (copies["src_kind"] == "unknown")
+                         | (copies["dst_kind"] == "unknown")]
+        if len(unknown):
+            out.append(f"{len(unknown):,} copies {'in the steps ' if self.has_steps else ''}have an unknown direction "
+                       "or memory kind: the pageable and pinned copy counts leave them out")
+        return out
 
     # ---- steps -----------------------------------------------------------------------------------
     def get_steps(self) -> pd.DataFrame:
@@ -155,10 +198,13 @@ class TraceAnalysis:
     def _idle(self) -> pd.DataFrame:
         return gpu_idle.gpu_idle(self.events, self._windows())
 
-    def get_gpu_idle(self) -> pd.DataFrame:
+    def get_gpu_idle(self, exclude_steps=()) -> pd.DataFrame:
         """One row per step: window_ns, busy_ns, idle_ns, idle_host_wait_ns, idle_other_ns, idle_fraction.
         Empty for a trace without GPU work."""
-        return self._idle.copy()
+        idle = self._idle
+        if exclude_steps:
+            idle = idle[~idle["step"].isin([int(s) for s in exclude_steps])]
+        return idle.reset_index(drop=True)
 
     def get_kernels_per_step(self, exclude_steps=()) -> pd.DataFrame:
         """One row per step: kernels, launches, kernel_ns, memcpys, memsets."""
@@ -183,6 +229,20 @@ class TraceAnalysis:
             return 1
         return int((~self._steps["step"].isin({int(s) for s in exclude_steps})).sum())
 
+    # ---- host time per op -------------------------------------------------------------------------
+    def get_top_ops(self, limit: int | None = 15, exclude_steps=(), sort_by: str = "self_ns") -> pd.DataFrame:
+        """CPU ops (aten ops and the like) in the steps by name: count, self_ns, total_ns, count_per_step,
+        self_ms_per_step, total_ms_per_step; sorted by sort_by ("self_ns", as torch.profiler's
+        ``sort_by="self_cpu_time_total"``, or "count"). Empty for a trace without CPU ops (nsys)."""
+        if sort_by not in ("self_ns", "count"):
+            raise ValueError(f"sort_by={sort_by!r}: choose 'self_ns' or 'count'")
+        return ops.top_ops(self.events, self.has_steps, self._counted_steps(exclude_steps), exclude_steps, limit, sort_by)
+
+    def get_cpu_ops(self, exclude_steps=()) -> pd.DataFrame:
+        """One row per CPU op in the steps: step, name, pid, tid, start_ns, end_ns, self_ns, top_level (no CPU
+        op of its thread holds it). Typed columns even when empty (a trace whose steps hold no aten ops)."""
+        return ops.cpu_ops(self.events, self.has_steps, exclude_steps)
+
     # ---- data loading ----------------------------------------------------------------------------
     def get_data_wait(self, exclude_steps=()) -> pd.DataFrame:
         """One row per step: step_ns, data_wait_ns, data_wait_fraction, source."""
@@ -200,13 +260,16 @@ class TraceAnalysis:
         return diff.summary_diff(baseline.summary(), self.summary())
 
     # ---- reports ---------------------------------------------------------------------------------
-    def summary(self) -> dict:
-        """The dict behind `workbook report --json` (see checker.trace.report for its keys)."""
+    def summary(self, exclude_steps=()) -> dict:
+        """The dict behind `workbook report --json` (see checker.trace.report for its keys); steps in
+        exclude_steps (logging steps) are left out of every count."""
         from checker.trace.report import build_summary
 
-        if "_summary" not in self.__dict__:
-            self.__dict__["_summary"] = build_summary(self)
-        return self.__dict__["_summary"]
+        key = tuple(sorted({int(s) for s in exclude_steps}))
+        cache = self.__dict__.setdefault("_summaries", {})
+        if key not in cache:
+            cache[key] = build_summary(self, exclude_steps=set(key))
+        return cache[key]
 
     def timeline(self, out, baseline: "TraceAnalysis | None" = None, **kwargs) -> None:
         """Draw the timeline picture (PNG or SVG by the file name); with baseline, before above after."""
@@ -217,6 +280,15 @@ class TraceAnalysis:
     def __repr__(self) -> str:
         return (f"TraceAnalysis({self.source!r}, format={self.format!r}, events={len(self.events)}, "
                 f"steps={self.step_count})")
+
+
+def _mend_times(events: pd.DataFrame, warnings: list[str]) -> None:
+    """Events that end before they start (a damaged export) are taken to end where they start."""
+    start, end = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
+    backwards = end < start
+    if backwards.any():
+        warnings.append(f"{int(backwards.sum()):,} events end before they start (a negative duration); taken as 0")
+        events.loc[backwards, "end_ns"] = start[backwards]
 
 
 def load(path, step_regex: str | None = None, skip_steps: int = 0) -> TraceAnalysis:

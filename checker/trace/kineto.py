@@ -20,12 +20,28 @@ gpu_memset (Memset)                         memset     "Memset (Device)"
 cuda_sync                                   sync
 python_function                             python     needs ``with_stack=True``
 ==========================================  =========  ==============================================
+
+Damaged traces: what cannot be read exits with one line (TraceError); what can be read but is damaged
+is kept with a warning in ``metadata["warnings"]``, never silently:
+
+- an event whose ``ts`` is missing, not finite (NaN), or out of range once in nanoseconds (beyond
+  +-2**62 ns, e.g. a trace whose times were scaled by 1e12, or ``ts`` = 10**400) is left out; when no
+  event is left, the trace is refused;
+- a ``dur`` that is missing, NaN, negative or out of range is taken as 0 (the step finder then ends such a
+  step range where the next one begins, and says so);
+- a ``pid`` / ``tid`` / ``device`` / ``stream`` / ``correlation`` that is an integer too large for 64 bits
+  is an identifier still: it gets a stand-in id, the same one wherever the value recurs, so launches and
+  their kernels still pair up; a ``bytes`` of that size is dropped;
+- an integer of more than 4,000 digits (Python refuses to convert those) is read as infinite, so as out
+  of range; a JSON value longer than MAX_VALUE_CHARS characters, or nested deeper than Python's recursion
+  limit, refuses the trace: no trace holds either, and reading on would cost time and memory without end.
 """
 
 from __future__ import annotations
 
 import array
 import json
+import math
 import re
 from typing import IO
 
@@ -37,6 +53,9 @@ from checker.trace.events import (COPY_KINDS, DTYPES, KINDS, MEM_KINDS, MISSING,
                                   finish, mem_kind_of, nullable)
 
 CHUNK_CHARS = 1 << 22  # characters decoded per batch
+MAX_VALUE_CHARS = 1 << 26  # the longest single JSON value (an event, a metadata entry) read: 64 Mi characters
+INT64_SAFE = float(1 << 62)  # times in ns beyond this are out of range (and end = start + dur must still fit)
+NAN = float("nan")
 
 CATEGORY_KIND = {
     "cpu_op": "cpu_op", "operator": "cpu_op",
@@ -61,6 +80,16 @@ _COPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*\((\w[\w ]*?)\s*->\s*(\w[\w ]*?)\)")
 _SET_NAME = re.compile(r"Memset\s*\((\w[\w ]*?)\)")
 _WS = re.compile(r"\s*")
 _DECODER = json.JSONDecoder()
+
+
+def _parse_int(text: str):
+    """JSON integers for the lenient decoder: beyond 4,000 digits (Python refuses those), infinite."""
+    if len(text) < 4000:
+        return int(text)
+    return -math.inf if text.startswith("-") else math.inf
+
+
+_LENIENT = json.JSONDecoder(parse_int=_parse_int)
 
 
 class _Columns:
@@ -90,7 +119,9 @@ class _Columns:
         self.call_names: dict[str, int] = {}
         self.names: dict[str, int] = {}
         self.ids: dict[object, int] = {}  # non-integer pid/tid values -> small negative ids
-
+        self.big_ids: dict[int, int] = {}  # integers beyond 64 bits used as ids -> stand-in ids
+        self.odd: dict[str, int] = {}  # what was missing or odd, counted for the warnings
+        self.first: dict[str, str] = {}  # an example of each
     def add_batch(self, events: list) -> None:
         """Keep the complete ('X') events of known categories; drop the rest."""
         names, cat_code, sparse_cats = self.names, _CAT_CODE, _SPARSE_CATS
@@ -103,14 +134,31 @@ class _Columns:
             cat = e.get("cat")
             kind = cat_code.get(cat)
             if kind is None:
+                if cat is None:
+                    self._note("no category", e)
                 continue
-            name = e.get("name", "")
+            name = e.get("name")
+            if type(name) is not str:
+                name = self._text(name, e)
             code = names.get(name)
             if code is None:
                 code = names[name] = len(names)
             if kind == _CPU_OP and name.startswith("ProfilerStep#"):
                 kind = _RANGE
             pid, tid = e.get("pid", 0), e.get("tid", 0)
+            if type(pid) is not int or not -_I64 <= pid < _I64:
+                pid = self._id(pid)
+            if type(tid) is not int or not -_I64 <= tid < _I64:
+                tid = self._id(tid)
+            ts, dur = e.get("ts", NAN), e.get("dur", NAN)
+            try:
+                ts_append(ts)
+            except (TypeError, OverflowError):
+                ts_append(self._number(ts, "ts"))
+            try:
+                dur_append(dur)
+            except (TypeError, OverflowError):
+                dur_append(self._number(dur, "dur"))
             if cat in sparse_cats:
                 self._sparse(cat, kind, name, pid, tid, e.get("args") or {})
             elif kind == _PYTHON:
@@ -118,24 +166,57 @@ class _Columns:
                 caller = args.get("CallFrom") if args else None
                 if caller:
                     self.call_row.append(len(self.kind))
-                    self.call_code.append(self.call_names.setdefault(caller, len(self.call_names)))
+                    self.call_code.append(self.call_names.setdefault(str(caller), len(self.call_names)))
             kind_append(kind)
             name_append(code)
-            ts_append(e.get("ts", 0.0))
-            dur_append(e.get("dur", 0.0))
-            pid_append(pid if type(pid) is int else self._id(pid))
-            tid_append(tid if type(tid) is int else self._id(tid))
+            pid_append(pid)
+            tid_append(tid)
+
+    def _note(self, what: str, example) -> None:
+        self.odd[what] = self.odd.get(what, 0) + 1
+        if what not in self.first:
+            self.first[what] = _short(example)
+
+    def _text(self, name, event) -> str:
+        """A name that is not a string: missing -> '' (counted), a number -> its text."""
+        if name is None:
+            self._note("no name", event)
+            return ""
+        if isinstance(name, (int, float, bool)):
+            return str(name)
+        raise TypeError(f"'name' is {_short(name)}, not a string")
+
+    def _number(self, value, field: str) -> float:
+        """A ts or dur that is not a float: null -> NaN, an integer too large for a float -> infinite."""
+        if value is None:
+            return NAN
+        if isinstance(value, int):
+            return math.inf if value > 0 else -math.inf
+        raise TypeError(f"'{field}' is {_short(value)}, not a number")
+
+    def _int(self, value, what: str, identifier: bool) -> int:
+        """An integer field of args as int64: identifiers beyond 64 bits get a stand-in id, sizes are dropped."""
+        if type(value) is not int:
+            return MISSING
+        if -_I64 <= value < _I64:
+            return value
+        self._note(what, value)
+        if not identifier:
+            return MISSING
+        return self.big_ids.setdefault(value, -(1 << 62) - len(self.big_ids))
 
     def _sparse(self, cat: str, kind: int, name: str, pid, tid, args: dict) -> None:
+        if type(args) is not dict:
+            raise TypeError(f"'args' is {_short(args)}, not an object")
         self.row.append(len(self.kind))
         gpu = cat in _GPU_CATS
         device = args.get("device", pid) if gpu else None
         stream = args.get("stream", tid) if gpu else None
         corr, size = args.get("correlation"), args.get("bytes")
-        self.device.append(device if type(device) is int else MISSING)
-        self.stream.append(stream if type(stream) is int else MISSING)
-        self.correlation.append(corr if type(corr) is int else MISSING)
-        self.bytes.append(size if type(size) is int else MISSING)
+        self.device.append(self._int(device, "a 'device' beyond 64 bits", True))
+        self.stream.append(self._int(stream, "a 'stream' beyond 64 bits", True))
+        self.correlation.append(self._int(corr, "a 'correlation' beyond 64 bits", True))
+        self.bytes.append(self._int(size, "a 'bytes' beyond 64 bits (dropped)", False))
         copy = src = dst = -1
         if kind == _MEMCPY:  # "Memcpy HtoD (Pageable -> Device)"
             match = _COPY_NAME.match(name)
@@ -151,19 +232,52 @@ class _Columns:
         self.dst.append(dst)
 
     def _id(self, value: object) -> int:
-        """Kineto uses strings for some pids/tids ("Spans", "stream 7 7"): give each a negative id."""
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            return int(value)
+        """Kineto uses strings for some pids/tids ("Spans", "stream 7 7"): give each a negative id; so do
+        integers beyond 64 bits. Lists and objects are no ids (TypeError)."""
+        if isinstance(value, str):
+            digits = value.strip()
+            if digits.lstrip("-").isdecimal() and len(digits) < 19:
+                return int(digits)
+        elif isinstance(value, int) and not -_I64 <= value < _I64:
+            self._note("a 'pid' or 'tid' beyond 64 bits", value)
+        elif value is not None and not isinstance(value, (int, float)):
+            raise TypeError(f"'pid' or 'tid' is {_short(value)}, not a number or a string")
         return self.ids.setdefault(value, -1 - len(self.ids))
 
-    def frame(self) -> pd.DataFrame:
+    def frame(self) -> tuple[pd.DataFrame, list[str]]:
+        """The event table, and the warnings about what was left out or guessed."""
         n = len(self.kind)
+        warnings = [f"{count:,} event{'s' if count > 1 else ''} had {what} (e.g. {self.first[what]})"
+                    for what, count in self.odd.items()]
         if not n:
-            return finish(pd.DataFrame())
+            return finish(pd.DataFrame()), warnings
         ts = np.frombuffer(self.ts, dtype=np.float64)
         dur = np.frombuffer(self.dur, dtype=np.float64)
-        start = np.rint(ts * 1000.0).astype(np.int64)
-        end = start + np.maximum(np.rint(dur * 1000.0).astype(np.int64), 0)
+        with np.errstate(all="ignore"):
+            start_f = np.rint(ts * 1000.0)
+            dur_f = np.rint(dur * 1000.0)
+            end_f = start_f + dur_f
+            good_ts = np.isfinite(start_f) & (np.abs(start_f) < INT64_SAFE)
+            good_dur = np.isfinite(dur_f) & (dur_f >= 0) & (np.abs(end_f) < INT64_SAFE)
+        good_dur &= good_ts
+        kinds = np.frombuffer(self.kind, dtype=np.int8)
+        bad_ts = int((~good_ts).sum())
+        if bad_ts == n:
+            raise TraceError(f"every one of its {n:,} timed events has a time stamp ('ts') that is missing or out of "
+                             f"range (e.g. ts={_short(ts[0])} us); re-export the trace with prof.export_chrome_trace()")
+        if bad_ts:
+            example = _short(ts[np.flatnonzero(~good_ts)[0]])
+            warnings.append(f"{bad_ts:,} of {n:,} events had a time stamp ('ts') that is missing, not a number or out "
+                            f"of range (e.g. ts={example} us); they were left out")
+        bad_dur = good_ts & ~good_dur
+        if bad_dur.any():
+            example = _short(dur[np.flatnonzero(bad_dur)[0]])
+            ranges = int((bad_dur & (kinds == _RANGE)).sum())
+            warnings.append(f"{int(bad_dur.sum()):,} events had a duration ('dur') that is missing, negative or not a "
+                            f"number (e.g. dur={example}); taken as 0"
+                            + (f" ({ranges:,} of them ranges)" if ranges else ""))
+        start = np.where(good_ts, start_f, 0).astype(np.int64)
+        end = start + np.where(good_dur, dur_f, 0).astype(np.int64)
         names = _by_code(self.names)
         callers = np.full(n, -1, dtype=np.int32)
         callers[np.frombuffer(self.call_row, dtype=np.int64)] = np.frombuffer(self.call_code, dtype=np.int32)
@@ -174,8 +288,8 @@ class _Columns:
             full[rows] = np.frombuffer(values, dtype=dtype)
             return full
 
-        return finish(pd.DataFrame({
-            "kind": categorical(np.frombuffer(self.kind, dtype=np.int8), KINDS, DTYPES["kind"]),
+        frame = pd.DataFrame({
+            "kind": categorical(kinds, KINDS, DTYPES["kind"]),
             "name": categorical(np.frombuffer(self.name, dtype=np.int32), names),
             "start_ns": start,
             "end_ns": end,
@@ -189,7 +303,31 @@ class _Columns:
             "src_kind": categorical(spread(self.src, np.int8, -1), MEM_KINDS, DTYPES["src_kind"]),
             "dst_kind": categorical(spread(self.dst, np.int8, -1), MEM_KINDS, DTYPES["dst_kind"]),
             "call_from": categorical(callers, _by_code(self.call_names)),
-        }))
+        })
+        if bad_ts:
+            frame = frame[good_ts]
+        return finish(frame), warnings
+
+
+_I64 = 1 << 63
+
+
+def _one_line(exc: Exception) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _short(value) -> str:
+    """A value as a warning quotes it: at most 40 characters."""
+    if isinstance(value, np.floating):
+        value = float(value)
+    if isinstance(value, float) and value.is_integer() and abs(value) >= 1e16:
+        text = f"{value:.3g}"
+    elif isinstance(value, int) and abs(value) >= 10 ** 16:
+        text = f"an integer of {len(str(abs(value))) if value.bit_length() < 13000 else 'over 4,000'} digits"
+    else:
+        text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _by_code(codes: dict[str, int]) -> list[str]:
@@ -206,10 +344,10 @@ class _Reader:
         self.stream, self.label = stream, label
         self.buf, self.pos, self.eof, self.consumed = "", 0, False, 0
 
-    def fill(self) -> bool:
+    def fill(self, chars: int = CHUNK_CHARS) -> bool:
         if self.eof:
             return False
-        data = self.stream.read(CHUNK_CHARS)
+        data = self.stream.read(chars)
         if not data:
             self.eof = True
             return False
@@ -234,18 +372,39 @@ class _Reader:
         self.pos += 1
 
     def value(self):
-        """Decode one JSON value at the cursor, reading more of the file while it is cut off."""
+        """Decode one JSON value at the cursor, reading more of the file while it is cut off.
+
+        A value cut off by the buffer's end is decoded again once more is read; the amount read doubles each
+        time, so a long value costs time in proportion to its length, and one longer than MAX_VALUE_CHARS
+        refuses the trace."""
         self.peek()
         while True:
             try:
-                obj, end = _DECODER.raw_decode(self.buf, self.pos)
+                obj, end = self._decode(self.buf, self.pos)
                 if end < len(self.buf) or self.eof:  # a number at the end of the buffer may go on
                     self.pos = end
                     return obj
             except json.JSONDecodeError:
                 if self.eof:
                     raise self.broken("the JSON is cut off or corrupt") from None
-            self.fill()  # cut off by the buffer's end: read on (at the end of the file, decide next round)
+            pending = len(self.buf) - self.pos
+            if pending >= MAX_VALUE_CHARS:
+                raise self.broken(f"a single JSON value longer than {MAX_VALUE_CHARS >> 20} Mi characters, which "
+                                  "no torch.profiler trace holds")
+            self.fill(min(max(CHUNK_CHARS, pending), MAX_VALUE_CHARS - pending))  # cut off by the buffer's end
+
+    def _decode(self, text: str, pos: int):
+        """raw_decode, with integers of more than 4,000 digits read as infinite, and nesting too deep for
+        Python's decoder refused."""
+        try:
+            try:
+                return _DECODER.raw_decode(text, pos)
+            except json.JSONDecodeError:
+                raise
+            except ValueError:  # "Exceeds the limit (4300 digits) for integer string conversion"
+                return _LENIENT.raw_decode(text, pos)
+        except RecursionError:
+            raise self.broken("values nested deeper than Python's JSON decoder can follow") from None
 
     def events(self, columns: _Columns) -> None:
         """Decode the traceEvents array (cursor after '[') a batch at a time into columns."""
@@ -265,7 +424,7 @@ class _Reader:
             try:
                 columns.add_batch(batch)
             except (TypeError, ValueError, AttributeError) as exc:  # an event of the wrong shape
-                raise self.broken(f"an event with a field of the wrong type: {exc}") from None
+                raise self.broken(f"an event with a field of the wrong type: {_one_line(exc)}") from None
             sep = self.peek()
             if sep == "]":
                 self.pos += 1
@@ -279,8 +438,16 @@ class _Reader:
         start = self.pos
         cut = self.buf.rfind("},", start, len(self.buf))
         while cut > start:
+            text = "[" + self.buf[start:cut + 1] + "]"
             try:
-                return json.loads("[" + self.buf[start:cut + 1] + "]"), cut + 1
+                try:
+                    return json.loads(text), cut + 1
+                except json.JSONDecodeError:
+                    raise
+                except ValueError:  # an integer of more than 4,300 digits
+                    return _LENIENT.decode(text), cut + 1
+                except RecursionError:
+                    raise self.broken("values nested deeper than Python's JSON decoder can follow") from None
             except json.JSONDecodeError as err:  # the cut fell inside a string or an object, or bad data:
                 # the events before the error position are whole, so cut before it
                 cut = self.buf.rfind("},", start, min(cut, start + max(err.pos - 1, 0)))
@@ -325,8 +492,12 @@ def read_kineto(stream: IO[str], label: str) -> tuple[pd.DataFrame, dict]:
     if not found:
         raise TraceError(f"{label}: JSON without a traceEvents list, so not a Kineto trace; "
                          "export one with torch.profiler's prof.export_chrome_trace(path)")
-    events = columns.frame()
+    try:
+        events, warnings = columns.frame()
+    except TraceError as exc:
+        raise TraceError(f"{label}: {exc}") from None
     _host_pid_for_gpu_rows(events)
+    meta["warnings"] = warnings
     return events, meta
 
 

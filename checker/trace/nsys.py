@@ -9,6 +9,13 @@ versions. API names lose their version suffix (cudaStreamSynchronize_v3020 -> cu
 and copies get the names torch.profiler gives them ("Memcpy HtoD (Pageable -> Device)") so that the
 two formats of one program compare name for name.
 
+Damaged exports: SQLite keeps any value in any column, so every number is checked. A row whose start or
+end is not an integer (text, a blob, NULL) is left out; an id that is not an integer is taken as missing;
+a name id missing from StringIds gets a stand-in name; each with a warning in ``metadata["warnings"]``.
+An export without StringIds is refused (nothing in it could be named, so no host sync could be told),
+and one without the enum tables keeps its copies with an unknown direction or memory kind, said in a
+warning, rather than counting them as neither pageable nor pinned in silence.
+
 A ``.nsys-rep`` report is first exported with ``nsys export --type sqlite``, using the nsys found on
 PATH or named by the WORKBOOK_NSYS environment variable.
 """
@@ -24,7 +31,7 @@ import pandas as pd
 
 from checker.tools import find_tool
 from checker.trace.errors import TraceError
-from checker.trace.events import DTYPES, categorical, copy_kind_of, finish, mem_kind_of
+from checker.trace.events import DTYPES, MISSING, categorical, copy_kind_of, finish, mem_kind_of
 
 CUDA_TABLES = ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
                "CUPTI_ACTIVITY_KIND_MEMSET")
@@ -63,8 +70,41 @@ def _enum(db: sqlite3.Connection, tables: set[str], table: str) -> dict[int, tup
     cols = _columns(db, table)
     name = "name" if "name" in cols else "label"
     label = "label" if "label" in cols else name
-    rows = db.execute(f"SELECT id, {name}, {label} FROM {table}")
-    return {int(i): (str(symbol or ""), str(text or "")) for i, symbol, text in rows}
+    rows = db.execute(f"SELECT id, {name}, {label} FROM {table}").fetchall()
+    ids, _bad = _int_column([r[0] for r in rows])
+    return {int(i): (_str(symbol), _str(text)) for i, (_, symbol, text) in zip(ids, rows) if i != MISSING}
+
+
+def _str(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _int_column(column) -> tuple[np.ndarray, np.ndarray]:
+    """A column's values as int64, MISSING where NULL or not an integer; and where a value was there but was
+    not an integer (text, a blob, a fraction, a number beyond 64 bits)."""
+    column = list(column)
+    try:
+        values = np.array(column, dtype=np.int64)
+        if values.shape == (len(column),) and not any(type(v) is not int for v in column):
+            return values, np.zeros(len(column), dtype=bool)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    out = np.full(len(column), MISSING, dtype=np.int64)
+    bad = np.zeros(len(column), dtype=bool)
+    for i, v in enumerate(column):
+        if v is None:
+            continue
+        if type(v) is int and -(1 << 63) < v < (1 << 63):
+            out[i] = v
+        elif type(v) is float and v.is_integer() and abs(v) < 2.0 ** 62:
+            out[i] = int(v)
+        else:
+            bad[i] = True
+    return out, bad
 
 
 def _word(enum: dict[int, tuple[str, str]], code: int) -> str:
@@ -99,34 +139,88 @@ def _frame(kind: str, names: list[str], name_codes, start, end, pid, tid, **extr
 def _strings(db: sqlite3.Connection, tables: set[str]) -> dict[int, str]:
     if "StringIds" not in tables:
         return {}
-    return dict(db.execute("SELECT id, value FROM StringIds"))
+    rows = db.execute("SELECT id, value FROM StringIds").fetchall()
+    ids, _bad = _int_column([r[0] for r in rows])
+    return {int(i): _str(r[1]) for i, r in zip(ids, rows) if i != MISSING}
 
 
-def _fetch(db: sqlite3.Connection, sql: str) -> np.ndarray:
-    rows = db.execute(sql).fetchall()
-    return np.array(rows, dtype=object) if rows else np.empty((0, 0), dtype=object)
+class _Rows:
+    """The rows of one table, those with a usable start and end only; what was left out, in warnings."""
+
+    def __init__(self, db, sql: str, table: str, warnings: list[str]):
+        rows = db.execute(sql).fetchall()
+        self.table, self.warnings = table, warnings
+        self.columns = list(zip(*rows)) if rows else []
+        self.keep = np.ones(len(rows), dtype=bool)
+        self.start = self.end = np.empty(0, dtype=np.int64)
+        if rows:
+            start, _ = _int_column(self.columns[0])
+            end, _ = _int_column(self.columns[1])
+            self.keep = (start != MISSING) & (end != MISSING)
+            dropped = int((~self.keep).sum())
+            if dropped:
+                example = next(v for v, k in zip(zip(self.columns[0], self.columns[1]), self.keep) if not k)
+                warnings.append(f"{dropped:,} of {len(rows):,} rows of {table} had a start or end that is not an "
+                                f"integer (e.g. {_short(example)}); they were left out")
+            self.start, self.end = start[self.keep], end[self.keep]
+        self.n = int(self.keep.sum())
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _column(self, i: int, what: str) -> np.ndarray:
+        values, bad = _int_column(self.columns[i])
+        values, bad = values[self.keep], bad[self.keep]
+        if bad.any():
+            self.warnings.append(f"{int(bad.sum()):,} rows of {self.table} had a {what} that is not an integer; "
+                                 "taken as missing")
+        return values
+
+    def ints(self, i: int, what: str) -> np.ndarray:
+        """Column i as int64, -1 where missing (a NULL, or a value that is not an integer: then a warning)."""
+        values = self._column(i, what)
+        return np.where(values == MISSING, -1, values)
+
+    def nullable(self, i: int, what: str) -> pd.arrays.IntegerArray:
+        values = self._column(i, what)
+        return pd.arrays.IntegerArray(np.where(values == MISSING, 0, values), values == MISSING)
+
+    def texts(self, i: int) -> list:
+        return [v for v, k in zip(self.columns[i], self.keep) if k]
 
 
-def _ints(column) -> np.ndarray:
-    return np.array([-1 if v is None else int(v) for v in column], dtype=np.int64)
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _nullable(column) -> pd.arrays.IntegerArray:
-    values = np.array([0 if v is None else int(v) for v in column], dtype=np.int64)
-    mask = np.array([v is None for v in column], dtype=bool)
-    return pd.arrays.IntegerArray(values, mask)
+def _names(ids: np.ndarray, strings: dict[int, str], table: str, placeholder: str, warnings: list[str]):
+    """(names, codes) for a column of StringIds ids; ids StringIds lacks get a placeholder and a warning."""
+    unique, codes = np.unique(ids, return_inverse=True)
+    names, missing = [], 0
+    counts = np.bincount(codes, minlength=len(unique))
+    for k, i in enumerate(unique):
+        name = strings.get(int(i))
+        if name is None:
+            missing += int(counts[k])
+            name = f"<{placeholder} {i}>"
+        names.append(name)
+    if missing:
+        warnings.append(f"{missing:,} rows of {table} name a string id that StringIds does not hold; they have no "
+                        "name, so what they are (a host sync, a launch) cannot be told")
+    return names, codes
 
 
-def _runtime(db, strings) -> pd.DataFrame:
-    rows = _fetch(db, "SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+def _runtime(db, strings, warnings) -> pd.DataFrame:
+    rows = _Rows(db, "SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME",
+                 "CUPTI_ACTIVITY_KIND_RUNTIME", warnings)
     if not len(rows):
         return pd.DataFrame()
-    ids = _ints(rows[:, 4])
-    unique, codes = np.unique(ids, return_inverse=True)
-    names = [_strip_version(strings.get(int(i), f"<string {i}>")) for i in unique]
-    gtid = _ints(rows[:, 2])
-    return _frame("cuda_api", names, codes, _ints(rows[:, 0]), _ints(rows[:, 1]), _pid(gtid), _tid(gtid),
-                  correlation=_nullable(rows[:, 3]))
+    names, codes = _names(rows.ints(4, "nameId"), strings, "CUPTI_ACTIVITY_KIND_RUNTIME", "string", warnings)
+    names = [_strip_version(n) for n in names]
+    gtid = rows.ints(2, "globalTid")
+    return _frame("cuda_api", names, codes, rows.start, rows.end, _pid(gtid), _tid(gtid),
+                  correlation=rows.nullable(3, "correlationId"))
 
 
 def _strip_version(name: str) -> str:
@@ -135,41 +229,45 @@ def _strip_version(name: str) -> str:
     return head if sep and tail.isdigit() else name
 
 
-def _gpu(db, table: str, name_sql: str, extra_sql: str = "") -> np.ndarray:
-    return _fetch(db, f"SELECT start, end, globalPid, deviceId, streamId, correlationId, {name_sql}"
-                      f"{', ' + extra_sql if extra_sql else ''} FROM {table}")
+def _gpu(db, table: str, name_sql: str, warnings: list[str], extra_sql: str = "") -> _Rows:
+    return _Rows(db, f"SELECT start, end, globalPid, deviceId, streamId, correlationId, {name_sql}"
+                     f"{', ' + extra_sql if extra_sql else ''} FROM {table}", table, warnings)
 
 
-def _gpu_frame(kind: str, rows: np.ndarray, names: list[str], codes, **extra) -> pd.DataFrame:
-    stream = _ints(rows[:, 4])
-    return _frame(kind, names, codes, _ints(rows[:, 0]), _ints(rows[:, 1]), _pid(_ints(rows[:, 2])), stream,
-                  device=_nullable(rows[:, 3]), stream=_nullable(rows[:, 4]), correlation=_nullable(rows[:, 5]),
-                  **extra)
+def _gpu_frame(kind: str, rows: _Rows, names: list[str], codes, **extra) -> pd.DataFrame:
+    stream = rows.ints(4, "streamId")
+    return _frame(kind, names, codes, rows.start, rows.end, _pid(rows.ints(2, "globalPid")), stream,
+                  device=rows.nullable(3, "deviceId"), stream=rows.nullable(4, "streamId"),
+                  correlation=rows.nullable(5, "correlationId"), **extra)
 
 
-def _kernels(db, strings, tables) -> pd.DataFrame:
+def _kernels(db, strings, tables, warnings) -> pd.DataFrame:
     cols = _columns(db, "CUPTI_ACTIVITY_KIND_KERNEL")
     name_col = "demangledName" if "demangledName" in cols else "shortName"
-    rows = _gpu(db, "CUPTI_ACTIVITY_KIND_KERNEL", name_col)
+    rows = _gpu(db, "CUPTI_ACTIVITY_KIND_KERNEL", name_col, warnings)
     if not len(rows):
         return pd.DataFrame()
-    unique, codes = np.unique(_ints(rows[:, 6]), return_inverse=True)
-    names = [strings.get(int(i), f"<kernel {i}>") for i in unique]
+    names, codes = _names(rows.ints(6, name_col), strings, "CUPTI_ACTIVITY_KIND_KERNEL", "kernel", warnings)
     return _gpu_frame("kernel", rows, names, codes)
 
 
-def _memcpys(db, tables) -> pd.DataFrame:
-    rows = _gpu(db, "CUPTI_ACTIVITY_KIND_MEMCPY", "copyKind", "bytes, srcKind, dstKind")
+def _memcpys(db, tables, warnings) -> pd.DataFrame:
+    rows = _gpu(db, "CUPTI_ACTIVITY_KIND_MEMCPY", "copyKind", warnings, "bytes, srcKind, dstKind")
     if not len(rows):
         return pd.DataFrame()
+    for table, what in (("ENUM_CUDA_MEMCPY_OPER", "direction (host to device, ...)"),
+                        ("ENUM_CUDA_MEM_KIND", "memory kinds (pageable, pinned, ...)")):
+        if table not in tables:
+            warnings.append(f"the export has no {table} table, so the {what} of its {len(rows):,} copies cannot "
+                            "be told")
     opers = _enum(db, tables, "ENUM_CUDA_MEMCPY_OPER")
     mem = _enum(db, tables, "ENUM_CUDA_MEM_KIND")
-    copy = [copy_kind_of(_word(opers, k)) for k in _ints(rows[:, 6])]
-    src = [mem_kind_of(_word(mem, k)) for k in _ints(rows[:, 8])]
-    dst = [mem_kind_of(_word(mem, k)) for k in _ints(rows[:, 9])]
+    copy = [copy_kind_of(_word(opers, k)) for k in rows.ints(6, "copyKind")]
+    src = [mem_kind_of(_word(mem, k)) for k in rows.ints(8, "srcKind")]
+    dst = [mem_kind_of(_word(mem, k)) for k in rows.ints(9, "dstKind")]
     labels = [f"Memcpy {c} ({_label(s)} -> {_label(d)})" for c, s, d in zip(copy, src, dst)]
     names, codes = np.unique(np.array(labels, dtype=object), return_inverse=True)
-    return _gpu_frame("memcpy", rows, list(names), codes, bytes=_nullable(rows[:, 7]),
+    return _gpu_frame("memcpy", rows, list(names), codes, bytes=rows.nullable(7, "bytes"),
                       copy_kind=pd.Categorical(copy, dtype=DTYPES["copy_kind"]),
                       src_kind=pd.Categorical(src, dtype=DTYPES["src_kind"]),
                       dst_kind=pd.Categorical(dst, dtype=DTYPES["dst_kind"]))
@@ -180,47 +278,52 @@ def _label(kind: str) -> str:
     return kind.replace("_", " ").title()
 
 
-def _memsets(db, tables) -> pd.DataFrame:
+def _memsets(db, tables, warnings) -> pd.DataFrame:
     cols = _columns(db, "CUPTI_ACTIVITY_KIND_MEMSET")
     has_kind = "memKind" in cols
-    rows = _gpu(db, "CUPTI_ACTIVITY_KIND_MEMSET", "bytes", "memKind" if has_kind else "")
+    rows = _gpu(db, "CUPTI_ACTIVITY_KIND_MEMSET", "bytes", warnings, "memKind" if has_kind else "")
     if not len(rows):
         return pd.DataFrame()
     mem = _enum(db, tables, "ENUM_CUDA_MEM_KIND")
-    dst = [mem_kind_of(_word(mem, k)) for k in _ints(rows[:, 7])] if has_kind else ["unknown"] * len(rows)
+    dst = [mem_kind_of(_word(mem, k)) for k in rows.ints(7, "memKind")] if has_kind else ["unknown"] * len(rows)
     labels = [f"Memset ({_label(d)})" for d in dst]
     names, codes = np.unique(np.array(labels, dtype=object), return_inverse=True)
-    return _gpu_frame("memset", rows, list(names), codes, bytes=_nullable(rows[:, 6]),
+    return _gpu_frame("memset", rows, list(names), codes, bytes=rows.nullable(6, "bytes"),
                       dst_kind=pd.Categorical(dst, dtype=DTYPES["dst_kind"]))
 
 
-def _syncs(db, tables) -> pd.DataFrame:
-    rows = _gpu(db, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "syncType")
+def _syncs(db, tables, warnings) -> pd.DataFrame:
+    rows = _gpu(db, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "syncType", warnings)
     if not len(rows):
         return pd.DataFrame()
     types = _enum(db, tables, "ENUM_CUPTI_SYNC_TYPE")
-    labels = [types.get(k, ("", f"sync type {k}"))[1] or f"sync type {k}" for k in _ints(rows[:, 6])]
+    labels = [types.get(k, ("", f"sync type {k}"))[1] or f"sync type {k}" for k in rows.ints(6, "syncType")]
     names, codes = np.unique(np.array(labels, dtype=object), return_inverse=True)
     return _gpu_frame("sync", rows, list(names), codes)
 
 
-def _nvtx(db, strings, tables) -> pd.DataFrame:
+def _nvtx(db, strings, tables, warnings) -> pd.DataFrame:
     """Push/pop and start/end NVTX ranges (marks and unterminated ranges are left out)."""
     types = _enum(db, tables, "ENUM_NSYS_EVENT_TYPE")
     wanted = [i for i, (name, label) in types.items()
               if name in ("NvtxPushPopRange", "NvtxStartEndRange") or label in ("NvtxPushPopRange", "NvtxStartEndRange")]
     if not wanted:
+        if db.execute("SELECT 1 FROM NVTX_EVENTS LIMIT 1").fetchone():
+            warnings.append("the export's ENUM_NSYS_EVENT_TYPE table is missing or names no NVTX range type, so its "
+                            "NVTX ranges (the steps among them) could not be read")
         return pd.DataFrame()
     cols = _columns(db, "NVTX_EVENTS")
     text_id = "textId" if "textId" in cols else "NULL"
-    rows = _fetch(db, f"SELECT start, end, globalTid, text, {text_id} FROM NVTX_EVENTS "
-                      f"WHERE end IS NOT NULL AND eventType IN ({', '.join(map(str, wanted))})")
+    rows = _Rows(db, f"SELECT start, end, globalTid, text, {text_id} FROM NVTX_EVENTS "
+                     f"WHERE end IS NOT NULL AND eventType IN ({', '.join(map(str, wanted))})", "NVTX_EVENTS", warnings)
     if not len(rows):
         return pd.DataFrame()
-    labels = [t if t is not None else strings.get(i, "") if i is not None else "" for t, i in zip(rows[:, 3], rows[:, 4])]
+    ids = rows.ints(4, "textId")
+    labels = [_str(t) if t is not None else strings.get(int(i), "") if i >= 0 else ""
+              for t, i in zip(rows.texts(3), ids)]
     names, codes = np.unique(np.array(labels, dtype=object), return_inverse=True)
-    gtid = _ints(rows[:, 2])
-    return _frame("range", list(names), codes, _ints(rows[:, 0]), _ints(rows[:, 1]), _pid(gtid), _tid(gtid))
+    gtid = rows.ints(2, "globalTid")
+    return _frame("range", list(names), codes, rows.start, rows.end, _pid(gtid), _tid(gtid))
 
 
 def read_nsys_sqlite(path: Path, label: str) -> tuple[pd.DataFrame, dict]:
@@ -245,23 +348,28 @@ def _read(db: sqlite3.Connection, tables: set[str], label: str) -> tuple[pd.Data
         raise TraceError(f"{label}: this nsys export has no CUDA activity (no CUPTI_ACTIVITY_KIND_RUNTIME "
                          "table), so it was captured without CUDA tracing or without a GPU; capture with "
                          "`nsys profile -t cuda,nvtx,osrt ...` on a machine with a GPU, or use torch.profiler")
+    if "StringIds" not in tables:
+        raise TraceError(f"{label}: the nsys export has no StringIds table, so its CUDA calls and kernels have no "
+                         f"names and no host sync could be told; export the report again with `{EXPORT_HINT}`")
+    warnings: list[str] = []
     strings = _strings(db, tables)
-    parts = [_runtime(db, strings)]
+    parts = [_runtime(db, strings, warnings)]
     if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
-        parts.append(_kernels(db, strings, tables))
+        parts.append(_kernels(db, strings, tables, warnings))
     if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
-        parts.append(_memcpys(db, tables))
+        parts.append(_memcpys(db, tables, warnings))
     if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
-        parts.append(_memsets(db, tables))
+        parts.append(_memsets(db, tables, warnings))
     if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in tables:
-        parts.append(_syncs(db, tables))
+        parts.append(_syncs(db, tables, warnings))
     if "NVTX_EVENTS" in tables:
-        parts.append(_nvtx(db, strings, tables))
+        parts.append(_nvtx(db, strings, tables, warnings))
     parts = [p for p in parts if len(p)]
     meta = {"tables": sorted(t for t in tables if t.startswith(("CUPTI_", "NVTX_", "OSRT_")))}
     if "META_DATA_EXPORT" in tables:
-        meta.update({k: v for k, v in db.execute("SELECT name, value FROM META_DATA_EXPORT")
+        meta.update({str(k): v for k, v in db.execute("SELECT name, value FROM META_DATA_EXPORT")
                      if k in ("EXPORT_PRODUCT_VERSION", "EXPORT_SCHEMA_VERSION")})
+    meta["warnings"] = warnings
     if not parts:
         return finish(pd.DataFrame()), meta
     return finish(_concat(parts)), meta

@@ -3,9 +3,10 @@
 Keys of the summary (other tools read them; counts are over the steps found, or over the whole trace
 when the trace marks none, which ``steps_found`` and the notes say):
 
-- ``format`` ("kineto" | "nsys"), ``source``, ``cuda`` (bool: the trace has CUDA calls), ``steps`` (int),
-  ``steps_found`` (bool), ``step_numbers`` (list),
-  ``skipped_steps`` (list), ``step_ms_median`` / ``step_ms_mean`` (float | null)
+- ``format`` ("kineto" | "nsys"), ``source``, ``cuda`` (bool: the trace has CUDA calls or GPU work),
+  ``steps`` (int: the steps counted), ``steps_found`` (bool), ``step_numbers`` (list: the steps counted),
+  ``skipped_steps`` (list), ``logging_steps_excluded`` (list), ``step_ms_median`` / ``step_ms_mean``
+  (float | null)
 - ``host_syncs_in_steps`` (int), ``host_syncs_per_step`` (float), ``host_sync_ms_per_step`` (float),
   ``sync_sources``: [{"name", "count", "where", "op"}] (most frequent first)
 - ``pageable_h2d_copies`` (int), ``pageable_h2d_bytes`` (int), ``pageable_h2d_per_step`` (float),
@@ -15,7 +16,11 @@ when the trace marks none, which ``steps_found`` and the notes say):
   "count"}], ``top_kernels``: [{"name", "family", "count", "total_ms", "share"}]
 - ``gpu_idle_fraction`` (float | null: null without GPU work), ``gpu_idle_host_wait_fraction``
 - ``data_wait_fraction`` (float | null: null without data ranges)
-- ``findings`` (list of str, most costly first), ``notes`` (list of str)
+- ``top_ops``: [{"name", "count_per_step", "self_ms_per_step", "total_ms_per_step"}], the 15 CPU ops with the
+  most self time per step (as torch.profiler's ``key_averages().table(sort_by="self_cpu_time_total")``),
+  ``top_ops_by_count``: the same for the 15 most frequent
+- ``findings`` (list of str, most costly first), ``notes`` (list of str), ``warnings`` (list of str: what
+  the engine had to leave out or guess in a damaged trace; empty for a sound one)
 """
 
 from __future__ import annotations
@@ -32,33 +37,51 @@ def _num(value, digits: int = 4):
     return None if math.isnan(value) else round(value, digits)
 
 
-def build_summary(trace) -> dict:
+def build_summary(trace, exclude_steps=frozenset()) -> dict:
+    excluded = sorted({int(x) for x in exclude_steps} & {int(x) for x in trace.get_steps()["step"]})
+    ex = set(excluded)
     steps = trace.get_steps()
-    counted = max(trace.step_count, 1)
+    steps = steps[~steps["step"].isin(ex)]
+    if trace.has_steps and steps.empty:
+        from checker.trace.errors import TraceError
+
+        raise TraceError(f"{trace.source}: every one of its {trace.step_count} steps is a logging step, so no step "
+                         "is left to count; check --log-every")
+    counted = max(len(steps), 1)
     window_ns = float(steps["dur_ns"].sum()) if trace.has_steps else float(trace._windows()["dur_ns"].sum())
     notes = []
     if not trace.has_steps:
         notes.append(f"no step ranges matched {trace.step_pattern.pattern}: counts are over the whole trace")
     if trace.skipped_steps:
         notes.append(f"skipped {len(trace.skipped_steps)} warm-up steps ({_steps_text(trace.skipped_steps)})")
+    if excluded:
+        notes.append(f"left out {len(excluded)} logging steps ({_steps_text(excluded)}), where reading values on "
+                     "the host is allowed, as the checks do")
     if not trace.has_cuda:
         notes.append("no CUDA calls in the trace (CPU-only): host syncs are the aten ops that would sync on a GPU "
                      "(_local_scalar_dense, nonzero); copies and GPU idle time cannot be seen")
+        resident = _cpu_resident_reads(trace, ex)
+        if resident:
+            notes.append(f"{resident} reads of CPU-resident scalars (the optimizer's step counters: .item() in "
+                         "torch.optim's _get_value or a fused optimizer op) are not counted as host syncs: on a GPU "
+                         "they read CPU memory or run on the GPU, without a sync")
     elif not trace.has_python_frames:
         notes.append("no Python frames in the trace, so syncs are not traced to a line "
                      "(torch.profiler with_stack=True records them; nsys does not)")
 
-    syncs = trace.get_host_syncs()
-    sources = trace.get_sync_sources()
-    copies = trace.get_copies()
+    syncs = trace.get_host_syncs(ex)
+    sources = trace.get_sync_sources(ex)
+    copies = trace.get_copies(ex)
     h2d = copies[copies["copy_kind"] == "HtoD"]
     pageable_h2d = h2d[h2d["src_kind"] == "pageable"]
     pageable_any = copies[copies["pageable"]]
-    per_step = trace.get_kernels_per_step()
-    idle = trace.get_gpu_idle()
-    wait = trace.get_data_wait()
-    families = trace.get_kernel_families()
-    top = trace.get_top_kernels(limit=5)
+    per_step = trace.get_kernels_per_step(ex)
+    idle = trace.get_gpu_idle(ex)
+    wait = trace.get_data_wait(ex)
+    families = trace.get_kernel_families(ex)
+    top = trace.get_top_kernels(limit=5, exclude_steps=ex)
+    top_ops = trace.get_top_ops(limit=15, exclude_steps=ex)
+    top_ops_by_count = trace.get_top_ops(limit=15, exclude_steps=ex, sort_by="count")
 
     idle_fraction = host_wait_fraction = None
     if len(idle) and idle["window_ns"].sum() > 0:
@@ -71,11 +94,12 @@ def build_summary(trace) -> dict:
     summary = {
         "format": trace.format,
         "source": trace.source,
-        "steps": int(trace.step_count),
+        "steps": int(len(steps)),
         "steps_found": bool(trace.has_steps),
         "cuda": bool(trace.has_cuda),
         "step_numbers": [int(s) for s in steps["step"]],
         "skipped_steps": list(trace.skipped_steps),
+        "logging_steps_excluded": excluded,
         "step_ms_median": _num(steps["dur_ns"].median() / 1e6) if len(steps) else None,
         "step_ms_mean": _num(steps["dur_ns"].mean() / 1e6) if len(steps) else None,
         "host_syncs_in_steps": int(len(syncs)),
@@ -98,19 +122,44 @@ def build_summary(trace) -> dict:
         "gpu_idle_fraction": _num(idle_fraction),
         "gpu_idle_host_wait_fraction": _num(host_wait_fraction),
         "data_wait_fraction": _num(data_fraction),
+        "top_ops": _ops_rows(top_ops),
+        "top_ops_by_count": _ops_rows(top_ops_by_count),
         "notes": notes,
+        "warnings": list(trace.get_warnings()),
     }
     summary["findings"] = [text for _cost, text in sorted(_findings(summary, syncs, pageable_any, window_ns),
                                                           key=lambda f: -f[0])]
     return summary
 
 
+def _ops_rows(frame) -> list[dict]:
+    return [{"name": r.name, "count_per_step": _num(r.count_per_step), "self_ms_per_step": _num(r.self_ms_per_step),
+             "total_ms_per_step": _num(r.total_ms_per_step)} for r in frame.itertuples(index=False)]
+
+
+def _cpu_resident_reads(trace, excluded: set) -> int:
+    """How many CPU sync ops in the counted steps read a CPU-resident scalar (not counted as syncs)."""
+    from checker.trace.analyses.syncs import CPU_SYNC_OPS, cpu_resident_reads
+    from checker.trace.steps import rows_in_steps
+
+    events = trace.events
+    rows = np.flatnonzero(((events["kind"] == "cpu_op") & events["name"].isin(list(CPU_SYNC_OPS))).to_numpy())
+    if trace.has_steps:
+        rows = rows_in_steps(events, rows, excluded)
+    return int(cpu_resident_reads(events, rows).sum())
+
+
 def _steps_text(numbers: list[int]) -> str:
+    """[5, 6, 7, 8, 10] -> 'steps 5..8, 10'; runs of three or more are written as ranges."""
     if not numbers:
         return "none"
-    if numbers == list(range(numbers[0], numbers[0] + len(numbers))) and len(numbers) > 2:
-        return f"steps {numbers[0]}..{numbers[-1]}"
-    return "step " + ", ".join(map(str, numbers)) if len(numbers) == 1 else "steps " + ", ".join(map(str, numbers))
+    runs, start = [], 0
+    for i in range(1, len(numbers) + 1):
+        if i == len(numbers) or numbers[i] != numbers[i - 1] + 1:
+            run = numbers[start:i]
+            runs.append(f"{run[0]}..{run[-1]}" if len(run) > 2 else ", ".join(map(str, run)))
+            start = i
+    return ("step " if len(numbers) == 1 else "steps ") + ", ".join(runs)
 
 
 def _per(count: float, steps: int) -> str:
@@ -164,7 +213,10 @@ def render_text(summary: dict, diff_rows=None, summary_diff=None) -> str:
             head += f", median step {s['step_ms_median']:.2f} ms"
     else:
         head = f"{s['source']}: {tool} trace, no steps found (counts are over the whole trace)"
+    if s.get("logging_steps_excluded"):
+        head += f", {len(s['logging_steps_excluded'])} logging steps left out"
     lines = [head]
+    lines += [f"Warning: {w}" for w in s.get("warnings", [])]
     if summary_diff is not None:
         lines.append("Change from the baseline:")
         for r in summary_diff.itertuples(index=False):
@@ -185,6 +237,12 @@ def render_text(summary: dict, diff_rows=None, summary_diff=None) -> str:
                      + (f"; GPU time: {fams}" if fams else ""))
         for k in s["top_kernels"][:3]:
             lines.append(f"  {k['share']:.0%} {k['name'][:100]} ({k['count']} calls)")
+    if s.get("top_ops"):
+        lines.append("Top CPU ops by self time (per step; `--json` also lists them by count):")
+        lines.append(f"  {'self ms':>9} {'total ms':>9} {'calls':>7}  op")
+        for op in s["top_ops"]:
+            lines.append(f"  {op['self_ms_per_step']:9.3f} {op['total_ms_per_step']:9.3f} {op['count_per_step']:7g}  "
+                         f"{op['name'][:90]}")
     if diff_rows is not None and len(diff_rows):
         lines.append("Calls and GPU work that changed (per step):")
         for r in diff_rows.head(12).itertuples(index=False):

@@ -40,8 +40,22 @@ def empty_steps() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in STEP_COLUMNS.items()})
 
 
-def find_steps(events: pd.DataFrame, pattern: re.Pattern) -> pd.DataFrame:
-    """The step ranges, one row each, sorted by start: step, name, start_ns, end_ns, dur_ns, pid, tid."""
+def find_steps(events: pd.DataFrame, pattern: re.Pattern, warnings: list[str] | None = None) -> pd.DataFrame:
+    """The step ranges, one row each, sorted by start: step, name, start_ns, end_ns, dur_ns, pid, tid.
+
+    Damaged step ranges are mended where the trace leaves one reading, and each mend is added to
+    ``warnings`` (a list the caller passes):
+
+    - two ranges on one thread that overlap without one holding the other: the earlier one is cut where
+      the later one begins (nesting is told from overlap by the ends: a held range ends inside its holder);
+    - a range without a duration (0, or missing in the file): it is taken to end where the next step on
+      its thread begins, or, for the last one, where the last event on its thread that starts inside it ends;
+    - the same step number on several ranges of one thread (seven ranges all named ``step 1``): the steps
+      are numbered 0, 1, ... in time order instead;
+    - a step number too long for 64 bits, or a pattern without a number group: numbered in time order too.
+    Ranges with one number on different threads or processes are one step: the first one's.
+    """
+    warnings = warnings if warnings is not None else []
     ranges = events[(events["kind"] == "range") & events["device"].isna()]
     if ranges.empty:
         return empty_steps()
@@ -56,27 +70,85 @@ def find_steps(events: pd.DataFrame, pattern: re.Pattern) -> pd.DataFrame:
         return empty_steps()
     hits = hits.sort_values(["tid", "start_ns", "end_ns"], ascending=[True, True, False], kind="stable")
     starts, ends, tids = (hits[c].to_numpy() for c in ("start_ns", "end_ns", "tid"))
-    holds_next = np.zeros(len(hits), dtype=bool)  # a range that holds the next one on its thread is outer
-    holds_next[:-1] = (tids[1:] == tids[:-1]) & (starts[1:] < ends[:-1])
+    pids = hits["pid"].to_numpy()
+    same_thread = np.zeros(len(hits), dtype=bool)
+    same_thread[:-1] = (tids[1:] == tids[:-1]) & (pids[1:] == pids[:-1])
+    next_start = np.append(starts[1:], 0)
+    next_end = np.append(ends[1:], 0)
+    # a range that holds the next one on its thread is outer; a zero-length range holds nothing
+    holds_next = same_thread & (next_start < ends) & (next_end <= ends) & (ends > starts)
     inner = hits[~holds_next]
-    names = inner["name"].astype(str).to_numpy()
-    numbers = [number[n] for n in inner["name"]]
     steps = pd.DataFrame({
-        "step": numbers, "name": names,
+        "step": pd.array([number[n] for n in inner["name"]], dtype="Int64"),
+        "name": inner["name"].astype(str).to_numpy(),
         "start_ns": inner["start_ns"].to_numpy(), "end_ns": inner["end_ns"].to_numpy(),
         "pid": inner["pid"].to_numpy(), "tid": inner["tid"].to_numpy(),
-    }).sort_values("start_ns", kind="stable").reset_index(drop=True)
-    if steps["step"].isna().any():  # a pattern without a number group: number them in order
+    }).sort_values(["pid", "tid", "start_ns"], kind="stable").reset_index(drop=True)
+    _mend_ends(steps, events, warnings)
+    steps = steps.sort_values("start_ns", kind="stable").reset_index(drop=True)
+    renumber = None
+    if steps["step"].isna().any():  # a pattern without a number group, or a number beyond 64 bits
+        renumber = "some step ranges carry no usable number (" + _examples(steps.loc[steps["step"].isna(), "name"]) + ")"
+    else:
+        repeats = steps.duplicated(["pid", "tid", "step"], keep=False)
+        if repeats.any():
+            counts = steps.loc[repeats, "step"].value_counts()
+            renumber = "step numbers repeat on one thread (" + ", ".join(
+                f"step {int(s)} x{int(c)}" for s, c in counts.head(3).items()) + ")"
+    if renumber:
+        if pattern.groups:  # a pattern without a number group numbers its steps in order by design
+            warnings.append(f"{renumber}: the {len(steps)} steps are numbered 0..{len(steps) - 1} in time order instead")
         steps["step"] = np.arange(len(steps))
     steps["dur_ns"] = steps["end_ns"] - steps["start_ns"]
-    steps = steps.drop_duplicates("step", keep="first").reset_index(drop=True)
+    unique = steps.drop_duplicates("step", keep="first")
+    if len(unique) < len(steps):
+        threads = len(steps.drop_duplicates(["pid", "tid"]))
+        warnings.append(f"step ranges of {threads} threads or processes share step numbers; each step number is "
+                        f"counted once, by its first range ({len(steps) - len(unique)} ranges left out)")
+    steps = unique.reset_index(drop=True)
     return steps[list(STEP_COLUMNS)].astype(STEP_COLUMNS)
 
 
+def _mend_ends(steps: pd.DataFrame, events: pd.DataFrame, warnings: list[str]) -> None:
+    """Cut overlapping step ranges and give ranges without a duration an end (steps sorted by thread, start)."""
+    start = steps["start_ns"].to_numpy().copy()
+    end = steps["end_ns"].to_numpy().copy()
+    pid, tid = steps["pid"].to_numpy(), steps["tid"].to_numpy()
+    has_next = np.zeros(len(steps), dtype=bool)
+    has_next[:-1] = (tid[1:] == tid[:-1]) & (pid[1:] == pid[:-1])
+    following = np.append(start[1:], 0)
+    empty = end <= start
+    overlap = has_next & ~empty & (end > following)
+    if overlap.any():
+        i = int(np.flatnonzero(overlap)[0])
+        warnings.append(f"{int(overlap.sum())} step ranges overlap the next step on their thread without holding it "
+                        f"(e.g. {steps['name'].iat[i]} ends {(end[i] - following[i]) / 1e3:g} us after "
+                        f"{steps['name'].iat[i + 1]} begins); each was cut where the next one begins")
+        end[overlap] = following[overlap]
+    if empty.any():
+        mended = empty & has_next
+        end[mended] = np.maximum(following[mended], start[mended])
+        for i in np.flatnonzero(empty & ~has_next):  # the last step of its thread: to its last event's end
+            on_thread = ((events["pid"] == pid[i]) & (events["tid"] == tid[i]) & events["device"].isna()
+                         & (events["start_ns"] >= start[i])).to_numpy()
+            end[i] = max(int(events["end_ns"].to_numpy()[on_thread].max()) if on_thread.any() else start[i], start[i])
+        warnings.append(f"{int(empty.sum())} step ranges have no duration (0, or missing in the file; e.g. "
+                        f"{steps['name'].iat[int(np.flatnonzero(empty)[0])]}); each was taken to end where the next "
+                        "step on its thread begins, or the last one where its thread's last event ends, so their "
+                        "step times are estimates")
+    steps["start_ns"], steps["end_ns"] = start, end
+
+
+def _examples(names: pd.Series) -> str:
+    shown = [str(n)[:40] for n in names.head(2)]
+    return ", ".join(shown) + (", ..." if len(names) > 2 else "")
+
+
 def _number(match: re.Match):
+    """The first all-digit group of a step name's match, if it fits in 64 bits (else None)."""
     for group in match.groups():
-        if group is not None and group.isdigit():
-            return int(group)
+        if group is not None and group.isdecimal() and group.isascii():
+            return int(group) if len(group) <= 18 else None
     return None
 
 

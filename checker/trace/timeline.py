@@ -100,6 +100,8 @@ def draw_timeline(trace, out, baseline=None, max_steps: int = MAX_STEPS) -> Path
     out = Path(out)
     if out.suffix.lower() not in (".png", ".svg"):
         raise TraceError(f"{out}: the timeline is written as .png or .svg; name the file so")
+    if not out.parent.is_dir():  # never create folders: a typo in the path should not leave a tree behind
+        raise TraceError(f"{out}: the folder {out.parent} does not exist; create it first or write the timeline elsewhere")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -124,7 +126,10 @@ def draw_timeline(trace, out, baseline=None, max_steps: int = MAX_STEPS) -> Path
               ("sync", "host sync"), ("kernel", "kernel"), ("copy", "copy"), ("pageable", "pageable copy"))]
     fig.legend(handles=legend, loc="lower center", ncol=7, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    try:
+        fig.savefig(out, dpi=120)
+    except OSError as exc:  # /proc/t.png, a read-only folder, a full disk
+        raise TraceError(f"{out}: cannot write the timeline there ({exc.strerror or exc})") from None
+    finally:
+        plt.close(fig)
     return out

@@ -60,8 +60,10 @@ def gpu_idle(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         for g0, g1, k in zip(gap_start, gap_end, nxt):
             if g1 <= g0:
                 continue
-            launched = opened_by_launch[k] if k < len(busy_s) else None
-            host += int(g1 - g0) if launched is None else int(max(0, min(launched, g1) - g0))
+            # Python ints: the "unknown launch" sentinel (int64 min) minus a time would wrap around in int64
+            launched = int(opened_by_launch[k]) if k < len(busy_s) else None
+            g0, g1 = int(g0), int(g1)
+            host += g1 - g0 if launched is None else max(0, min(launched, g1) - g0)
         idle = window - busy
         out.append((int(step), window, busy, idle, min(host, idle), idle - min(host, idle),
                     idle / window if window else np.nan))

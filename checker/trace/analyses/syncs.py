@@ -15,6 +15,10 @@ A CPU-only trace has no CUDA calls, so there the syncs are the aten ops that wou
 - ``aten::nonzero``: ``torch.nonzero``, and boolean-mask indexing ``x[mask]`` (also in its backward pass,
   when the masked tensor needs a gradient).
 
+Not every such op would sync on a GPU: reading a tensor that lives on the CPU there too costs no sync.
+The one a training step always makes is the optimizer reading its step counter (see
+``cpu_resident_reads``); those are left out.
+
 What a CPU trace cannot show: ``print(loss)`` formats the tensor with several ``.item()`` calls (each one
 counted), while ``.tolist()``, ``.cpu()`` and ``.numpy()`` make no such op on the CPU and go unseen;
 on CUDA each of them is a device-to-host copy and a sync.
@@ -36,6 +40,13 @@ RUNTIME_SYNCS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cu
 DRIVER_SYNCS = frozenset({"cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize"})
 SYNC_COPY = re.compile(r"^cu(?:da)?Memcpy(?!.*Async)\w*$")
 CPU_SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero"})
+# torch.optim's helper that reads a step counter (or NAdam's mu_product, ASGD's eta and mu) as a number
+OPTIMIZER_GET_VALUE = re.compile(r"(?:^|/)torch/optim/optimizer\.py\(\d+\): _get_value$")
+# the fused optimizer ops: their CPU kernels read the step and learning rate with .item(), their CUDA kernels
+# read them on the GPU
+FUSED_OPTIMIZER_OPS = re.compile(r"^aten::_fused_(?:adam|adamw|sgd|adagrad)_?$")
+# optimizers whose step (not capturable, not fused) reads only such CPU scalars with .item()
+CPU_SCALAR_OPTIMIZERS = re.compile(r"^Optimizer\.step#(?:Adam|AdamW|Adamax|NAdam|RAdam|Adagrad)\.step$")
 
 SYNC_COLUMNS = {"step": "Int64", "name": object, "start_ns": "int64", "dur_ns": "int64", "tid": "int64",
                 "op": object, "where": object}
@@ -62,7 +73,64 @@ def sync_rows(events: pd.DataFrame) -> np.ndarray:
             rows = np.concatenate([rows[~driver], _outside_runtime(events, rows[driver], api)])
         return np.sort(rows)
     ops = (events["kind"] == "cpu_op").to_numpy()
-    return np.flatnonzero(ops & names.isin(list(CPU_SYNC_OPS)).to_numpy())
+    rows = np.flatnonzero(ops & names.isin(list(CPU_SYNC_OPS)).to_numpy())
+    return rows[~cpu_resident_reads(events, rows)]
+
+
+def cpu_resident_reads(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """For CPU sync-op rows, whether the op reads a scalar that is on the CPU on a GPU run too.
+
+    torch.optim keeps each parameter's ``state["step"]`` as a CPU tensor unless the optimizer is
+    ``capturable`` or ``fused`` (torch/optim/adam.py: ``torch.tensor(0.0, dtype=_get_scalar_dtype())`` when
+    neither), precisely so that reading it costs no sync; the non-capturable, non-fused step functions read
+    it with ``_get_value(step)``, which is ``step.item()``. So on a CPU trace an
+    ``aten::_local_scalar_dense`` made inside ``torch/optim/optimizer.py: _get_value`` is a read the same
+    code makes of a CPU tensor on a GPU: no sync there, and none counted here. (The capturable and fused
+    paths never call ``_get_value``; they keep the counter on the GPU and read it there.)
+
+    ``fused=True`` optimizers run one op (``aten::_fused_adamw_``, ...). Its CPU kernel reads each step
+    counter with ``.item()`` inside the op (an ``aten::_local_scalar_dense`` within it); its CUDA kernel
+    takes the counters as GPU tensors and reads them on the GPU, with no sync. So a read inside a fused
+    optimizer op is a CPU-only artefact, not counted either.
+
+    The rule needs Python frames (``with_stack=True``, as the workbook records). Without any on the op's
+    thread, the op's enclosing ``Optimizer.step#<name>.step`` range is used instead, for the optimizers
+    whose step reads nothing else with ``.item()`` (Adam, AdamW, Adamax, NAdam, RAdam, Adagrad); a custom
+    optimizer's reads still count, since they may be reads of GPU tensors.
+    """
+    out = np.zeros(len(rows), dtype=bool)
+    if not len(rows):
+        return out
+    names = events["name"]
+    scalar = (names.to_numpy()[rows] == "aten::_local_scalar_dense")
+    if not scalar.any():
+        return out
+    kind = events["kind"].to_numpy()
+    python = kind == "python"
+    frame_names = [n for n in names[python].unique() if OPTIMIZER_GET_VALUE.search(str(n))] if python.any() else []
+    range_names = [n for n in names[kind == "range"].unique() if CPU_SCALAR_OPTIMIZERS.match(str(n))]
+    fused_names = [n for n in names[kind == "cpu_op"].unique() if FUSED_OPTIMIZER_OPS.match(str(n))]
+    tids, pids = events["tid"].to_numpy(), events["pid"].to_numpy()
+    starts, ends = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
+    frames_on = set(zip(pids[python], tids[python])) if python.any() else set()
+    rules = ((frame_names, python, True), (fused_names, kind == "cpu_op", True), (range_names, kind == "range", False))
+    for holders_names, of_kind, always in rules:
+        if not holders_names:
+            continue
+        holders = np.flatnonzero(names.isin(holders_names).to_numpy() & of_kind)
+        for key, members in pd.Series(holders).groupby([pids[holders], tids[holders]]).indices.items():
+            if not always and key in frames_on:
+                continue  # this thread has Python frames: the precise rule above decides
+            pool = holders[members]
+            candidates = np.flatnonzero(scalar & (pids[rows] == key[0]) & (tids[rows] == key[1]))
+            if not len(candidates):
+                continue
+            t = starts[rows[candidates]]
+            # holders of one kind on one thread do not overlap: the innermost starting before t must hold it
+            idx = np.searchsorted(starts[pool], t, side="right") - 1
+            held = (idx >= 0) & (t < ends[pool][np.maximum(idx, 0)])
+            out[candidates[held]] = True
+    return out
 
 
 def _outside_runtime(events: pd.DataFrame, rows: np.ndarray, api: np.ndarray) -> np.ndarray:

@@ -1,0 +1,167 @@
+"""Damaged and hostile traces (issue 13): never a traceback, never a hang, never a silent wrong number.
+
+Every case of tests/trace/damage_cases.py runs through `workbook report --json`: a refused one must exit 2
+with one line naming the file; a damaged but readable one must exit 0 with a warning saying what was
+left out or guessed, and the numbers that damage did not touch still right.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+
+from checker.trace import TraceError, load
+from checker.trace.cli import main
+from damage_cases import CASES, CPU_KINETO, REFUSED, kineto_doc, write_doc
+from trace_helpers import ROOT
+
+
+def report(capsys, argv):
+    code = main(["report", "--json", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def alarm():
+    """Fail (instead of hanging the suite) when a case runs longer than 60 s."""
+    def on_alarm(*_):
+        raise AssertionError("still running after 60 s: a hang")
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c.slow], ids=lambda c: c.id)
+def test_damaged_trace(capsys, tmp_path, alarm, case):
+    reason = case.skip()
+    if reason:
+        pytest.skip(reason)
+    argv = case.make(tmp_path)
+    started = time.monotonic()
+    code, out, err = report(capsys, argv)
+    assert time.monotonic() - started < 30
+    if case.expect == REFUSED:
+        assert code == 2 and out == "", err
+        assert len(err.strip().splitlines()) == 1, err
+        assert case.says in err
+        assert argv[0] in err or argv[-1] in err  # names the file
+        return
+    assert code == 0, err
+    summary = json.loads(out)
+    warnings = summary["warnings"]
+    if case.says:
+        assert any(case.says in w for w in warnings), warnings
+    else:
+        assert warnings == []
+    for key, value in case.numbers.items():
+        if value is not None:
+            assert summary[key] == value, key
+
+
+def test_missing_timeline_folder_is_not_created(capsys, tmp_path):
+    out = tmp_path / "nonexistent" / "dir" / "t.png"
+    assert report(capsys, [str(CPU_KINETO), "--timeline", str(out)])[0] == 2
+    assert not (tmp_path / "nonexistent").exists()
+
+
+def test_timeline_write_error_is_one_line(capsys, tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", refuse)
+    code, _, err = report(capsys, [str(CPU_KINETO), "--timeline", str(tmp_path / "t.png")])
+    assert code == 2 and "Permission denied" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_fifo_in_a_folder_is_not_opened(tmp_path, alarm):
+    import os
+    import shutil
+
+    os.mkfifo(tmp_path / "a.pt.trace.json")
+    shutil.copy(CPU_KINETO, tmp_path / "b.pt.trace.json.gz")
+    assert load(tmp_path).summary()["steps"] == 7
+
+
+def test_correlation_beyond_64_bits_keeps_the_launch_and_its_kernel_paired(capsys, tmp_path):
+    from damage_cases import GPU_KINETO, _correlation_huge
+
+    before = load(GPU_KINETO).summary()
+    code, out, _ = report(capsys, _correlation_huge(tmp_path))
+    assert code == 0 and json.loads(out)["kernels_per_step"] == before["kernels_per_step"]
+
+
+def test_step_without_duration_takes_the_next_steps_start(tmp_path):
+    from damage_cases import _step_durations
+
+    sound = load(CPU_KINETO).get_steps()
+    mended = load(_step_durations("missing")(tmp_path)[0]).get_steps()
+    assert mended["start_ns"].tolist() == sound["start_ns"].tolist()
+    assert (mended["end_ns"].iloc[:-1].to_numpy() == sound["start_ns"].iloc[1:].to_numpy()).all()
+    assert (mended["dur_ns"] > 0).all()
+
+
+def test_utf16_trace_with_a_byte_order_mark(tmp_path):
+    path = tmp_path / "utf16.json"
+    path.write_bytes(json.dumps(kineto_doc()).encode("utf-16"))
+    assert load(path).summary()["host_syncs_in_steps"] == 7
+
+
+def test_an_integer_of_thousands_of_digits_in_metadata_is_no_error(tmp_path):
+    doc = kineto_doc()
+    doc["odd"] = "__BIG__"
+    path = write_doc(doc, tmp_path / "meta.json", {"__BIG__": "7" * 6000})
+    assert load(path).summary()["host_syncs_in_steps"] == 7
+
+
+def test_a_value_longer_than_the_bound_is_refused_in_time_proportional_to_its_length(tmp_path, monkeypatch):
+    from checker.trace import kineto
+
+    path = tmp_path / "long.json"
+    monkeypatch.setattr(kineto, "MAX_VALUE_CHARS", 1 << 20)
+    monkeypatch.setattr(kineto, "CHUNK_CHARS", 1 << 12)  # 256 rounds of reading if each read were one chunk
+    path.write_text('{"traceEvents": [], "note": "' + "a" * (4 << 20) + '"}')
+    started = time.monotonic()
+    with pytest.raises(TraceError, match="longer than 1 Mi characters"):
+        load(path)
+    assert time.monotonic() - started < 5
+
+
+def test_steps_holding_no_aten_ops_give_typed_empty_frames(tmp_path):
+    """Issue 11, item 6: a trace whose steps hold no aten ops; every analysis answers with its columns."""
+    events = []
+    for i in range(3):
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"step {i}", "pid": 1, "tid": 1,
+                       "ts": 100.0 * i, "dur": 90.0})
+        events.append({"ph": "X", "cat": "python_function", "name": "train.py(3): <module>", "pid": 1, "tid": 1,
+                       "ts": 100.0 * i + 5, "dur": 10.0})
+    path = tmp_path / "no_aten.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = load(path)
+    assert trace.get_steps()["step"].tolist() == [0, 1, 2]
+    frames = {
+        "host_syncs": (trace.get_host_syncs(), {"step", "name", "where"}),
+        "copies": (trace.get_copies(), {"step", "pageable"}),
+        "cpu_ops": (trace.get_cpu_ops(), {"step", "name", "self_ns", "top_level"}),
+        "top_ops": (trace.get_top_ops(), {"name", "count_per_step", "self_ms_per_step"}),
+        "kernels_per_step": (trace.get_kernels_per_step(), {"step", "kernels"}),
+        "data_wait": (trace.get_data_wait(), {"step", "data_wait_ns"}),
+    }
+    for what, (frame, columns) in frames.items():
+        assert columns <= set(frame.columns), what
+    assert trace.get_cpu_ops().empty and trace.get_cpu_ops()["step"].dtype == "Int64"
+    summary = trace.summary()
+    assert summary["steps"] == 3 and summary["top_ops"] == [] and summary["host_syncs_in_steps"] == 0
+
+
+def test_damage_table_lists_every_case():
+    table = (ROOT / "docs" / "results" / "trace-damage-cases.md").read_text()
+    for case in CASES:
+        assert f"| {case.id} |" in table, case.id
+    assert "TRACEBACK" not in table and "still running" not in table

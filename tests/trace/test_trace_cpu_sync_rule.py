@@ -1,6 +1,6 @@
 """The CPU-only sync rule, checked against what torch.profiler records for each Python idiom.
 
-On a CPU trace a host sync is an ``aten::_local_scalar_dense`` or an ``aten::nonzero`` op (see
+On a CPU trace a host sync is an ``aten::_local_scalar_dense``, an ``aten::nonzero`` or a ``torch.unique`` op (see
 checker/trace/analyses/syncs.py). These tests profile each idiom on the CPU, inside a ``step 0`` range,
 and count what the engine finds.
 """
@@ -39,6 +39,11 @@ IDIOMS = {
     'f"{loss}"': (lambda: f"{loss}", 1),
     "x[mask]": (lambda: t[mask], 1),
     "torch.nonzero(t)": (lambda: torch.nonzero(t), 1),
+    "torch.unique(t)": (lambda: torch.unique(t), 1),
+    "torch.unique(t, return_counts=True)": (lambda: torch.unique(t, return_counts=True), 1),
+    "t.unique_consecutive()": (lambda: t.unique_consecutive(), 1),
+    "repeat_interleave without output_size (two reads on the CPU)": (lambda: torch.repeat_interleave(t.long().clamp(min=0)), 2),
+    "repeat_interleave(..., output_size=)": (lambda: torch.repeat_interleave(torch.arange(3), torch.tensor([1, 2, 0]), output_size=3), 0),
     "t.tolist() (unseen on the CPU)": (lambda: t.tolist(), 0),
     "t + 1 (no sync)": (lambda: t + 1, 0),
 }

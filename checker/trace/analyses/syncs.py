@@ -13,7 +13,11 @@ A CPU-only trace has no CUDA calls, so there the syncs are the aten ops that wou
 - ``aten::_local_scalar_dense``: every ``.item()``, ``float(t)``, ``int(t)``, ``bool(t)`` and so every
   ``if t.any():`` or ``if (t > 0):``, and ``f"{loss}"`` (through ``.item()``);
 - ``aten::nonzero``: ``torch.nonzero``, and boolean-mask indexing ``x[mask]`` (also in its backward pass,
-  when the masked tensor needs a gradient).
+  when the masked tensor needs a gradient);
+- ``aten::_unique2`` and its kin: ``torch.unique``, ``Tensor.unique``, ``torch.unique_consecutive``.
+
+``torch.repeat_interleave`` without ``output_size`` and ``masked_select`` reach
+``aten::_local_scalar_dense`` on the CPU themselves.
 
 Not every such op would sync on a GPU: reading a tensor that lives on the CPU there too costs no sync.
 The one a training step always makes is the optimizer reading its step counter (see
@@ -38,8 +42,12 @@ from checker.trace.steps import rows_in_steps
 RUNTIME_SYNCS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
                            "cudaThreadSynchronize"})
 DRIVER_SYNCS = frozenset({"cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize"})
+# torch.unique and its kin size their result by the number of distinct values: on the CPU they call no op
+# that reads a value, on a GPU they copy a count back and wait for it
+UNIQUE_OPS = ("aten::_unique", "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive",
+              "aten::unique_dim_consecutive")
 SYNC_COPY = re.compile(r"^cu(?:da)?Memcpy(?!.*Async)\w*$")
-CPU_SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero"})
+CPU_SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", *UNIQUE_OPS})
 # torch.optim's helper that reads a step counter (or NAdam's mu_product, ASGD's eta and mu) as a number
 OPTIMIZER_GET_VALUE = re.compile(r"(?:^|/)torch/optim/optimizer\.py\(\d+\): _get_value$")
 # the fused optimizer ops: their CPU kernels read the step and learning rate with .item(), their CUDA kernels

@@ -1,0 +1,139 @@
+"""step_time_report, mean_step_report: a benchmark's report about its own steps, held against the grader's clock.
+
+Chapter 00's lab is a benchmark: it runs the training steps and reports how long one takes. That report is
+produced inside the candidate's process, so it is data to check, never a measurement: the grader compares it
+with what it measured itself, on its own clock, of the same steps of the same run (``RunResult.step_ms``: one
+interval per timed step, stamped as each step starts, the last one ending when the harness has synchronized
+and closed the window).
+
+* ``step_time_report``: the report covers the timed steps (``steps``, warm-up excluded) and its ``p50_ms``
+  and ``p90_ms`` are within the threshold (a relative tolerance) of the grader's percentiles of those steps;
+* ``mean_step_report``: its ``mean_ms`` is within the threshold of the grader's mean step time over the timed
+  window. The window is synchronized at both ends by the harness, so this holds on a GPU whether or not the
+  script waits for the device; a clock read right after queueing the work lands far below it.
+
+The report reaches the grader as ``RunResult.reports`` (name -> number) when the harness sends it over the
+grader's channel; until then, as the last line the run printed that starts with ``step time report:`` and
+holds ``name=value`` pairs. Both are equally untrusted: only the comparison counts.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from checker.checks import FAILED, PASSED, check, result
+
+REPORT_LINE = re.compile(r"^step time report:(?P<pairs>.*)$", re.MULTILINE)
+PAIR = re.compile(r"(?P<name>[A-Za-z_][\w]*)=(?P<value>\S+)")
+KNOWN = ("steps", "p50_ms", "p90_ms", "mean_ms")
+
+
+def read_report(run) -> dict[str, float] | None:
+    """The numbers the run reported about its steps, or None when it reported none."""
+    sent = getattr(run, "reports", None)
+    if sent:
+        return {str(k): _number(v) for k, v in sent.items()}
+    lines = list(REPORT_LINE.finditer(getattr(run, "output_tail", "") or ""))
+    if not lines:
+        return None
+    return {m.group("name"): _number(m.group("value")) for m in PAIR.finditer(lines[-1].group("pairs"))}
+
+
+def _number(value) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+    return number
+
+
+def grader_times(run) -> dict[str, float]:
+    """What the grader measured of the timed steps: steps, p50_ms, p90_ms, mean_ms."""
+    times = np.asarray(run.step_ms, dtype=float)
+    if not len(times):
+        return {"steps": 0}
+    return {"steps": int(len(times)), "p50_ms": float(np.percentile(times, 50)),
+            "p90_ms": float(np.percentile(times, 90)), "mean_ms": float(times.mean())}
+
+
+def compare(name: str, reported: float, truth: float, tolerance: float) -> tuple[float, str | None]:
+    """(how many times off, a line of evidence when off by more than the tolerance)."""
+    if not math.isfinite(reported) or reported <= 0:
+        return float("inf"), f"{name} is {reported!r}, not a positive number of milliseconds"
+    off = max(reported / truth, truth / reported)
+    if abs(reported - truth) <= tolerance * truth:
+        return off, None
+    how = "faster than" if reported < truth else "slower than"
+    return off, (f"{name} {reported:.3f} ms vs the grader's {truth:.3f} ms: {off:.2f}x {how} the steps ran "
+                 f"(tolerance {tolerance:.0%})")
+
+
+def _no_report(spec, tolerance, truth):
+    return result(spec, FAILED, threshold=tolerance, measured={"grader": truth}, evidence=[
+        "the run reported no step times: print one line `step time report: steps=N p50_ms=... p90_ms=... "
+        "mean_ms=...` (the lab's last lines do it)"])
+
+
+def _summary(truth: dict[str, float]) -> str:
+    return (f"the grader timed {truth['steps']} steps: p50 {truth['p50_ms']:.3f} ms, p90 {truth['p90_ms']:.3f} ms, "
+            f"mean {truth['mean_ms']:.3f} ms")
+
+
+@check("step_time_report", key="worst_ratio", fmt="{:.2f}x off")
+def step_time_report(ev, spec):
+    tolerance = float(spec.threshold_for(ev.device))
+    run = ev.candidate_run()
+    truth = grader_times(run)
+    if not truth["steps"]:
+        return result(spec, FAILED, threshold=tolerance, evidence=["the grader stamped no timed steps in this run"])
+    report = read_report(run)
+    if report is None:
+        return _no_report(spec, tolerance, truth)
+    evidence, ratios = [], []
+    reported_steps = report.get("steps")
+    if reported_steps is None or not math.isfinite(reported_steps) or int(reported_steps) != truth["steps"]:
+        shown = "no step count" if reported_steps is None else f"{reported_steps:g} steps"
+        evidence.append(f"the report covers {shown}; the grader timed {truth['steps']} (steps {ev.cfg.get('warmup', 0)} "
+                        f"on: the warm-up steps before them pay one-time costs and are not timed)")
+    for name in ("p50_ms", "p90_ms"):
+        if name not in report:
+            evidence.append(f"the report has no {name}: the grader's {name[:3]} of the timed steps is "
+                            f"{truth[name]:.3f} ms")
+            continue
+        off, line = compare(name, report[name], truth[name], tolerance)
+        ratios.append(off)
+        if line:
+            evidence.append(line)
+    measured = {"reported": {k: report[k] for k in KNOWN if k in report}, "grader": truth,
+                "worst_ratio": round(max(ratios), 3) if ratios else None}
+    if evidence:
+        return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=evidence + [_summary(truth)])
+    return result(spec, PASSED, measured=measured, threshold=tolerance, evidence=[
+        f"p50 {report['p50_ms']:.3f} ms and p90 {report['p90_ms']:.3f} ms reported; " + _summary(truth)])
+
+
+@check("mean_step_report", key="ratio", fmt="{:.2f}x off")
+def mean_step_report(ev, spec):
+    tolerance = float(spec.threshold_for(ev.device))
+    run = ev.candidate_run()
+    truth = grader_times(run)
+    if not truth["steps"]:
+        return result(spec, FAILED, threshold=tolerance, evidence=["the grader stamped no timed steps in this run"])
+    report = read_report(run)
+    if report is None:
+        return _no_report(spec, tolerance, truth)
+    window = (f"{truth['steps']} timed steps in {truth['mean_ms'] * truth['steps'] / 1e3:.3f} s on the grader's "
+              "clock, synchronized at both ends")
+    if "mean_ms" not in report:
+        return result(spec, FAILED, threshold=tolerance, measured={"grader": truth}, evidence=[
+            f"the report has no mean_ms: the grader's mean is {truth['mean_ms']:.3f} ms per step ({window})"])
+    off, line = compare("mean_ms", report["mean_ms"], truth["mean_ms"], tolerance)
+    measured = {"reported_mean_ms": report["mean_ms"], "grader_mean_ms": truth["mean_ms"],
+                "ratio": round(off, 3) if math.isfinite(off) else None, "grader": truth}
+    if line:
+        return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=[line, window])
+    return result(spec, PASSED, measured=measured, threshold=tolerance, evidence=[
+        f"mean_ms {report['mean_ms']:.3f} ms reported, {truth['mean_ms']:.3f} ms measured ({window})"])

@@ -1,0 +1,112 @@
+"""Chapter 00 (measuring right): a benchmark's report is held against the grader's clock.
+
+The checks on fabricated runs (what the grader measured, what the run reported), then `workbook check` on a
+CPU as CI runs it: the unmodified lab fails with evidence naming what to fix, the solution's report agrees.
+"""
+
+import pytest
+
+from checker.chapters import CheckSpec, get_chapter
+from checker.checks import FAILED, PASSED
+from checker.checks.step_report import grader_times, mean_step_report, read_report, step_time_report
+
+CHAPTER = "00_measuring_right"
+# what the grader stamped: 40 timed steps, three short (10 ms) then a long one (40 ms), a quarter of them long
+STEPS = [40.0 if i % 4 == 3 else 10.0 for i in range(40)]
+
+
+class FakeRun:
+    def __init__(self, step_ms=STEPS, output_tail="", reports=None):
+        self.step_ms, self.output_tail = list(step_ms), output_tail
+        if reports is not None:
+            self.reports = reports
+
+
+class FakeEvaluation:
+    def __init__(self, run, device="cuda"):
+        self.run, self.device, self.cfg = run, device, {"warmup": 10}
+
+    def candidate_run(self):
+        return self.run
+
+
+def spec(name, tolerance=0.1, device="cuda"):
+    return CheckSpec(name=name, doc=name, threshold={device: tolerance}, skip={}, options={})
+
+
+def printed(**numbers):
+    return "step 9 ...\nstep time report: " + " ".join(f"{k}={v:g}" for k, v in numbers.items()) + "\nfinished\n"
+
+
+def test_the_grader_summarizes_its_own_stamps():
+    truth = grader_times(FakeRun())
+    assert truth == {"steps": 40, "p50_ms": 10.0, "p90_ms": 40.0, "mean_ms": 17.5}
+
+
+def test_a_report_arrives_over_the_channel_or_as_the_last_printed_line():
+    assert read_report(FakeRun(reports={"p50_ms": 10, "steps": 40})) == {"p50_ms": 10.0, "steps": 40.0}
+    tail = printed(steps=3, mean_ms=1) + printed(steps=40, p50_ms=10.2, p90_ms=39)
+    assert read_report(FakeRun(output_tail=tail)) == {"steps": 40.0, "p50_ms": 10.2, "p90_ms": 39.0}
+    assert read_report(FakeRun(output_tail="nothing reported\n")) is None
+    assert read_report(FakeRun(output_tail="step time report: p50_ms=fast\n"))["p50_ms"] != 0  # nan, not a crash
+
+
+def test_an_honest_synchronized_report_passes_both_checks():
+    run = FakeRun(output_tail=printed(steps=40, p50_ms=10.3, p90_ms=39.1, mean_ms=17.4))
+    assert step_time_report(FakeEvaluation(run), spec("step_time_report")).status == PASSED
+    assert mean_step_report(FakeEvaluation(run), spec("mean_step_report")).status == PASSED
+
+
+def test_a_clock_read_before_the_gpu_finished_is_caught_by_the_window():
+    """Unsynchronized on a GPU: each step 'takes' the 0.4 ms it took to queue it; the window saw 17.5 ms."""
+    from checker.chapters import get_chapter
+
+    run = FakeRun(output_tail=printed(steps=40, p50_ms=0.4, p90_ms=0.5, mean_ms=0.42))
+    outcome = mean_step_report(FakeEvaluation(run), spec("mean_step_report"))
+    assert outcome.status == FAILED and outcome.measured["ratio"] == pytest.approx(17.5 / 0.42, rel=1e-3)
+    assert "faster than the steps ran" in outcome.evidence[0]
+    assert "synchronize" in get_chapter(CHAPTER).hint_for("mean_step_report", outcome.evidence)
+
+
+def test_a_mean_alone_over_every_step_names_what_is_missing():
+    run = FakeRun(output_tail=printed(steps=50, mean_ms=22.0))  # warm-up included, no percentiles
+    outcome = step_time_report(FakeEvaluation(run), spec("step_time_report"))
+    assert outcome.status == FAILED
+    assert outcome.evidence[0].startswith("the report covers 50 steps; the grader timed 40")
+    assert any(line.startswith("the report has no p50_ms: the grader's p50 of the timed steps is 10.000 ms")
+               for line in outcome.evidence)
+    hint = get_chapter(CHAPTER).hint_for("step_time_report", outcome.evidence)
+    assert "90th percentile" in hint
+
+
+def test_made_up_numbers_fail():
+    for numbers in ({"steps": 40, "p50_ms": 1, "p90_ms": 1, "mean_ms": 1},
+                    {"steps": 40, "p50_ms": 17.5, "p90_ms": 17.5, "mean_ms": 17.5},  # the mean for every number
+                    {"steps": 40, "p50_ms": -10, "p90_ms": 40, "mean_ms": 17.5}):
+        outcome = step_time_report(FakeEvaluation(FakeRun(reports=numbers)), spec("step_time_report"))
+        assert outcome.status == FAILED, numbers
+
+
+def test_no_report_is_a_failure_that_says_how_to_report():
+    outcome = step_time_report(FakeEvaluation(FakeRun(output_tail="done\n")), spec("step_time_report"))
+    assert outcome.status == FAILED and "step time report:" in outcome.evidence[0]
+
+
+@pytest.mark.slow
+def test_unmodified_lab_fails_on_cpu_naming_warmup_and_percentiles(graded):
+    report = graded(CHAPTER, "lab")
+    check = next(c for c in report.checks if c.name == "step_time_report")
+    assert check.status == FAILED and check.hint
+    assert any("the report covers 45 steps; the grader timed 40" in line for line in check.evidence), check.evidence
+    assert any("no p50_ms" in line for line in check.evidence) and any("no p90_ms" in line for line in check.evidence)
+    skipped = next(c for c in report.checks if c.name == "mean_step_report")
+    assert skipped.status == "skipped" and "GPU" in skipped.reason
+
+
+@pytest.mark.slow
+def test_solution_report_agrees_with_the_grader_on_cpu(graded):
+    check = next(c for c in graded(CHAPTER, "solution").checks if c.name == "step_time_report")
+    assert check.status == PASSED, check.evidence
+    reported, truth = check.measured["reported"], check.measured["grader"]
+    assert reported["steps"] == truth["steps"] == 40
+    assert reported["p90_ms"] > 2 * reported["p50_ms"]  # the long batches: the series really jitters

@@ -29,19 +29,42 @@ def workbook():
     return run
 
 
+@pytest.fixture(scope="session")
+def pristine_lab(tmp_path_factory):
+    """A submission folder holding a chapter's lab as shipped, never the learner's edited copy in labs/
+    (checker.pristine finds it): the tests grade the workbook, not the learner's progress."""
+    from checker.chapters import get_chapter
+    from checker.pristine import write_pristine_lab
+
+    made = {}
+
+    def folder(chapter_id: str) -> Path:
+        chapter = get_chapter(chapter_id)
+        if chapter.id not in made:
+            made[chapter.id] = write_pristine_lab(chapter, tmp_path_factory.mktemp(f"pristine-{chapter.id}"))[0].parent
+        return made[chapter.id]
+
+    return folder
+
+
 _GRADED = {}
 
 
 @pytest.fixture(scope="session")
-def graded():
-    """`workbook check` of a chapter's variant on the CPU, made once per test session and shared."""
+def graded(pristine_lab):
+    """`workbook check` of a chapter's variant on the CPU, made once per test session and shared. The "lab"
+    variant is the lab as shipped (see pristine_lab), so a learner's fixed labs leave the tests green."""
     from checker.chapters import get_chapter
     from checker.evaluate import evaluate
 
     def grade(chapter_id: str, variant: str):
-        key = (chapter_id, variant)
+        chapter = get_chapter(chapter_id)
+        key = (chapter.id, variant)
         if key not in _GRADED:
-            _GRADED[key] = evaluate(get_chapter(chapter_id), variant=variant, device="cpu")
+            if variant == "lab":
+                _GRADED[key] = evaluate(chapter, submission=pristine_lab(chapter.id), device="cpu")
+            else:
+                _GRADED[key] = evaluate(chapter, variant=variant, device="cpu")
         return _GRADED[key]
 
     return grade

@@ -1,11 +1,16 @@
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("WORKBOOK_ROOT", str(ROOT))
+# The tests' own checks must never touch the learner's progress (.workbook/progress.json): they get a state
+# folder of their own, which subprocesses inherit.
+_STATE = tempfile.mkdtemp(prefix="workbook-test-state-")
+os.environ["WORKBOOK_STATE_DIR"] = _STATE
 
 
 def _has_cuda() -> bool:

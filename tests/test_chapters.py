@@ -93,6 +93,7 @@ def test_a_fixed_lab_does_not_hide_the_shipped_one(tmp_path, monkeypatch):
     root = tmp_path / "checkout"
     for folder in ("chapters", "labs", "solutions", "checker"):
         shutil.copytree(paths.repo_root() / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "labs" / "01_item_syncs" / "train.py").write_text(_shipped_lab(get_chapter("01")))
     git = lambda *args: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root,
                                        check=True, capture_output=True)
     git("init", "-q")

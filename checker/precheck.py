@@ -40,7 +40,7 @@ def check_syntax(script: Path) -> None:
         column = err.offset or 1
         end = err.end_offset if (err.end_lineno or lineno) == lineno else None
         message = f"{where}:{lineno}:{column}: {type(err).__name__}: {err.msg}"
-        shown = line.rstrip()
+        shown = "".join(c if c.isprintable() or c == "\t" else "?" for c in line.rstrip())  # no NUL to a terminal
         raise ScriptSyntaxError("\n".join([message, "    " + shown, "    " + _caret(shown, column, end),
                                            "fix that line and save; nothing was run"])) from None
     except ValueError as err:  # e.g. "source code string cannot contain null bytes"

@@ -1,4 +1,6 @@
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -11,6 +13,7 @@ os.environ.setdefault("WORKBOOK_ROOT", str(ROOT))
 # folder of their own, which subprocesses inherit.
 _STATE = tempfile.mkdtemp(prefix="workbook-test-state-")
 os.environ["WORKBOOK_STATE_DIR"] = _STATE
+atexit.register(shutil.rmtree, _STATE, ignore_errors=True)
 
 
 def _has_cuda() -> bool:

@@ -38,11 +38,29 @@ class CheckSpec:
         return self.skip.get(device)
 
 
+HINT_LEVELS = (("nudge", "a nudge"), ("where", "where to look"), ("pattern", "the pattern"))
+
+
 @dataclass(frozen=True)
 class Hint:
+    """One [[hints]] entry: for a check (and, with ``match``, for evidence matching a regex), three steps."""
+
     check: str
-    text: str
+    nudge: str
+    where: str
+    pattern: str
     match: str | None = None  # a regex over the check's evidence; None: the default hint of that check
+    index: int = 0  # its place among the chapter's [[hints]], so that progress can tell hints apart
+
+    @property
+    def steps(self) -> tuple[tuple[str, str], ...]:
+        """(label, text) for each step, in the order `workbook hint` gives them."""
+        return tuple((label, getattr(self, key)) for key, label in HINT_LEVELS)
+
+    @property
+    def text(self) -> str:
+        """What a failed check shows: the nudge (the next steps come from `workbook hint`)."""
+        return self.nudge
 
 
 @dataclass(frozen=True)
@@ -91,16 +109,22 @@ class Chapter:
             raise WorkbookError(f"chapter {self.id} declares no [workload.{device}] in chapter.toml")
         return dict(self.workload[device])
 
-    def hint_for(self, check: str, evidence: list[str]) -> str | None:
+    def hint_ladder_for(self, check: str, evidence: list[str]) -> Hint | None:
+        """The hint for a failed check: the first whose ``match`` the evidence matches, else the check's default."""
         default = None
         for hint in self.hints:
             if hint.check != check:
                 continue
             if hint.match is None:
-                default = default or hint.text
+                default = default or hint
             elif any(re.search(hint.match, line) for line in evidence):
-                return hint.text
+                return hint
         return default
+
+    def hint_for(self, check: str, evidence: list[str]) -> str | None:
+        """The first step of that hint (what a failed check shows)."""
+        hint = self.hint_ladder_for(check, evidence)
+        return hint.text if hint else None
 
 
 def _parse(path: Path) -> Chapter:
@@ -121,7 +145,15 @@ def _parse(path: Path) -> Chapter:
         )
         for c in raw.get("checks", [])
     )
-    hints = tuple(Hint(check=h["check"], text=h["text"].strip(), match=h.get("match")) for h in raw.get("hints", []))
+    hints = []
+    for index, h in enumerate(raw.get("hints", [])):
+        missing = [key for key, _ in HINT_LEVELS if not str(h.get(key, "")).strip()]
+        if missing or "check" not in h:
+            raise WorkbookError(f"{path}: [[hints]] #{index + 1} needs check, nudge, where and pattern "
+                                f"(missing: {', '.join(missing) or 'check'})")
+        hints.append(Hint(check=h["check"], match=h.get("match"), index=index,
+                          **{key: " ".join(str(h[key]).split()) for key, _ in HINT_LEVELS}))
+    hints = tuple(hints)
     recipe = dict(raw.get("recipe", {}))
     look_for = recipe.pop("look_for", {})
     return Chapter(

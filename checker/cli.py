@@ -1,10 +1,12 @@
-"""The `workbook` command: list chapters, run their scripts, check a lab, print profiling recipes, read traces."""
+"""The `workbook` command: list chapters, run their scripts, check a lab, watch it, hints and solutions, profiling
+recipes, read traces."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -15,15 +17,18 @@ from checker.chapters import VARIANTS, all_chapters, get_chapter
 from checker.errors import WorkbookError
 from checker.feedback import format_report
 from checker.paths import display_path, repo_root
+from checker.precheck import check_syntax
 from checker.tools import find_tool
-
 
 
 # -- list ---------------------------------------------------------------------------------------------
 def cmd_list(args: argparse.Namespace) -> int:
+    from checker import progress
+
     rows = []
     for chapter in all_chapters():
         rows.append({
+            "progress": progress.describe(chapter.id),
             "id": chapter.id, "number": chapter.number, "title": chapter.title, "pattern": chapter.pattern,
             "lab": display_path(chapter.lab_script), "solution": display_path(chapter.solution_script),
             "checks": [c.name for c in chapter.checks],
@@ -35,6 +40,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     else:
         for row in rows:
             print(f"{row['id']:<22} {row['title']}")
+            print(f"{'':<22} {row['progress']}")
             print(f"{'':<22} lab: {row['lab']}   checks on cuda: {', '.join(row['devices'].get('cuda', []))}; "
                   f"on cpu: {', '.join(row['devices'].get('cpu', [])) or 'none'}")
     return 0
@@ -44,6 +50,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     chapter = get_chapter(args.chapter)
     script = chapter.script_for(args.variant)
+    check_syntax(script)
     command = [sys.executable, str(script)]
     if args.steps is not None:
         command += ["--steps", str(args.steps)]
@@ -70,19 +77,67 @@ def _progress_printer():
     return show
 
 
-def cmd_check(args: argparse.Namespace) -> int:
+def _candidate(chapter, variant: str, submission: Path | None) -> Path:
+    if submission is None:
+        return chapter.script_for(variant)
+    from checker.evaluate import resolve_candidate
+
+    return resolve_candidate(chapter, variant, submission)
+
+
+def _only(text: str | None) -> set[str] | None:
+    return {name.strip() for name in text.split(",") if name.strip()} if text else None
+
+
+def _check_and_print(chapter, *, variant="lab", submission=None, device=None, trace_tool="torch", with_ncu=False,
+                     keep_traces=None, only=None, as_json=False):
+    """Compile the candidate first (a syntax error is reported before anything runs), grade it, print the report;
+    a check of the learner's own lab is recorded in the progress file."""
     from checker.evaluate import evaluate
 
-    chapter = get_chapter(args.chapter)
-    report = evaluate(chapter, variant=args.variant, submission=args.submission, device=args.device,
-                      trace_tool=args.trace_tool, with_ncu=args.with_ncu, keep_traces=args.keep_traces,
-                      only={name.strip() for name in args.only.split(",") if name.strip()} if args.only else None,
-                      progress=_progress_printer())
-    if args.json:
-        print(json.dumps(report.to_json(), indent=2))
-    else:
-        print(format_report(report, chapter))
+    check_syntax(_candidate(chapter, variant, submission))
+    report = evaluate(chapter, variant=variant, submission=submission, device=device, trace_tool=trace_tool,
+                      with_ncu=with_ncu, keep_traces=keep_traces, only=only, progress=_progress_printer())
+    own_lab = variant == "lab" and submission is None
+    if own_lab:
+        from checker import progress
+
+        progress.record_check(report)
+    print(json.dumps(report.to_json(), indent=2) if as_json else format_report(report, chapter, learner=own_lab),
+          flush=True)
+    return report
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    report = _check_and_print(get_chapter(args.chapter), variant=args.variant, submission=args.submission,
+                              device=args.device, trace_tool=args.trace_tool, with_ncu=args.with_ncu,
+                              keep_traces=args.keep_traces, only=_only(args.only), as_json=args.json)
     return report.exit_code
+
+
+# -- watch, hint, solution ----------------------------------------------------------------------------
+def cmd_watch(args: argparse.Namespace) -> int:
+    from checker.watch import watch_labs
+
+    only = _only(args.only)
+    return watch_labs(args.chapter, lambda chapter: _check_and_print(chapter, device=args.device, only=only).passed)
+
+
+def cmd_hint(args: argparse.Namespace) -> int:
+    from checker.learner import next_hint
+
+    print(next_hint(get_chapter(args.chapter)))
+    return 0
+
+
+def cmd_solution(args: argparse.Namespace) -> int:
+    from checker.learner import solution_diff
+
+    diff, note = solution_diff(get_chapter(args.chapter), force=args.force)
+    if note:
+        print(note, file=sys.stderr)
+    sys.stdout.write(diff)
+    return 0
 
 
 # -- grade --------------------------------------------------------------------------------------------
@@ -123,37 +178,72 @@ def cmd_profile(args: argparse.Namespace) -> int:
                                 f"set WORKBOOK_{argv[0].upper()}=/path/to/{argv[0]}. Without it: workbook profile {chapter.number:02d} --tool torch --run")
         argv[0] = found
     argv = [sys.executable if a == "python" else a for a in argv]
+    check_syntax(script)
     out_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, WORKBOOK_ROOT=str(repo_root()))
-    code = subprocess.call(argv, cwd=repo_root(), env=env)
+    code = _call_quieting_profiler_noise(argv, env)
     if code == 0:
         made = sorted(p for p in out_dir.glob(f"{out.name}*"))
         print("wrote " + ", ".join(display_path(p) for p in made) if made else "the tool wrote no report")
     return code
 
 
+# Lines torch.profiler's Kineto writes to stderr that say nothing to a learner: its start/stop markers, and on
+# a machine without a usable CUDA driver its probe for GPUs (code 35: cudaErrorInsufficientDriver).
+_MARKER = re.compile(r"^USDT:.*\] profiler_(start|stop)\s*$")
+_NO_GPU = re.compile(r"^ERROR:.*gpuGetDeviceCount failed with code (\d+)\s*$")
+
+
+def _call_quieting_profiler_noise(argv: list[str], env: dict[str, str]) -> int:
+    """Run the profiler's command; pass its output through, less Kineto's noise, which is explained once."""
+    proc = subprocess.Popen(argv, cwd=repo_root(), env=env, stderr=subprocess.PIPE, text=True, errors="replace")
+    explained = False
+    try:
+        for line in proc.stderr:
+            if _MARKER.match(line):
+                continue
+            no_gpu = _NO_GPU.match(line)
+            if no_gpu:
+                if not explained:
+                    print(f"note: torch.profiler looked for CUDA GPUs and found none (its `gpuGetDeviceCount failed "
+                          f"with code {no_gpu.group(1)}`): harmless here, the trace records the CPU's activity only",
+                          file=sys.stderr, flush=True)
+                    explained = True
+                continue
+            sys.stderr.write(line)
+            sys.stderr.flush()
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.wait()
+        raise
+
+
 # -- the parser ---------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="workbook", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chapter_help = "chapter id or number, e.g. 01"
+    variant_help = "which script: slow (the baseline), lab (yours, the default) or solution (the reference)"
+    device_help = "cpu or cuda (default: cuda when torch sees a CUDA GPU, else cpu)"
+    trace_help = "trace with torch.profiler (default; any device) or nsys (Nsight Systems; CUDA only)"
 
-    p = sub.add_parser("list", help="list the chapters")
-    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("list", help="list the chapters, with your progress in each")
+    p.add_argument("--json", action="store_true", help="print one JSON list")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("run", help="run a chapter's script and print samples/s")
-    p.add_argument("chapter", help="chapter id or number, e.g. 01")
-    p.add_argument("--variant", choices=VARIANTS, default="lab")
-    p.add_argument("--steps", type=int)
-    p.add_argument("--device", choices=("cpu", "cuda"))
+    p.add_argument("chapter", help=chapter_help)
+    p.add_argument("--variant", choices=VARIANTS, default="lab", help=variant_help)
+    p.add_argument("--steps", type=int, metavar="N", help="steps to run, warm-up included (default: the chapter's)")
+    p.add_argument("--device", choices=("cpu", "cuda"), help=device_help)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("check", help="grade a lab: same work, measured speedup, what the trace shows")
-    p.add_argument("chapter", help="chapter id or number, e.g. 01")
-    p.add_argument("--variant", choices=VARIANTS, default="lab")
-    p.add_argument("--submission", type=Path, help="a folder holding the lab file (instead of --variant)")
-    p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
-    p.add_argument("--trace-tool", choices=("torch", "nsys"), default="torch")
+    p.add_argument("chapter", help=chapter_help)
+    p.add_argument("--variant", choices=VARIANTS, default="lab", help=variant_help)
+    p.add_argument("--submission", type=Path, metavar="DIR", help="a folder holding the lab file (instead of --variant)")
+    p.add_argument("--device", choices=("cpu", "cuda"), help=device_help)
+    p.add_argument("--trace-tool", choices=("torch", "nsys"), default="torch", help=trace_help)
     p.add_argument("--with-ncu", action="store_true", help="also run the chapter's Nsight Compute checks (GPU, ncu)")
     p.add_argument("--only", metavar="CHECK[,CHECK]",
                    help="run only these checks (e.g. host_syncs): quicker while you work on one; the rest are skipped")
@@ -162,18 +252,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_check)
 
+    p = sub.add_parser("watch", help="check your lab each time you save it; on a pass, go on to the next chapter")
+    p.add_argument("chapter", nargs="?", help="chapter id or number (default: the first one not yet passed)")
+    p.add_argument("--device", choices=("cpu", "cuda"), help=device_help)
+    p.add_argument("--only", metavar="CHECK[,CHECK]",
+                   help="check only these (quicker rounds); a chapter counts as passed only when every check ran")
+    p.set_defaults(func=cmd_watch)
+
+    p = sub.add_parser("hint", help="the next hint for the check your lab last failed: a nudge, where to look, the pattern")
+    p.add_argument("chapter", help=chapter_help)
+    p.set_defaults(func=cmd_hint)
+
+    p = sub.add_parser("solution", help="the reference solution as a diff against your lab, once your lab has passed here")
+    p.add_argument("chapter", help=chapter_help)
+    p.add_argument("--force", action="store_true", help="show it even though your lab has not passed on this machine")
+    p.set_defaults(func=cmd_solution)
+
     p = sub.add_parser("grade", help="grade every submission in a folder: a gradebook and feedback per student")
-    p.add_argument("chapter")
+    p.add_argument("chapter", help=chapter_help)
     p.add_argument("submissions", type=Path, help="a folder with one subfolder per student, each holding the lab file")
     p.add_argument("--out", type=Path, default=Path("grades"), help="where gradebook.csv and feedback/ go (default: grades)")
-    p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
-    p.add_argument("--trace-tool", choices=("torch", "nsys"), default="torch")
+    p.add_argument("--device", choices=("cpu", "cuda"), help=device_help)
+    p.add_argument("--trace-tool", choices=("torch", "nsys"), default="torch", help=trace_help)
     p.set_defaults(func=cmd_grade)
 
     p = sub.add_parser("profile", help="print (or run) the chapter's profiling recipe")
-    p.add_argument("chapter")
-    p.add_argument("--tool", choices=("nsys", "ncu", "torch"), required=True)
-    p.add_argument("--variant", choices=VARIANTS, default="lab")
+    p.add_argument("chapter", help=chapter_help)
+    p.add_argument("--tool", choices=("nsys", "ncu", "torch"), required=True,
+                   help="nsys (Nsight Systems timeline), ncu (Nsight Compute, one kernel) or torch (torch.profiler)")
+    p.add_argument("--variant", choices=VARIANTS, default="lab", help=variant_help)
     p.add_argument("--run", action="store_true", help="run it; the report goes beside the lab")
     p.set_defaults(func=cmd_profile)
 

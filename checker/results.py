@@ -92,7 +92,8 @@ def headline(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
     speedups = measured("solution", "throughput", "speedup")
     if speedups:
-        out.update(solution_speedup_runs_min=min(speedups), solution_speedup_runs_max=max(speedups))
+        out.update(solution_speedup_runs_min=min(speedups), solution_speedup_runs_max=max(speedups),
+                   solution_speedup_runs=len(speedups))
     # every run of `workbook check` is a verdict: the solution's must all pass, the lab's all fail
     counted = {variant: verdict_runs(runs, variant) for variant in ("solution", "lab")}
     for variant, chosen in counted.items():
@@ -222,6 +223,13 @@ def _step_time_line(runs: list[dict[str, Any]]) -> list[str]:
             f"slow script {slow}"]
 
 
+def _runs_range(head: dict[str, Any]) -> str:
+    low, high = f"{head['solution_speedup_runs_min']:.2f}x", f"{head['solution_speedup_runs_max']:.2f}x"
+    if head.get("solution_speedup_runs") == 1:
+        return "one timed run"
+    return f"every run {low}" if low == high else f"runs ranged {low} to {high}"
+
+
 def render_markdown(results: dict[str, Any]) -> str:
     runs = results["runs"]
     if not runs:
@@ -241,8 +249,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         lines += [
             f"- slow script: **{head['baseline_samples_per_s']:,.0f} samples/s**; solution: "
             f"**{head['solution_samples_per_s']:,.0f} samples/s**, "
-            f"**{head['solution_speedup']:.2f}x** (runs ranged {head['solution_speedup_runs_min']:.2f}x to "
-            f"{head['solution_speedup_runs_max']:.2f}x, single trials {head['solution_speedup_min']:.2f}x to "
+            f"**{head['solution_speedup']:.2f}x** ({_runs_range(head)}, single trials {head['solution_speedup_min']:.2f}x to "
             f"{head['solution_speedup_max']:.2f}x)",
         ]
         if head.get("lab_speedup") is not None:

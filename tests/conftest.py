@@ -1,11 +1,19 @@
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("WORKBOOK_ROOT", str(ROOT))
+# The tests' own checks must never touch the learner's progress (.workbook/progress.json): they get a state
+# folder of their own, which subprocesses inherit.
+_STATE = tempfile.mkdtemp(prefix="workbook-test-state-")
+os.environ["WORKBOOK_STATE_DIR"] = _STATE
+atexit.register(shutil.rmtree, _STATE, ignore_errors=True)
 
 
 def _has_cuda() -> bool:
@@ -29,19 +37,42 @@ def workbook():
     return run
 
 
+@pytest.fixture(scope="session")
+def pristine_lab(tmp_path_factory):
+    """A submission folder holding a chapter's lab as shipped, never the learner's edited copy in labs/
+    (checker.pristine finds it): the tests grade the workbook, not the learner's progress."""
+    from checker.chapters import get_chapter
+    from checker.pristine import write_pristine_lab
+
+    made = {}
+
+    def folder(chapter_id: str) -> Path:
+        chapter = get_chapter(chapter_id)
+        if chapter.id not in made:
+            made[chapter.id] = write_pristine_lab(chapter, tmp_path_factory.mktemp(f"pristine-{chapter.id}"))[0].parent
+        return made[chapter.id]
+
+    return folder
+
+
 _GRADED = {}
 
 
 @pytest.fixture(scope="session")
-def graded():
-    """`workbook check` of a chapter's variant on the CPU, made once per test session and shared."""
+def graded(pristine_lab):
+    """`workbook check` of a chapter's variant on the CPU, made once per test session and shared. The "lab"
+    variant is the lab as shipped (see pristine_lab), so a learner's fixed labs leave the tests green."""
     from checker.chapters import get_chapter
     from checker.evaluate import evaluate
 
     def grade(chapter_id: str, variant: str):
-        key = (chapter_id, variant)
+        chapter = get_chapter(chapter_id)
+        key = (chapter.id, variant)
         if key not in _GRADED:
-            _GRADED[key] = evaluate(get_chapter(chapter_id), variant=variant, device="cpu")
+            if variant == "lab":
+                _GRADED[key] = evaluate(chapter, submission=pristine_lab(chapter.id), device="cpu")
+            else:
+                _GRADED[key] = evaluate(chapter, variant=variant, device="cpu")
         return _GRADED[key]
 
     return grade

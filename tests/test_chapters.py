@@ -8,6 +8,8 @@ import pytest
 from checker import checks
 from checker.chapters import DEVICE_KINDS, all_chapters, get_chapter
 from checker.errors import WorkbookError
+from checker.paths import display_path
+from checker.pristine import code_of, has_git_history, shipped_lab
 
 CHAPTERS = all_chapters()
 IDS = [c.id for c in CHAPTERS]
@@ -41,39 +43,80 @@ def test_every_check_is_known_and_decided_per_device(chapter):
         assert chapter.hint_for(spec.name, []), f"{chapter.id}: add a default [[hints]] for check {spec.name}"
 
 
+def _shipped_lab(chapter):
+    """The lab as shipped (never the learner's edits): the working copy while it is the slow script's code,
+    else the newest committed version that is (checker.pristine)."""
+    found = shipped_lab(chapter)
+    if found is None:
+        if not has_git_history():
+            pytest.skip(f"{display_path(chapter.lab_script)} was edited and this checkout has no git history "
+                        "holding the shipped lab, so the shipped lab cannot be checked here")
+        pytest.fail(f"{display_path(chapter.lab_script)} is not {display_path(chapter.slow_script)}'s code, and no "
+                    "committed version of it is: the lab must be the slow script plus TODO comments; edit the two together")
+    return found[0]
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
 def test_lab_has_todos_and_solution_has_none(chapter):
-    lab = chapter.lab_script.read_text()
+    lab = _shipped_lab(chapter)
     assert "TODO" in lab, f"{chapter.lab_script} must mark where the fix goes with TODO"
     assert "TODO" not in chapter.solution_script.read_text()
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
 def test_scripts_start_the_session_of_their_own_chapter(chapter):
-    for script in (chapter.slow_script, chapter.lab_script, chapter.solution_script):
-        tree = ast.parse(script.read_text())
+    scripts = {chapter.slow_script: chapter.slow_script.read_text(), chapter.lab_script: _shipped_lab(chapter),
+               chapter.solution_script: chapter.solution_script.read_text()}
+    for script, text in scripts.items():
+        tree = ast.parse(text)
         assert ast.get_docstring(tree), f"{script} should open with a docstring saying what it shows"
-        calls = re.findall(r'start\("([^"]+)"\)', script.read_text())
+        calls = re.findall(r'start\("([^"]+)"\)', text)
         assert calls == [chapter.id], f"{script} must call start({chapter.id!r}) once"
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
 def test_lab_is_the_slow_script_until_edited(chapter):
     """The lab is the learner's copy of the baseline: the same code once comments and docstrings are gone."""
-
-    def code(path):
-        return ast.dump(_strip_docstrings(ast.parse(path.read_text())))
-
-    assert code(chapter.lab_script) == code(chapter.slow_script)
+    assert code_of(_shipped_lab(chapter)) == code_of(chapter.slow_script.read_text())
 
 
-def _strip_docstrings(tree):
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                and isinstance(body[0].value.value, str):
-            node.body = body[1:] or [ast.Pass()]
-    return tree
+def test_a_fixed_lab_does_not_hide_the_shipped_one(tmp_path, monkeypatch):
+    """A learner who fixed a lab (here: the solution copied over it) still has the shipped lab found for the tests,
+    from git's history; without a shipped copy the slow script stands in, with the same code."""
+    import shutil
+    import subprocess
+
+    from checker import paths
+    from checker.chapters import all_chapters as chapters_of
+    from checker.pristine import write_pristine_lab
+
+    root = tmp_path / "checkout"
+    for folder in ("chapters", "labs", "solutions", "checker"):
+        shutil.copytree(paths.repo_root() / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "labs" / "01_item_syncs" / "train.py").write_text(_shipped_lab(get_chapter("01")))
+    git = lambda *args: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root,
+                                       check=True, capture_output=True)
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "as shipped")
+    lab = root / "labs" / "01_item_syncs" / "train.py"
+    shipped = lab.read_text()
+    shutil.copy(root / "solutions" / "01_item_syncs" / "train.py", lab)
+    git("commit", "-qam", "my fix")  # even committed
+    monkeypatch.setenv("WORKBOOK_ROOT", str(root))
+    paths.repo_root.cache_clear()
+    chapters_of.cache_clear()
+    try:
+        chapter = get_chapter("01")
+        assert shipped_lab(chapter)[0] == shipped
+        path, origin = write_pristine_lab(chapter, tmp_path / "pristine")
+        assert path.read_text() == shipped and origin.startswith("git ")
+        shutil.rmtree(root / ".git")
+        path, origin = write_pristine_lab(chapter, tmp_path / "no-git")
+        assert origin == "chapters/01_item_syncs/slow.py" and code_of(path.read_text()) == code_of(shipped)
+    finally:
+        paths.repo_root.cache_clear()
+        chapters_of.cache_clear()
 
 
 @pytest.mark.parametrize("key", ["01", "1", "01_item_syncs"])

@@ -269,8 +269,8 @@ def test_unmodified_lab_fails_on_cpu_with_evidence(graded, chapter, check, unit)
 
 
 @pytest.mark.slow
-def test_a_lab_that_skips_the_optimizer_step_does_different_work(workbook, tmp_path):
-    lab = (ROOT / "labs" / "04_eager_microops" / "train.py").read_text()
+def test_a_lab_that_skips_the_optimizer_step_does_different_work(workbook, tmp_path, pristine_lab):
+    lab = (pristine_lab("04") / "train.py").read_text()
     assert "    optimizer.step()\n" in lab
     (tmp_path / "train.py").write_text(lab.replace("    optimizer.step()\n", "    pass  # no update\n"))
     proc, report = _check(workbook, "04", "--submission", str(tmp_path))

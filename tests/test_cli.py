@@ -85,10 +85,10 @@ def test_profile_run_without_nsys_explains(workbook, monkeypatch):
     assert "nsys not found" in line and "--tool torch" in line
 
 
-def test_only_runs_the_named_checks_and_keeps_their_traces(workbook, tmp_path):
-    """--only host_syncs: the sync check runs (and fails on the lab), the others are skipped and say why;
-    --keep-traces leaves the trace that check read, which `workbook report` can open."""
-    proc = workbook("check", "01", "--variant", "lab", "--device", "cpu", "--only", "host_syncs",
+def test_only_runs_the_named_checks_and_keeps_their_traces(workbook, tmp_path, pristine_lab):
+    """--only host_syncs: the sync check runs (and fails on the lab as shipped), the others are skipped and say
+    why; --keep-traces leaves the trace that check read, which `workbook report` can open."""
+    proc = workbook("check", "01", "--submission", str(pristine_lab("01")), "--device", "cpu", "--only", "host_syncs",
                     "--keep-traces", str(tmp_path), "--json")
     assert proc.returncode == 1, proc.stderr
     checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
@@ -106,19 +106,20 @@ def test_only_with_an_unknown_check_names_the_chapters_checks(workbook):
     assert "--only host_sync" in line and "host_syncs" in line and "same_work" in line
 
 
-def test_progress_lines_name_each_run_of_a_script():
+def test_progress_lines_name_each_run_of_a_script(pristine_lab):
     """On a terminal, `workbook check` says what it is running (a GPU check takes minutes); the lines come
     from the evaluation itself, so every run it makes is announced."""
     from checker.chapters import get_chapter
     from checker.evaluate import evaluate
 
     lines = []
-    report = evaluate(get_chapter("01"), variant="lab", device="cpu", only={"same_work", "host_syncs"},
+    lab = pristine_lab("01") / "train.py"
+    report = evaluate(get_chapter("01"), submission=lab.parent, device="cpu", only={"same_work", "host_syncs"},
                       progress=lines.append)
     assert report.exit_code == 1
     assert lines[::2] == ["timed run, trial 1 of 1: chapters/01_item_syncs/slow.py",
-                          "timed run, trial 1 of 1: labs/01_item_syncs/train.py",
-                          "traced run (torch): labs/01_item_syncs/train.py"]
+                          f"timed run, trial 1 of 1: {lab}",
+                          f"traced run (torch): {lab}"]
     # after each run, where its seconds went: the phases add up to the run's wall time, none is negative
     for line in lines[1::2]:
         total, _, phases = line.strip().partition(" s: ")

@@ -22,6 +22,40 @@ def test_mkdocs_build_strict(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # the site works offline: no page loads a script, a stylesheet, a font or an image from another host
+    import re
+
+    outside = re.compile(r"<(?:script|link|img|source|iframe)\b[^>]*\b(?:src|href)=[\"']?(?:https?:)?//", re.I)
+    fonts = re.compile(r"fonts\.(?:googleapis|gstatic)\.com", re.I)
+    for page in (tmp_path / "site").rglob("*"):
+        if page.suffix in (".html", ".css", ".js"):
+            text = page.read_text(errors="replace")
+            hits = outside.findall(text) if page.suffix == ".html" else []
+            assert not hits and not fonts.search(text), f"{page.relative_to(tmp_path)} requests an outside host: {hits[:3]}"
+
+
+def test_page_snippets_are_generated_from_the_chapters():
+    """The hints and the fix a page shows are what scripts/make_page_snippets.py makes of chapter.toml and the
+    labs now; the command outputs a page shows were written by a real run of it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_page_snippets", ROOT / "scripts" / "make_page_snippets.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for path, text in module.static_snippets().items():
+        assert path.is_file() and path.read_text() == text, f"run python scripts/make_page_snippets.py ({path.name} is stale)"
+    for chapter in all_chapters():
+        page = chapter.docs_page.read_text()
+        for variant in ("lab", "solution"):
+            output = ROOT / "docs" / "snippets" / f"{chapter.id}-check-cpu-{variant}.txt"
+            assert output.is_file(), f"run python scripts/make_page_snippets.py --outputs ({output.name} is missing)"
+            stamp, command = output.read_text().splitlines()[:2]
+            assert stamp.startswith("# a real run on ") and command.startswith(f"$ workbook check {chapter.number:02d}")
+            assert f'"docs/snippets/{output.name}"' in page
+        for kind in ("hints.md", "fix.diff"):
+            assert f'"docs/snippets/{chapter.id}-{kind}"' in page, f"{chapter.docs_page} must include its {kind}"
+        assert "solutions/" not in page.split("??? success")[0].split("## Fix it")[1], \
+            "the solution must be folded: only inside the collapsed '??? success' block"
 
 
 @pytest.mark.parametrize("chapter", all_chapters(), ids=lambda c: c.id)

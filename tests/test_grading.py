@@ -11,10 +11,10 @@ DATA = Path(__file__).parent / "data" / "submissions"
 
 
 @pytest.mark.slow
-def test_grade_a_class(workbook, tmp_path):
+def test_grade_a_class(workbook, tmp_path, pristine_lab):
     submissions = tmp_path / "class"
     (submissions / "bob").mkdir(parents=True)
-    shutil.copy(ROOT / "labs" / "01_item_syncs" / "train.py", submissions / "bob" / "train.py")
+    shutil.copy(pristine_lab("01") / "train.py", submissions / "bob" / "train.py")  # the lab as shipped
     shutil.copytree(DATA / "raises", submissions / "carol")
     (submissions / "dave").mkdir()  # handed in nothing
     out = tmp_path / "grades"

@@ -38,10 +38,8 @@ def test_every_skip_states_its_reason(graded, chapter_id, variant):
             assert check.reason and len(check.reason) > 20, f"{chapter_id}/{check.name}: skipped without a reason"
 
 
-def test_lab_01_sync_evidence_names_the_item_line(graded):
-    from checker.chapters import get_chapter
-
-    lab = get_chapter("01").lab_script.read_text().splitlines()
+def test_lab_01_sync_evidence_names_the_item_line(graded, pristine_lab):
+    lab = (pristine_lab("01") / "train.py").read_text().splitlines()
     item_line = next(n for n, line in enumerate(lab, 1) if "loss.item()" in line)
     host_syncs = next(c for c in graded("01_item_syncs", "lab").checks if c.name == "host_syncs")
     assert host_syncs.status == "failed"

@@ -1,0 +1,121 @@
+"""The learner's progress: what the last check of each lab found, kept in a small state file out of git.
+
+The file is ``.workbook/progress.json`` in the checkout (``/.workbook/`` is in .gitignore), or
+``$WORKBOOK_STATE_DIR/progress.json``. Only checks of the learner's own lab (``workbook check NN`` with the
+default variant, or ``workbook watch``) are recorded; a variant, a submission or a test never is.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from checker.paths import repo_root
+
+NOT_STARTED, FAILING, PASSED = "not started", "failing", "passed"
+
+
+def state_file() -> Path:
+    folder = os.environ.get("WORKBOOK_STATE_DIR")
+    return (Path(folder) if folder else repo_root() / ".workbook") / "progress.json"
+
+
+def machine() -> str:
+    """Which machine a pass was earned on: a solution unlocks only where the lab passed."""
+    return platform.node() or "unknown"
+
+
+def load() -> dict[str, Any]:
+    """The whole state; an unreadable file counts as empty (it is rewritten whole on the next record)."""
+    try:
+        state = json.loads(state_file().read_text())
+    except (OSError, ValueError):
+        return {"chapters": {}}
+    return state if isinstance(state.get("chapters"), dict) else {"chapters": {}}
+
+
+def _save(state: dict[str, Any]) -> None:
+    path = state_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=".progress-", suffix=".json")
+    with os.fdopen(handle, "w") as out:
+        json.dump(state, out, indent=1, sort_keys=True)
+    os.replace(tmp, path)  # never a half-written file
+
+
+def chapter_state(chapter_id: str) -> dict[str, Any]:
+    return load()["chapters"].get(chapter_id, {})
+
+
+def update(chapter_id: str, **fields: Any) -> dict[str, Any]:
+    state = load()
+    entry = state["chapters"].setdefault(chapter_id, {})
+    entry.update(fields)
+    _save(state)
+    return entry
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        try:
+            import torch
+
+            return torch.cuda.get_device_name(0)
+        except Exception:  # noqa: BLE001 - a name is a nicety
+            return "CUDA GPU"
+    return f"CPU ({platform.machine()})" if platform.machine() else "CPU"
+
+
+def record_check(report) -> dict[str, Any]:
+    """Record one check of the learner's lab: its verdict, the failing checks with their evidence, the speedup."""
+    checks = {c.name: c for c in report.checks}
+    failed = [c.name for c in report.checks if c.status == "failed"]
+    selected_all = not any((c.reason or "").startswith("not selected") for c in report.checks)
+    speed = checks.get("throughput")
+    previous = chapter_state(report.chapter)
+    fields: dict[str, Any] = {
+        "status": PASSED if not failed else FAILING,
+        "failed": failed,
+        "evidence": {name: list(checks[name].evidence) for name in failed},
+        "every_check": selected_all,  # False after `--only`: a pass of the checks that ran, not of the chapter
+        "device": report.device,
+        "device_name": device_name(report.device),
+        "machine": machine(),
+        "date": _dt.date.today().isoformat(),
+        "speedup": (speed.measured or {}).get("speedup") if speed and speed.status != "skipped" else None,
+    }
+    if not failed and selected_all:
+        passes = dict(previous.get("passes") or {})
+        passes[f"{machine()}/{report.device}"] = {k: fields[k] for k in ("device_name", "date", "speedup")}
+        fields["passes"] = passes
+    return update(report.chapter, **fields)
+
+
+def passed_here(chapter_id: str) -> dict[str, Any] | None:
+    """The record of a pass of every check of the lab on this machine, if there is one."""
+    for key, record in (chapter_state(chapter_id).get("passes") or {}).items():
+        if key.split("/", 1)[0] == machine():
+            return dict(record, device=key.split("/", 1)[1])
+    return None
+
+
+def describe(chapter_id: str) -> str:
+    """One phrase for `workbook list`: not started / failing (which check) / passed (device, date, speedup)."""
+    entry = chapter_state(chapter_id)
+    if not entry:
+        return NOT_STARTED
+    if entry.get("status") == FAILING:
+        return f"failing: {', '.join(entry.get('failed') or ['?'])} (on {entry.get('device')}, {entry.get('date')})"
+    passes = entry.get("passes") or {}
+    if not passes:  # only the checks chosen with --only ran
+        return f"the checks chosen with --only pass (on {entry.get('device')}, {entry.get('date')}); not every check has run"
+    shown = []
+    for key, record in passes.items():
+        speed = f", {record['speedup']:.2f}x" if record.get("speedup") else ", no speedup measured on " + key.split("/")[-1]
+        shown.append(f"{record['device_name']}, {record['date']}{speed}")
+    return "passed (" + "; ".join(shown) + ")"

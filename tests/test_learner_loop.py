@@ -1,0 +1,225 @@
+"""The learner's loop without a GPU or a long run: syntax errors before anything runs, help on every option,
+progress in `workbook list`, hints in steps, the solution behind a pass, a watch that follows saves."""
+
+import argparse
+import json
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from checker import progress
+from checker.chapters import HINT_LEVELS, all_chapters, get_chapter
+from checker.checks import CheckResult
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    """A progress file of this test's own."""
+    monkeypatch.setenv("WORKBOOK_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state" / "progress.json"
+
+
+def _report(chapter_id, device="cpu", **statuses):
+    chapter = get_chapter(chapter_id)
+    checks = []
+    for spec in chapter.checks:
+        status = statuses.get(spec.name, "skipped" if spec.skip_reason_for(device) else "passed")
+        checks.append(CheckResult(
+            name=spec.name, doc=spec.doc, status=status,
+            evidence=["1 per step: aten::_local_scalar_dense from train.py:31 `running_loss += loss.item()`"]
+            if status == "failed" else [],
+            reason=spec.skip_reason_for(device) if status == "skipped" else None,
+            measured={"speedup": 2.0} if spec.name == "throughput" and status == "passed" else {}))
+    return SimpleNamespace(chapter=chapter.id, device=device, checks=checks, candidate=str(chapter.lab_script),
+                           variant="lab", trace_tool="torch", wall_s=1.0,
+                           passed=all(c.status != "failed" for c in checks))
+
+
+# -- errors -----------------------------------------------------------------------------------------------
+def test_a_syntax_error_is_found_before_anything_runs(workbook, tmp_path):
+    (tmp_path / "train.py").write_text("import torch\n\nfor step in range(3):\n    loss = (step +\n    print(step)\n")
+    started = time.perf_counter()
+    proc = workbook("check", "01", "--submission", str(tmp_path), "--device", "cpu")
+    took = time.perf_counter() - started
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "<frozen" not in proc.stderr
+    first, line, caret, advice = proc.stderr.strip().splitlines()
+    assert first.startswith(f"workbook: {tmp_path / 'train.py'}:4:12: SyntaxError: "), first
+    assert line == "        loss = (step +" and caret == "               ^", (line, caret)
+    assert "nothing was run" in advice
+    assert took < 5, f"the syntax check took {took:.1f} s; it must come before any run"  # ~1 s here; CI is busy
+
+
+def test_indentation_errors_and_null_bytes_are_reported_too(tmp_path):
+    from checker.precheck import ScriptSyntaxError, check_syntax
+
+    script = tmp_path / "train.py"
+    script.write_text("if True:\n\tx = 1\n        y = 2\n")
+    with pytest.raises(ScriptSyntaxError, match=r"train.py:3:\d+: (IndentationError|TabError)"):
+        check_syntax(script)
+    script.write_bytes(b"x = 1\x00\n")
+    with pytest.raises(ScriptSyntaxError, match="null bytes|cannot be compiled"):
+        check_syntax(script)
+
+
+def test_every_option_has_help_text():
+    from checker.cli import build_parser
+
+    missing = []
+
+    def walk(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}")
+            elif not isinstance(action, argparse._HelpAction) and not action.help:
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), "workbook")
+    assert not missing, f"add help= to: {', '.join(missing)}"
+
+
+def test_kinetos_no_gpu_noise_is_explained_once(tmp_path, monkeypatch, capsys):
+    from checker import cli
+
+    noisy = tmp_path / "noisy.py"
+    noisy.write_text(
+        "import sys\n"
+        "sys.stderr.write('USDT:2026-11-23 00:44:51 9365:9365 SyncActivityProfilerHandler.cpp:39] profiler_start\\n')\n"
+        "sys.stderr.write('ERROR:2026-11-23 00:44:53 9365:9365 DeviceProperties.cpp:56] gpuGetDeviceCount failed with code 35\\n')\n"
+        "sys.stderr.write('ERROR:2026-11-23 00:44:53 9365:9365 DeviceProperties.cpp:56] gpuGetDeviceCount failed with code 35\\n')\n"
+        "sys.stderr.write('a real warning\\n')\n")
+    import sys
+
+    assert cli._call_quieting_profiler_noise([sys.executable, str(noisy)], {}) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("note: torch.profiler looked for CUDA GPUs and found none") and "code 35" in err[0]
+    assert err[1:] == ["a real warning"]
+
+
+# -- progress ---------------------------------------------------------------------------------------------
+def test_list_shows_not_started_failing_and_passed(state, workbook):
+    progress.record_check(_report("01", host_syncs="failed"))
+    progress.record_check(_report("02"))
+    rows = {row["id"]: row["progress"] for row in json.loads(workbook("list", "--json").stdout)}
+    assert rows["01_item_syncs"].startswith("failing: host_syncs (on cpu, ")
+    assert rows["02_pageable_copies"].startswith("passed (CPU") and "no speedup measured on cpu" in rows["02_pageable_copies"]
+    assert rows["03_dataloader_workers"] == "not started"
+    text = workbook("list").stdout
+    assert "failing: host_syncs" in text and "not started" in text
+    assert json.loads(state.read_text())["chapters"]["01_item_syncs"]["evidence"]["host_syncs"]
+
+
+def test_a_check_of_a_variant_or_a_submission_is_not_progress(state, workbook, tmp_path):
+    (tmp_path / "train.py").write_text("x = (\n")
+    workbook("check", "01", "--submission", str(tmp_path))
+    assert not state.exists()
+
+
+# -- hints ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("chapter", all_chapters(), ids=lambda c: c.id)
+def test_every_hint_has_three_steps(chapter):
+    for hint in chapter.hints:
+        assert [label for label, text in hint.steps if len(text) > 20] == [label for _, label in HINT_LEVELS], hint
+
+
+def test_hint_climbs_the_ladder_of_the_failing_checks_evidence(state, workbook):
+    assert "no check of labs/01_item_syncs/train.py recorded yet" in workbook("hint", "01").stdout
+    progress.record_check(_report("01", host_syncs="failed"))
+    ladder = get_chapter("01").hint_ladder_for("host_syncs", ["aten::_local_scalar_dense from train.py:31"])
+    outputs = [workbook("hint", "01").stdout for _ in range(4)]
+    assert "1/3 a nudge:" in outputs[0] and "2/3" not in outputs[0]
+    assert "2/3 where to look:" in outputs[1] and "3/3" not in outputs[1]
+    assert "3/3 the pattern:" in outputs[2] and "last step" in outputs[2]
+    assert outputs[3] == outputs[2]
+    assert ladder.pattern.split()[0] in " ".join(outputs[2].split())
+    progress.record_check(_report("01", same_work="failed"))  # a different failure starts again
+    assert "1/3 a nudge:" in workbook("hint", "01").stdout and "2/3" not in workbook("hint", "01").stdout.split("same_work")[0]
+
+
+def test_a_failed_check_shows_the_nudge_and_points_at_workbook_hint():
+    from checker.feedback import format_report
+
+    chapter = get_chapter("01")
+    report = _report("01", host_syncs="failed")
+    for c in report.checks:
+        if c.status == "failed":
+            c.hint = chapter.hint_for(c.name, c.evidence)
+    text = format_report(report, chapter, learner=True)
+    assert "hint: Something in every step needs" in text and "`workbook hint 01` for the next step" in " ".join(text.split())
+
+
+# -- a pass with skipped checks ---------------------------------------------------------------------------
+def test_a_cpu_pass_names_what_went_unverified_and_where():
+    from checker.feedback import format_report
+
+    chapter = get_chapter("02")
+    text = " ".join(format_report(_report("02"), chapter, learner=True).split())
+    assert "PASSED on cpu, but not every part of the lesson was verified here:" in text
+    for name in ("pageable_copies", "host_syncs", "throughput"):
+        assert f"- {name} (" in text and chapter.checks[[s.name for s in chapter.checks].index(name)].skip["cpu"] in text
+    assert "Verify it on a machine with an NVIDIA GPU: `workbook check 02 --device cuda`" in text
+
+
+def test_a_pass_of_every_check_says_so():
+    from checker.feedback import format_report
+
+    text = format_report(_report("01", device="cuda"), get_chapter("01"))
+    assert text.splitlines()[-1] == "PASSED: every check of the chapter ran and passed"
+
+
+# -- the solution -----------------------------------------------------------------------------------------
+def test_solution_opens_only_after_a_pass_here(state, workbook):
+    proc = workbook("solution", "01")
+    assert proc.returncode == 1 and "opens once your lab passes on this machine" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and not proc.stdout
+    forced = workbook("solution", "01", "--force")
+    assert forced.returncode == 0 and forced.stderr.startswith("--force: showing the reference solution")
+    # a diff against the learner's lab, whatever it holds (a learner who copied the solution gets no diff)
+    assert forced.stdout.startswith("--- labs/01_item_syncs/train.py (yours)\n+++ solutions/01_item_syncs/train.py\n") \
+        or forced.stdout == "labs/01_item_syncs/train.py is the reference solution, line for line.\n", forced.stdout
+    progress.record_check(_report("01"))
+    unlocked = workbook("solution", "01")
+    assert unlocked.returncode == 0 and not unlocked.stderr and unlocked.stdout == forced.stdout
+
+
+def test_a_pass_on_another_machine_does_not_open_it(state, workbook, monkeypatch):
+    monkeypatch.setattr(progress, "machine", lambda: "another-machine")
+    progress.record_check(_report("01"))
+    monkeypatch.undo()
+    assert workbook("solution", "01").returncode == 1
+
+
+# -- watch ------------------------------------------------------------------------------------------------
+def test_watch_checks_again_on_each_save_and_stops_at_a_pass(tmp_path, monkeypatch):
+    from checker import watch
+
+    lab = tmp_path / "labs" / "01_item_syncs" / "train.py"
+    lab.parent.mkdir(parents=True)
+    lab.write_text("broken = True\n")
+    fake = SimpleNamespace(id="01_item_syncs", title="t", number=1, lab_script=lab)
+    monkeypatch.setattr(watch, "get_chapter", lambda key: fake)
+    monkeypatch.setattr(watch, "_next_after", lambda chapter: None)
+    seen = []
+
+    def check_once(chapter):
+        seen.append(chapter.lab_script.read_text())
+        return "fixed" in seen[-1]
+
+    def save_later():
+        time.sleep(1.5)
+        (lab.parent / "notes.txt").write_text("not the lab")  # other files do not trigger a check
+        time.sleep(0.5)
+        lab.write_text("fixed = True\n")
+
+    saver = threading.Thread(target=save_later)
+    saver.start()
+    lines = []
+    code = watch.watch_labs("01", check_once, say=lines.append)
+    saver.join()
+    assert code == 0 and seen == ["broken = True\n", "fixed = True\n"]
+    assert any("saved" in line for line in lines) and "every chapter" in lines[-1]
+    assert lab.read_text() == "fixed = True\n"  # the watch never writes the lab

@@ -123,6 +123,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
         say(f"ignored {len(grading_class.strays)} entr{'y' if len(grading_class.strays) == 1 else 'ies'} of "
             f"{args.submissions} that {'is' if len(grading_class.strays) == 1 else 'are'} not a student folder: "
             + ", ".join(grading_class.strays[:5]) + (" ..." if len(grading_class.strays) > 5 else ""))
+    slots = None
+    if not (args.collect or args.slurm):  # refuse bad --gpus/--workers before touching any folder
+        slots = grading.plan_slots(chapter, device, args.gpus, args.workers, names() if device == "cuda" else [])
     changed = grading.prepare_out(settings)
     if changed:
         say(f"made {changed} entries of the submissions and output folders root-owned and not writable by "
@@ -142,8 +145,6 @@ def cmd_grade(args: argparse.Namespace) -> int:
         from checker.grading import slurm
 
         slurm.refuse_if_a_job_is_grading(settings)
-        slots = grading.plan_slots(chapter, device, args.gpus, args.workers,
-                                   names() if device == "cuda" else [])
         todo = grading_class.needing_grading(only, args.force)
         skipped = len(grading_class.select(only)) - len(todo)
         say(f"grading {len(todo)} of {len(grading_class.students)} submissions of {chapter.id} on "

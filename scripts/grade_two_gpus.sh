@@ -18,7 +18,7 @@ CHAPTER="${CHAPTER:-01}"
 CLASS_SIZE="${CLASS_SIZE:-8}"
 WORK="${WORK:-$OUT/grade-two-gpus}"
 mkdir -p "$OUT" "$WORK"
-export WORKBOOK_ROOT="$PWD" STAGE CHAPTER CLASS_SIZE WORK OUT
+export WORKBOOK_ROOT="$PWD" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" STAGE CHAPTER CLASS_SIZE WORK OUT
 python3 - <<'PY'
 import csv, json, os, shutil, subprocess, sys, time
 from datetime import datetime, timezone

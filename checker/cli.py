@@ -87,11 +87,25 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 # -- grade --------------------------------------------------------------------------------------------
 def cmd_grade(args: argparse.Namespace) -> int:
-    from checker import grading
-    from checker.grading.gradebook import FEEDBACK_DIR, GRADEBOOK_NAME, Summary, table
+    import signal
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
+
+    def terminated(signum, frame):  # `kill`, scancel: stop every student's grading, record nothing half-done
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        return _grade(args, say)
+    except OSError as err:  # a full disk, a folder that vanished: what was graded so far is in the ledger
+        raise WorkbookError(f"grading stopped: {err.strerror or err} ({err.filename or 'no file'}); what was "
+                            "graded so far is in the ledger: run the same command again to resume") from None
+
+
+def _grade(args: argparse.Namespace, say) -> int:
+    from checker import grading
+    from checker.grading.gradebook import FEEDBACK_DIR, GRADEBOOK_NAME, Summary, table
 
     chapter = get_chapter(args.chapter)
     if args.collect and args.slurm:

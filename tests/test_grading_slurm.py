@@ -15,8 +15,12 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, pytestconfig):
-    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-    say = (lambda line: reporter.write_line(line)) if reporter else print
+    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
+
+    def say(line: str) -> None:  # on the terminal even when pytest captures output: CI's log shows it
+        with capture.global_and_fixture_disabled():
+            print(line, flush=True)
+
     reason = slurm_cluster.why_unavailable()
     if reason:
         say(f"\nSlurm test NOT run: {reason}")

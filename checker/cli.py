@@ -142,17 +142,90 @@ def cmd_solution(args: argparse.Namespace) -> int:
 
 # -- grade --------------------------------------------------------------------------------------------
 def cmd_grade(args: argparse.Namespace) -> int:
-    from checker.grading import grade_all
+    import signal
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    def terminated(signum, frame):  # `kill`, scancel: stop every student's grading, record nothing half-done
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        return _grade(args, say)
+    except OSError as err:  # a full disk, a folder that vanished: what was graded so far is in the ledger
+        raise WorkbookError(f"grading stopped: {err.strerror or err} ({err.filename or 'no file'}); what was "
+                            "graded so far is in the ledger: run the same command again to resume") from None
+
+
+def _grade(args: argparse.Namespace, say) -> int:
+    from checker import grading
+    from checker.grading.gradebook import FEEDBACK_DIR, GRADEBOOK_NAME, Summary, table
 
     chapter = get_chapter(args.chapter)
-    gradebook = grade_all(chapter, args.submissions, out=args.out, device=args.device, trace_tool=args.trace_tool,
-                          progress=lambda line: print(line, file=sys.stderr))
-    columns = ["student", "verdict"] + [c.name for c in chapter.checks]
-    if (gradebook["verdict"] == "error").any():
-        columns.append("reason")
-    print(gradebook[columns].to_string(index=False, max_colwidth=70))
-    print(f"\nwrote {args.out / 'gradebook.csv'} and {len(gradebook)} feedback files in {args.out / 'feedback'}")
-    return 0
+    if args.collect and args.slurm:
+        raise WorkbookError("--collect builds the gradebook from what was graded; --slurm grades: choose one")
+    if args.trace_tool == "nsys" and args.device == "cpu":
+        raise WorkbookError("--trace-tool nsys traces CUDA work; use it with --device cuda, or use --trace-tool torch")
+    if args.trace_tool == "nsys" and find_tool("nsys") is None:
+        raise WorkbookError("--trace-tool nsys: nsys not found on PATH; install Nsight Systems, set "
+                            "WORKBOOK_NSYS=/path/to/nsys, or use --trace-tool torch")
+    gpu_names: list[str] | None = None
+
+    def names() -> list[str]:
+        nonlocal gpu_names
+        if gpu_names is None:
+            gpu_names = grading.visible_gpus()
+        return gpu_names
+
+    # under --slurm the GPUs are on the compute nodes: assume CUDA unless told --device cpu
+    device = (args.device or "cuda") if args.slurm else grading.choose_device(args.device, names)
+    submissions, out = args.submissions.resolve(), args.out.resolve()
+    timeout = args.student_timeout or grading.default_student_timeout(chapter, device)
+    settings = grading.Settings(chapter=chapter, submissions=submissions, out=out, device=device,
+                                trace_tool=args.trace_tool, student_timeout_s=float(timeout),
+                                max_submission_bytes=int(args.max_submission_mb * (1 << 20)),
+                                workbook_version=grading.workbook_version())
+    grading_class = grading.GradingClass(settings)
+    only = [name.strip() for name in args.only.split(",") if name.strip()] if args.only else None
+    if grading_class.strays:
+        say(f"ignored {len(grading_class.strays)} entr{'y' if len(grading_class.strays) == 1 else 'ies'} of "
+            f"{args.submissions} that {'is' if len(grading_class.strays) == 1 else 'are'} not a student folder: "
+            + ", ".join(grading_class.strays[:5]) + (" ..." if len(grading_class.strays) > 5 else ""))
+    slots = None
+    if not (args.collect or args.slurm):  # refuse bad --gpus/--workers before touching any folder
+        slots = grading.plan_slots(chapter, device, args.gpus, args.workers, names() if device == "cuda" else [])
+    changed = grading.prepare_out(settings)
+    if changed:
+        say(f"made {changed} entries of the submissions and output folders root-owned and not writable by "
+            "group or others, so that graded code cannot write there")
+
+    if args.collect:
+        rows = grading_class.rebuild()
+    elif args.slurm:
+        from checker.grading import slurm
+
+        todo = grading_class.needing_grading(only, args.force)
+        rows = slurm.submit_and_maybe_wait(settings, grading_class, todo, args.sbatch_arg or [], args.shards,
+                                           args.wait, say)
+        if rows is None:
+            return 0
+    else:
+        from checker.grading import slurm
+
+        slurm.refuse_if_a_job_is_grading(settings)
+        todo = grading_class.needing_grading(only, args.force)
+        skipped = len(grading_class.select(only)) - len(todo)
+        say(f"grading {len(todo)} of {len(grading_class.students)} submissions of {chapter.id} on "
+            f"{', '.join(slot.label for slot in slots)}"
+            + (f" ({skipped} unchanged since they were graded: kept; --force grades them again)" if skipped else ""))
+        rows = grading.grade_locally(settings, grading_class, todo, slots, say)
+    summary = Summary.of(rows)
+    print(table(chapter, rows))
+    print(f"\n{summary.line}")
+    print(f"gradebook: {args.out / GRADEBOOK_NAME}, feedback: {args.out / FEEDBACK_DIR}/, "
+          f"ledger: {args.out / 'ledger.jsonl'}")
+    return summary.exit_code
 
 
 # -- profile ------------------------------------------------------------------------------------------
@@ -271,9 +344,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("grade", help="grade every submission in a folder: a gradebook and feedback per student")
     p.add_argument("chapter", help=chapter_help)
     p.add_argument("submissions", type=Path, help="a folder with one subfolder per student, each holding the lab file")
-    p.add_argument("--out", type=Path, default=Path("grades"), help="where gradebook.csv and feedback/ go (default: grades)")
+    p.add_argument("--out", type=Path, default=Path("grades"),
+                   help="where ledger.jsonl, gradebook.csv and feedback/ go (default: grades)")
     p.add_argument("--device", choices=("cpu", "cuda"), help=device_help)
     p.add_argument("--trace-tool", choices=("torch", "nsys"), default="torch", help=trace_help)
+    p.add_argument("--only", metavar="STUDENT[,STUDENT]", help="grade only these students, again even when unchanged")
+    p.add_argument("--force", action="store_true", help="grade every submission again, even unchanged ones")
+    p.add_argument("--gpus", metavar="0,1,...", help="the GPUs to grade on, one worker each (default: all visible)")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="on the CPU: grade N submissions at once (refused for chapters that time CPU checks)")
+    p.add_argument("--student-timeout", type=float, metavar="SECONDS",
+                   help="wall-clock limit for grading one student (default: from the chapter's per-run limit)")
+    p.add_argument("--max-submission-mb", type=float, default=256,
+                   help="a submission folder larger than this is not copied, nor graded (default: 256)")
+    p.add_argument("--collect", action="store_true",
+                   help="grade nothing: rebuild gradebook.csv and feedback/ from the ledger (after --slurm)")
+    p.add_argument("--slurm", action="store_true", help="submit a Slurm array job instead of grading here")
+    p.add_argument("--sbatch-arg", action="append", metavar="ARG",
+                   help="with --slurm: one more argument for sbatch (repeat it), e.g. --sbatch-arg=--partition=gpu")
+    p.add_argument("--shards", type=int, metavar="N",
+                   help="with --slurm: N array tasks, each grading its share in turn (default: one task per student)")
+    p.add_argument("--wait", action="store_true", help="with --slurm: wait for the job, then build the gradebook")
     p.set_defaults(func=cmd_grade)
 
     p = sub.add_parser("profile", help="print (or run) the chapter's profiling recipe")

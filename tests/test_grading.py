@@ -2,32 +2,56 @@
 
 import csv
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+
+from gradinglib import grade_command, grade_env, tree_state
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "submissions"
 
 
 @pytest.mark.slow
-def test_grade_a_class(workbook, tmp_path, pristine_lab):
+def test_grade_a_real_class_of_chapter_01_with_relative_paths(tmp_path, pristine_lab):
+    """Three submissions of chapter 01 on the CPU, as an instructor types it: relative paths, from the class's
+    folder. The submissions are graded from copies: their folders are left exactly as they were."""
     submissions = tmp_path / "class"
     (submissions / "bob").mkdir(parents=True)
     shutil.copy(pristine_lab("01") / "train.py", submissions / "bob" / "train.py")  # the lab as shipped
+    (submissions / "ann" / "labs" / "01_item_syncs").mkdir(parents=True)  # a folder mirroring the repository
+    shutil.copy(ROOT / "solutions" / "01_item_syncs" / "train.py", submissions / "ann" / "labs" / "01_item_syncs")
     shutil.copytree(DATA / "raises", submissions / "carol")
     (submissions / "dave").mkdir()  # handed in nothing
+    (submissions / "notes.txt").write_text("a stray file\n")
+    before = tree_state(submissions)
+
+    proc = subprocess.run(grade_command("01", "class", "grades", "--device", "cpu"), capture_output=True, text=True,
+                          timeout=900, cwd=tmp_path, env=grade_env(ROOT))
+    assert proc.returncode == 3, proc.stderr  # carol and dave: no verdict
+    assert "4 submissions: 1 passed, 1 failed, 2 could not be graded" in proc.stdout
+    assert "ignored 1 entry of class that is not a student folder: notes.txt" in proc.stderr
     out = tmp_path / "grades"
-    proc = workbook("grade", "01", str(submissions), "--out", str(out), "--device", "cpu")
-    assert proc.returncode == 0, proc.stderr
     rows = {row["student"]: row for row in csv.DictReader((out / "gradebook.csv").open())}
+    assert rows["ann"]["verdict"] == "passed"
     assert rows["bob"]["verdict"] == "failed" and rows["bob"]["host_syncs"] == "failed (3 syncs/step)"
     assert rows["bob"]["same_work"].startswith("passed")
     assert rows["carol"]["verdict"] == "error" and "ValueError: shapes do not match" in rows["carol"]["reason"]
     assert rows["dave"]["verdict"] == "error" and "no train.py" in rows["dave"]["reason"]
+    for row in rows.values():
+        assert row["device"] == "cpu" and float(row["wall_s"]) > 0 and row["graded_at"] and row["workbook_version"]
+        assert len(row["submission_sha256"]) == 64
     bob = (out / "feedback" / "bob.md").read_text()
-    assert "loss.item()" in bob and "hint:" in bob
+    assert "loss.item()" in bob and "hint:" in bob and "bob/train.py" in bob and "/tmp" not in bob
     assert "could not be graded" in (out / "feedback" / "carol.md").read_text()
+    assert tree_state(submissions) == before and not list(submissions.rglob("__pycache__"))
+
+    again = subprocess.run(grade_command("01", "class", "grades", "--device", "cpu"), capture_output=True,
+                           text=True, timeout=300, cwd=tmp_path, env=grade_env(ROOT))
+    assert "grading 0 of 4" in again.stderr and again.returncode == 3
+    assert [r["graded_at"] for r in csv.DictReader((out / "gradebook.csv").open())] == [
+        rows[name]["graded_at"] for name in sorted(rows)]
 
 
 def test_grade_needs_a_folder_of_submissions(workbook, tmp_path):
@@ -36,3 +60,9 @@ def test_grade_needs_a_folder_of_submissions(workbook, tmp_path):
     (tmp_path / "empty").mkdir()
     proc = workbook("grade", "01", str(tmp_path / "empty"), "--out", str(tmp_path / "g"))
     assert proc.returncode == 2 and "holds no submission folders" in proc.stderr
+    (tmp_path / "class" / "ann").mkdir(parents=True)
+    proc = workbook("grade", "01", str(tmp_path / "class"), "--out", str(tmp_path / "class" / "grades"))
+    assert proc.returncode == 2 and "inside the submissions folder" in proc.stderr
+    proc = workbook("grade", "01", str(tmp_path / "class"), "--out", str(tmp_path / "g"), "--device", "cpu",
+                    "--gpus", "0")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--workers N" in proc.stderr

@@ -1,0 +1,113 @@
+"""What the ledger becomes for people: gradebook.csv, one feedback file per student, a summary line.
+
+Everything here is derived from the ledger and rebuilt whole (with the ledger locked), so it is the same
+whether the class was graded in one go, resumed after a kill, spread over GPUs or over Slurm tasks.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from checker.grading.files import write_atomic, write_if_changed
+from checker.grading.ledger import record_key
+
+GRADEBOOK_NAME = "gradebook.csv"
+FEEDBACK_DIR = "feedback"
+PASSED, FAILED, ERROR, PENDING = "passed", "failed", "error", "pending"
+PENDING_REASON = "not graded yet: run the same grade command again to resume"
+
+# what every column means is written down in docs/instructors.md ("What each column means")
+LEADING = ("student", "verdict")
+TRAILING = ("speedup", "reason", "device", "gpu_name", "wall_s", "graded_at", "submission_sha256", "workbook_version")
+
+
+def columns(chapter) -> list[str]:
+    return [*LEADING, *(c.name for c in chapter.checks), *TRAILING]
+
+
+def current_record(latest: dict[tuple, dict], chapter_id: str, student: str, sha: str, device: str,
+                   trace_tool: str) -> dict[str, Any] | None:
+    """The latest record for this student's submission as it is now, graded the way asked now."""
+    return latest.get(record_key({"student": student, "chapter": chapter_id, "submission_sha256": sha,
+                                  "device": device, "trace_tool": trace_tool}))
+
+
+def row_for(chapter, student: str, sha: str, record: dict[str, Any] | None) -> dict[str, Any]:
+    row = dict.fromkeys(columns(chapter), "")
+    row.update(student=student, submission_sha256=sha)
+    if record is None:
+        row.update(verdict=PENDING, reason=PENDING_REASON)
+        return row
+    row.update({name: record.get("cells", {}).get(name, "") for name in (c.name for c in chapter.checks)})
+    speedup = record.get("speedup")
+    row.update(verdict=record["verdict"], reason=record.get("reason") or "", device=record.get("device", ""),
+               gpu_name=record.get("gpu_name") or "", wall_s=f"{record['wall_s']:.1f}",
+               graded_at=record.get("graded_at", ""), workbook_version=record.get("workbook_version", ""),
+               speedup="" if speedup is None else f"{speedup:.2f}")
+    return row
+
+
+def render_csv(chapter, rows: list[dict[str, Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns(chapter), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def rebuild(out: Path, chapter, class_hashes: dict[str, str], latest: dict[tuple, dict], device: str,
+            trace_tool: str) -> list[dict[str, Any]]:
+    """Write gradebook.csv and every graded student's feedback file from the ledger (call it locked)."""
+    rows = []
+    for student, sha in sorted(class_hashes.items()):
+        record = current_record(latest, chapter.id, student, sha, device, trace_tool)
+        rows.append(row_for(chapter, student, sha, record))
+        if record is not None:
+            write_if_changed(out / FEEDBACK_DIR / f"{student}.md", record["feedback"])
+    write_atomic(out / GRADEBOOK_NAME, render_csv(chapter, rows))
+    return rows
+
+
+@dataclass
+class Summary:
+    passed: int
+    failed: int
+    errors: int
+    pending: int
+
+    @classmethod
+    def of(cls, rows: list[dict[str, Any]]) -> "Summary":
+        count = lambda verdict: sum(row["verdict"] == verdict for row in rows)  # noqa: E731
+        return cls(count(PASSED), count(FAILED), count(ERROR), count(PENDING))
+
+    @property
+    def line(self) -> str:
+        total = self.passed + self.failed + self.errors + self.pending
+        text = (f"{total} submissions: {self.passed} passed, {self.failed} failed, "
+                f"{self.errors} could not be graded")
+        return text + (f", {self.pending} not graded yet" if self.pending else "")
+
+    @property
+    def exit_code(self) -> int:
+        """0: every submission got a verdict; 3: some could not be graded (error), none is left to grade;
+        4: some are not graded yet (an interrupted run, Slurm tasks still running or lost): run it again."""
+        if self.pending:
+            return 4
+        return 3 if self.errors else 0
+
+
+def table(chapter, rows: list[dict[str, Any]], width: int = 70) -> str:
+    """The gradebook as a person reads it in a terminal: student, verdict, the checks, and reasons if any."""
+    shown = [*LEADING, *(c.name for c in chapter.checks)]
+    if any(row["reason"] and row["verdict"] != PENDING for row in rows) or any(row["verdict"] == PENDING for row in rows):
+        shown.append("reason")
+    cells = [[str(row[name]) if len(str(row[name])) <= width else str(row[name])[:width - 1] + "…" for name in shown]
+             for row in rows]
+    widths = [max(len(name), *(len(line[i]) for line in cells)) for i, name in enumerate(shown)]
+    lines = ["  ".join(name.ljust(w) for name, w in zip(shown, widths)).rstrip()]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in cells]
+    return "\n".join(lines)

@@ -1,0 +1,82 @@
+"""One student's grading, in a process of its own: ``python -m checker.grading.task`` (started by the grader).
+
+It reads a JSON request on stdin, grades the scratch copy of the submission with ``checker.evaluate`` (the only
+place in the grading layer that calls it), and writes one JSON result to the pipe the grader handed it (file
+descriptor ``WORKBOOK_GRADE_RESULT_FD``, not inherited by the runs it starts). Whatever the runs print stays
+in this process or goes to the grader's bounded log reader: the grader itself never holds it.
+
+It dies with the grader (PR_SET_PDEATHSIG), and as a subreaper it adopts the processes a submission leaves
+behind; once grading is done it kills them and says how many there were.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from checker.grading import processes
+
+
+def _cell(check) -> str:
+    """One gradebook cell: the status and the number that sums the check up."""
+    from checker.checks import KEY_MEASURE
+
+    key, fmt = KEY_MEASURE.get(check.name, (None, None))
+    value = check.measured.get(key) if key else None
+    return check.status if value is None else f"{check.status} ({fmt.format(value)})"
+
+
+def _gpu_name(device: str) -> str:
+    if device != "cuda":
+        return ""
+    try:
+        import torch
+
+        return torch.cuda.get_device_name(0)
+    except Exception:  # noqa: BLE001 - a name is a nicety; the checks already said whether CUDA works
+        return ""
+
+
+def grade(request: dict) -> dict:
+    """Grade one submission; a WorkbookError (a crash, a hang, a missing file) is this student's error."""
+    from checker.chapters import get_chapter
+    from checker.errors import WorkbookError
+    from checker.evaluate import evaluate
+    from checker.feedback import format_report
+
+    chapter = get_chapter(request["chapter"])
+    # request["worker_dir"] persists across the students one worker grades (one GPU): where a baseline
+    # measured once per worker could be kept (issue 12, item 4) once evaluate can take one.
+    try:
+        report = evaluate(chapter, submission=Path(request["submission"]), device=request["device"],
+                          trace_tool=request["trace_tool"])
+    except WorkbookError as err:
+        return {"kind": "error", "reason": " ".join(str(err).split())}
+    speedup = next((c.measured.get("speedup") for c in report.checks if c.name == "throughput"), None)
+    return {"kind": "report", "verdict": "passed" if report.passed else "failed", "report": report.to_json(),
+            "cells": {c.name: _cell(c) for c in report.checks}, "speedup": speedup,
+            "feedback": format_report(report, chapter) + "\n", "failed_checks": [c.name for c in report.checks
+                                                                                  if c.status == "failed"]}
+
+
+def main() -> int:
+    parent = int(os.environ.pop("WORKBOOK_GRADE_PARENT", "0"))
+    processes.die_with_parent()
+    if parent and os.getppid() != parent:  # the grader died before the line above took effect
+        return 1
+    processes.become_subreaper()
+    result_fd = int(os.environ.pop("WORKBOOK_GRADE_RESULT_FD"))
+    os.set_inheritable(result_fd, False)
+    request = json.loads(sys.stdin.read())
+    result = grade(request)
+    result["gpu_name"] = _gpu_name(request["device"])
+    result["leftover_processes"] = processes.kill_tree(os.getpid())
+    with os.fdopen(result_fd, "w", encoding="utf-8") as channel:
+        channel.write(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Grade one class of CLASS_SIZE (default 8) submissions of CHAPTER (default 01) on CUDA, once on one GPU
+# (--gpus 0) and once on two (--gpus 0,1), and write what was measured to $OUT/grade_two_gpus.json:
+# GPU names, driver, torch and CUDA versions, date, each stage's wall time, every student's verdict and
+# seconds, and whether both stages gave the same verdicts (issue 12, item 5).
+#
+#     OUT=/tmp/out bash scripts/grade_two_gpus.sh [one|two|both]      # default: both
+#
+# The class alternates the chapter's solution (passes) and its unmodified lab (fails). Each stage grades
+# into its own folder from nothing (--force), so a stage can run as a command of its own (a device call is
+# limited to 10 minutes: run `one`, then `two`; the JSON gathers both). A stage that hits a limit can be run
+# again: the grader resumes, and the JSON marks that stage "resumed" (its wall time is then not comparable).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STAGE="${1:-both}"
+OUT="${OUT:?set OUT to the folder for results}"
+CHAPTER="${CHAPTER:-01}"
+CLASS_SIZE="${CLASS_SIZE:-8}"
+WORK="${WORK:-$OUT/grade-two-gpus}"
+mkdir -p "$OUT" "$WORK"
+export WORKBOOK_ROOT="$PWD" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" STAGE CHAPTER CLASS_SIZE WORK OUT
+python3 - <<'PY'
+import csv, json, os, shutil, subprocess, sys, time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from checker.chapters import get_chapter
+
+chapter = get_chapter(os.environ["CHAPTER"])
+work, out = Path(os.environ["WORK"]), Path(os.environ["OUT"])
+size, stage = int(os.environ["CLASS_SIZE"]), os.environ["STAGE"]
+results_path = out / "grade_two_gpus.json"
+results = json.loads(results_path.read_text()) if results_path.exists() else {"stages": {}}
+
+def query(cmd):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+import torch
+results.update(
+    gpus=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+    driver=query(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).splitlines()[:1],
+    torch=torch.__version__, cuda=torch.version.cuda, date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    chapter=chapter.id, class_size=size, command=f"workbook grade {chapter.id} class --out ... --gpus ...")
+
+submissions = work / "class"
+if not submissions.exists():
+    for i in range(size):
+        variant = "solution" if i % 2 == 0 else "lab"
+        folder = submissions / f"student{i:02d}-{variant}"
+        folder.mkdir(parents=True)
+        shutil.copy(chapter.script_for(variant), folder / chapter.lab_file)
+
+stages = {"one": ("one_gpu", "0"), "two": ("two_gpus", "0,1")}
+for name in (["one", "two"] if stage == "both" else [stage]):
+    key, gpus = stages[name]
+    grades = work / key
+    resumed = (grades / "ledger.jsonl").exists()
+    command = [sys.executable, "-m", "checker", "grade", chapter.id, str(submissions), "--out", str(grades),
+               "--device", "cuda", "--gpus", gpus] + ([] if resumed else ["--force"])
+    started = time.monotonic()
+    proc = subprocess.run(command, capture_output=True, text=True)
+    wall = time.monotonic() - started
+    rows = list(csv.DictReader((grades / "gradebook.csv").open())) if (grades / "gradebook.csv").exists() else []
+    results["stages"][key] = {
+        "gpus": gpus, "wall_s": round(wall, 1), "exit_code": proc.returncode, "resumed": resumed,
+        "summary": (proc.stdout.strip().splitlines() or [""])[-3:],
+        "students": {r["student"]: {"verdict": r["verdict"], "wall_s": r["wall_s"], "gpu_name": r["gpu_name"],
+                                    "speedup": r["speedup"], "reason": r["reason"]} for r in rows},
+        "stderr_tail": proc.stderr[-3000:],
+    }
+    print(f"{key}: {wall:.0f} s, exit {proc.returncode}", flush=True)
+    shutil.copy(grades / "gradebook.csv", out / f"gradebook-{key}.csv") if rows else None
+
+one, two = results["stages"].get("one_gpu"), results["stages"].get("two_gpus")
+if one and two:
+    verdicts = lambda s: {k: v["verdict"] for k, v in s["students"].items()}
+    results["same_verdicts"] = verdicts(one) == verdicts(two)
+    results["wall_ratio_one_over_two"] = round(one["wall_s"] / two["wall_s"], 2) if two["wall_s"] else None
+results_path.write_text(json.dumps(results, indent=2) + "\n")
+print(f"wrote {results_path}")
+PY

@@ -1,0 +1,111 @@
+"""The ledger and what is derived from it, without grading anything: fast."""
+
+import json
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from checker.chapters import get_chapter
+from checker.errors import WorkbookError
+from checker.grading import ledger, plan_slots
+from checker.grading.files import write_atomic
+from checker.grading.gradebook import Summary, rebuild, row_for
+from checker.grading.slurm import shares
+from checker.grading.submission import copy_submission, submission_hash
+
+
+def _record(student, sha="h", verdict="passed", **more):
+    return dict(dict(student=student, chapter="01_item_syncs", submission_sha256=sha, device="cpu",
+                     trace_tool="torch", verdict=verdict, reason="", cells={"same_work": "passed"}, speedup=None,
+                     wall_s=1.0, graded_at="t", workbook_version="v", feedback=f"feedback of {student}\n"), **more)
+
+
+def test_a_line_cut_short_by_a_crash_is_skipped_and_the_next_append_starts_a_fresh_line(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    with ledger.locked(path) as led:
+        led.append(_record("ann"))
+    with path.open("ab") as handle:  # what a kill in the middle of a write leaves
+        handle.write(b'{"student": "bob", "verd')
+    assert [r["student"] for r in ledger.read_records(path)] == ["ann"]
+    with ledger.locked(path) as led:
+        led.append(_record("cat"))
+    assert [r["student"] for r in ledger.read_records(path)] == ["ann", "cat"]
+
+
+def _append_many(path, worker, count):
+    for i in range(count):
+        with ledger.locked(Path(path)) as led:
+            led.append(_record(f"w{worker}-{i}", feedback="x" * 5000))
+
+
+def test_concurrent_writers_never_interleave_lines(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    workers = [multiprocessing.Process(target=_append_many, args=(str(path), w, 40)) for w in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    lines = path.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and all(json.loads(line) for line in lines[:-1])
+    assert len(ledger.read_records(path)) == 160
+
+
+def test_the_latest_record_of_a_submission_wins_and_a_changed_submission_is_pending(tmp_path):
+    chapter = get_chapter("01")
+    records = [_record("ann", verdict="failed"), _record("ann", verdict="passed"), _record("bob", sha="old")]
+    rows = rebuild(tmp_path, chapter, {"ann": "h", "bob": "new"}, ledger.latest_by_key(records), "cpu", "torch")
+    assert [(r["student"], r["verdict"]) for r in rows] == [("ann", "passed"), ("bob", "pending")]
+    assert (tmp_path / "feedback" / "ann.md").read_text() == "feedback of ann\n"
+    assert not (tmp_path / "feedback" / "bob.md").exists()
+    assert (tmp_path / "gradebook.csv").read_text().splitlines()[0].startswith("student,verdict,same_work,")
+
+
+def test_exit_code_says_whether_every_submission_got_a_verdict():
+    chapter = get_chapter("01")
+    passed, failed = row_for(chapter, "a", "h", _record("a")), row_for(chapter, "b", "h", _record("b", verdict="failed"))
+    error, pending = row_for(chapter, "c", "h", _record("c", verdict="error")), row_for(chapter, "d", "h", None)
+    assert Summary.of([passed, failed]).exit_code == 0
+    assert Summary.of([passed, error]).exit_code == 3
+    assert Summary.of([passed, error, pending]).exit_code == 4
+    assert Summary.of([passed, failed, error, pending]).line == (
+        "4 submissions: 1 passed, 1 failed, 1 could not be graded, 1 not graded yet")
+
+
+def test_atomic_write_replaces_the_whole_file(tmp_path):
+    target = tmp_path / "gradebook.csv"
+    write_atomic(target, "old\n")
+    write_atomic(target, "new\n")
+    assert target.read_text() == "new\n" and [p.name for p in tmp_path.iterdir()] == ["gradebook.csv"]
+
+
+def test_the_scratch_copy_holds_regular_files_only_and_hashes_like_the_folder(tmp_path):
+    folder = tmp_path / "ann"
+    (folder / "__pycache__").mkdir(parents=True)
+    (folder / "train.py").write_text("print(1)\n")
+    (folder / "__pycache__" / "x.pyc").write_bytes(b"junk")
+    (folder / "link").symlink_to("/etc/passwd")
+    sha = copy_submission(folder, tmp_path / "copy", max_bytes=1 << 20)
+    assert sha == submission_hash(folder)
+    assert sorted(p.name for p in (tmp_path / "copy").rglob("*")) == ["train.py"]
+    (folder / "train.py").write_text("print(2)\n")
+    assert submission_hash(folder) != sha
+
+
+def test_gpus_are_refused_on_the_cpu_with_one_line():
+    chapter = get_chapter("01")
+    with pytest.raises(WorkbookError, match="--gpus picks GPUs.*--workers N"):
+        plan_slots(chapter, "cpu", "0,1", None, [])
+    with pytest.raises(WorkbookError, match="times its CPU checks"):
+        plan_slots(get_chapter("04"), "cpu", None, 2, [])
+    assert [s.env for s in plan_slots(chapter, "cuda", None, None, ["A", "B"])] == [
+        {"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]
+    with pytest.raises(WorkbookError, match="2 visible GPU"):
+        plan_slots(chapter, "cuda", "0,2", None, ["A", "B"])
+
+
+def test_slurm_shares_cover_every_student_once():
+    names = [f"s{i}" for i in range(7)]
+    assert shares(names, None) == [[n] for n in names]
+    split = shares(names, 3)
+    assert len(split) == 3 and sorted(sum(split, [])) == names

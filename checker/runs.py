@@ -65,7 +65,7 @@ class RunResult:
     workers_at_close: set[int] = field(default_factory=set)
     survivors: int = 0  # processes the run left behind, killed by the grader
     output_tail: str = ""
-    eval_loss: float | None = None  # filled in by the referee
+    reports: dict[str, float] = field(default_factory=dict)  # numbers the run claimed (session.report): untrusted
 
 
 # (name, from mark, to mark): where the seconds of one run went, on the grader's clock
@@ -152,6 +152,7 @@ class _Run:
         self.pid: int | None = None
         self.workers_at_first_step: set[int] = set()
         self.workers_at_close: set[int] = set()
+        self.reports: dict[str, float] = {}
 
     def broken(self, what: str) -> ScriptError:
         return ScriptError(f"{self.display} {what}; the grader stopped it")
@@ -192,6 +193,13 @@ class _Run:
             self.workers_at_first_step = sandbox.descendants(self.pid)
         elif kind == "built":
             pass
+        elif kind == "report":
+            name, value = header.get("name"), header.get("value")
+            if not isinstance(name, str) or len(name) > 64 or isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise self.broken("sent a report that is not a name and a number")
+            if name not in self.reports and len(self.reports) >= 32:
+                raise self.broken("sent more than 32 reports")
+            self.reports[name] = float(value)
         elif kind in ("done", "error", "incomplete"):
             if self.outcome is not None:
                 raise self.broken("reported its outcome twice")
@@ -352,6 +360,7 @@ def run_script(
         workers_at_close=run.workers_at_close,
         survivors=survivors,
         output_tail=output[-4000:],
+        reports=dict(run.reports),
     )
 
 

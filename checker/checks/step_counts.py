@@ -96,7 +96,7 @@ def aten_base_name(name: str) -> str:
 
 def elementwise_aten_ops(events: pd.DataFrame) -> pd.DataFrame:
     ops = top_level_aten_ops(events)
-    return ops[ops["name"].astype(str).map(lambda n: aten_base_name(n) in ELEMENTWISE_ATEN)]
+    return ops[ops["name"].astype(str).map(lambda n: aten_base_name(n) in ELEMENTWISE_ATEN).astype(bool)]
 
 
 def elementwise_kernels(events: pd.DataFrame) -> pd.DataFrame:

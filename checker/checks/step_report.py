@@ -12,34 +12,28 @@ and closed the window).
   window. The window is synchronized at both ends by the harness, so this holds on a GPU whether or not the
   script waits for the device; a clock read right after queueing the work lands far below it.
 
-The report reaches the grader as ``RunResult.reports`` (name -> number) when the harness sends it over the
-grader's channel; until then, as the last line the run printed that starts with ``step time report:`` and
-holds ``name=value`` pairs. Both are equally untrusted: only the comparison counts.
+The report reaches the grader as ``RunResult.reports`` (name -> number): the script calls
+``session.report(name, value)``, which sends it over the grader's channel. It is untrusted: only the
+comparison counts.
 """
 
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 
 from checker.checks import FAILED, PASSED, check, result
 
-REPORT_LINE = re.compile(r"^step time report:(?P<pairs>.*)$", re.MULTILINE)
-PAIR = re.compile(r"(?P<name>[A-Za-z_][\w]*)=(?P<value>\S+)")
 KNOWN = ("steps", "p50_ms", "p90_ms", "mean_ms")
 
 
 def read_report(run) -> dict[str, float] | None:
-    """The numbers the run reported about its steps, or None when it reported none."""
+    """The numbers the run reported about its steps (session.report), or None when it reported none."""
     sent = getattr(run, "reports", None)
-    if sent:
-        return {str(k): _number(v) for k, v in sent.items()}
-    lines = list(REPORT_LINE.finditer(getattr(run, "output_tail", "") or ""))
-    if not lines:
+    if not sent:
         return None
-    return {m.group("name"): _number(m.group("value")) for m in PAIR.finditer(lines[-1].group("pairs"))}
+    return {str(k): _number(v) for k, v in sent.items()}
 
 
 def _number(value) -> float:
@@ -73,8 +67,8 @@ def compare(name: str, reported: float, truth: float, tolerance: float) -> tuple
 
 def _no_report(spec, tolerance, truth):
     return result(spec, FAILED, threshold=tolerance, measured={"grader": truth}, evidence=[
-        "the run reported no step times: print one line `step time report: steps=N p50_ms=... p90_ms=... "
-        "mean_ms=...` (the lab's last lines do it)"])
+        "the run reported no step times: call session.report(name, value) for steps, p50_ms, p90_ms and mean_ms "
+        "(the lab's last lines do it)"])
 
 
 def _summary(truth: dict[str, float]) -> str:

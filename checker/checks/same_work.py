@@ -35,7 +35,7 @@ def _tolerance(spec, name: str, device: str, default: float) -> float:
     return float(value)
 
 
-@check("same_work", key="weight_distance", fmt="{:.2f} weight distance")
+@check("same_work", key="relative_difference", fmt="{:.1%} loss diff")
 def same_work(ev, spec):
     rel_tolerance = _tolerance(spec, "rel_tolerance", ev.device, 0.05)
     abs_tolerance = _tolerance(spec, "abs_tolerance", ev.device, 0.0)

@@ -36,6 +36,7 @@ OUTPUT_CAP = 16 * 1024 * 1024  # bytes a run may print before it is stopped
 OUTPUT_TAIL = 64 * 1024  # bytes of the end of its output kept for messages
 HEADER_CAP = 64 * 1024  # one message line
 WEIGHTS_CAP = 2 * 1024**3  # bytes of weights a run may send
+CPU_MEMORY_MB = 6144  # memory a CPU run's process may use unless chapter.toml says (memory_mb)
 
 
 class ScriptError(WorkbookError):
@@ -253,7 +254,7 @@ def run_script(
         ]
         trace_file = report.with_suffix(".nsys-rep")
     command += ["--", *script_args]
-    limits = sandbox.Limits(memory_mb=int(cfg["memory_mb"]) if device == "cpu" and cfg.get("memory_mb") else None)
+    limits = sandbox.Limits(memory_mb=int(cfg.get("memory_mb") or CPU_MEMORY_MB) if device == "cpu" else None)
     sandbox.become_subreaper()
     known_children = sandbox.descendants(os.getpid())
     run = _Run(chapter, script, device, total_steps, warmup, seed, window_key, folder, display)
@@ -324,12 +325,15 @@ def run_script(
         raise IncompleteWork(f"work differs: {display} {outcome.get('error')}")
     if outcome.get("type") == "error":
         where = _where(outcome.get("where"), folder.script, display)
-        raise ScriptError(f"{display} failed{where}: {outcome.get('error')}")
+        cap = ""
+        if limits.memory_mb and str(outcome.get("error", "")).startswith("MemoryError"):
+            cap = f" (out of memory: each process of a run may use {limits.memory_mb} MB, memory_mb in {chapter.id}/chapter.toml)"
+        raise ScriptError(f"{display} failed{where}: {outcome.get('error')}{cap}")
     if run.weights is None or outcome.get("type") != "done":
         code = proc.returncode
         how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
-        if code == -9 and limits.memory_mb:
-            how += f" (memory cap {limits.memory_mb} MB? see memory_mb in {chapter.id}/chapter.toml)"
+        if code in (-9, -11) and limits.memory_mb:
+            how += f" (out of memory? each process of a run may use {limits.memory_mb} MB, memory_mb in {chapter.id}/chapter.toml)"
         raise ScriptError(f"{display} {how} before the grader had its trained weights; "
                           + _last_words(tail, "it printed nothing"))
     if trace == "nsys":

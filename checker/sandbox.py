@@ -8,9 +8,9 @@
 * When the grader runs as root, the run drops to an unprivileged user (``nobody``), which cannot write the
   checkout, the Python environment, the output folder or other runs' folders; it gets its own network
   namespace (no network) when the kernel allows it.
-* Limits: a per-process address-space cap on CPU runs (CUDA reserves address space it never touches, so a
-  GPU run is capped by its timeout only), no core files, a file-size cap, and a process-count cap when the
-  run is unprivileged.
+* Limits: a per-process memory cap on CPU runs (RLIMIT_DATA: the memory a process writes, not the address
+  space it reserves; CUDA's mappings are not worth the risk, so a GPU run is capped by its timeout only), no
+  core files, a file-size cap, and a process-count cap when the run is unprivileged.
 * No survivors: the run starts a new session; the grader is a child subreaper, so descendants that detach
   (a double fork, setsid) are reparented to it; when the run ends every one of them is killed and counted.
 * Tampering: files of the checkout or the Python environment changed while the check ran (ctime, which no
@@ -113,7 +113,7 @@ def become_subreaper() -> None:
 
 @dataclass
 class Limits:
-    memory_mb: int | None = None  # address-space cap per process (CPU runs)
+    memory_mb: int | None = None  # data (heap and private writable mappings) per process, CPU runs
     file_mb: int = 4096  # largest file a run may write (nsys reports included)
     processes: int = 4096  # processes and threads of the unprivileged user
 
@@ -188,7 +188,7 @@ def preexec(identity: tuple[int, int] | None, limits: Limits, isolate_network: b
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
         if limits.memory_mb:
             cap = limits.memory_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+            resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
         if isolate_network and _LIBC.unshare(CLONE_NEWNET) == 0:
             _loopback_up()  # a new namespace has only a loopback, down; local tools (nsys) talk over it
         if identity is not None:

@@ -30,6 +30,7 @@ warmup = 2
 lr = 0.1
 trials = 1
 timeout_s = 60
+memory_mb = 1536
 
 [[checks]]
 name = "same_work"
@@ -39,7 +40,9 @@ abs_tolerance = 0.01
 
 [[hints]]
 check = "same_work"
-text = "Train on every batch with the baseline's learning rate."
+nudge = "Your script trains differently from the baseline."
+where = "Compare the optimizer's settings with the baseline's."
+pattern = "Train on every batch with the baseline's learning rate."
 '''
 
 TINY_WORKLOAD = '''

@@ -197,7 +197,10 @@ class Grader:
         feedback = result["feedback"]
         if record["notes"]:
             feedback += "".join(f"\nnote: {note}\n" for note in record["notes"])
-        record.update(verdict=result["verdict"], reason="", cells=result["cells"], speedup=result["speedup"],
+        # what the runs' grader saw besides the checks (a process left running): said in the reason column too
+        seen = [n for n in result["report"].get("notes", []) if not n.startswith("isolation:")]
+        record.update(verdict=result["verdict"], reason="; ".join(seen + record["notes"]), cells=result["cells"],
+                      speedup=result["speedup"],
                       report=result["report"], feedback=feedback, failed_checks=result["failed_checks"],
                       wall_s=round(time.monotonic() - started, 1), graded_at=now_utc())
         return record

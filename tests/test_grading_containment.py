@@ -1,7 +1,7 @@
 """Submissions that misbehave, graded through `workbook grade` as a class: each is contained, each gets its
-reason, and nobody else's files are touched. Parts of this rest on the per-run sandbox of issue 11 (an
-unprivileged user, an output cap, a memory cap, "left a child running"): those tests were marked xfail until
-it lands, and fail loudly (strict) once they pass."""
+reason, and nobody else's files are touched. Parts of this rest on the per-run sandbox (checker/sandbox.py:
+an output cap, a memory cap, "left a process running"); what only an unprivileged user prevents is tested
+where the grader can drop to one."""
 
 import os
 import re

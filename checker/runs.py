@@ -59,6 +59,7 @@ class RunResult:
     weights: bytes | None = field(default=None, repr=False)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)  # what the run said about itself (untrusted)
     trace_file: Path | None = None
+    copy: Path | None = None  # the run's copy of the script: traces and errors name it, reports name the original
     phases_s: dict[str, float] = field(default_factory=dict)
     step_stamps_ns: list[int] = field(default_factory=list, repr=False)  # grader clock: timed step starts, then close
     steps: int = 0  # steps the run made, warm-up included
@@ -357,6 +358,7 @@ def run_script(
         weights=run.weights,
         raw={"loader": outcome.get("loader"), "device_name": outcome.get("device_name"), "samples": samples},
         trace_file=trace_file,
+        copy=folder.script,
         phases_s=phases(run.clock),
         step_stamps_ns=stamps,
         steps=total_steps,

@@ -12,6 +12,14 @@ import linecache
 from pathlib import Path
 
 from checker.checks import FAILED, PASSED, check, result
+from checker.paths import display_path
+
+
+def as_graded(where, run, script: Path) -> str | None:
+    """A trace's 'path:line' with the run's private copy of the script named as the learner knows it."""
+    if not isinstance(where, str) or run is None or run.copy is None:
+        return where if isinstance(where, str) else None
+    return where.replace(str(run.copy), display_path(script))
 
 
 def source_line(where: str | None, script: Path | None = None) -> str:
@@ -59,7 +67,7 @@ def host_syncs(ev, spec):
     if len(syncs):
         grouped = syncs.groupby(["name", "where"], dropna=False).size().sort_values(ascending=False)
         for (name, where), count in grouped.items():
-            where = None if not isinstance(where, str) else where
+            where = as_graded(where, ev.candidate_run(), ev.candidate)
             if where and not lines_recorded:
                 origin = f"{where.rpartition(':')[0]} (this torch.profiler records no call lines; torch >= 2.12 does)"
             else:

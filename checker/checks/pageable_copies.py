@@ -13,7 +13,7 @@ and of pinned host-to-device copies, so the difference the fix makes shows in GB
 from __future__ import annotations
 
 from checker.checks import FAILED, PASSED, check, result
-from checker.checks.host_syncs import source_line
+from checker.checks.host_syncs import as_graded, source_line
 
 
 def copy_line(copies, label: str, steps: int) -> str | None:
@@ -62,6 +62,7 @@ def pageable_copies(ev, spec):
                         "CPU still stages the copy: the source must be pinned")
     if len(pageable):
         for where, count in pageable.groupby("where", dropna=True).size().sort_values(ascending=False).items():
-            evidence.append(f"{count / steps:g} pageable copies per step from {source_line(where)}")
+            shown = as_graded(where, ev.candidate_run(), ev.candidate)
+            evidence.append(f"{count / steps:g} pageable copies per step from {source_line(shown, ev.candidate)}")
     status = PASSED if per_step <= threshold else FAILED
     return result(spec, status, measured=measured, threshold=threshold, evidence=evidence)

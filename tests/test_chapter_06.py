@@ -14,8 +14,8 @@ def _line_of(path, text):
     return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if text in line)
 
 
-def test_lab_evidence_names_the_line_of_each_hidden_sync(graded):
-    lab = get_chapter(CHAPTER).lab_script
+def test_lab_evidence_names_the_line_of_each_hidden_sync(graded, pristine_lab):
+    lab = pristine_lab(CHAPTER) / "train.py"  # the lab as shipped, whatever the learner made of theirs
     host_syncs = next(c for c in graded(CHAPTER, "lab").checks if c.name == "host_syncs")
     assert host_syncs.status == "failed" and host_syncs.hint
     evidence = "\n".join(host_syncs.evidence)

@@ -68,6 +68,7 @@ class FakeEvaluation:
         self.trace_tool = "torch"
         self.traced_run = traced_run
         self.cfg = {"epoch_batches": 32}
+        self.candidate = Path("train.py")
 
     def trace(self):
         return self._trace

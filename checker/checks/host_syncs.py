@@ -17,9 +17,10 @@ from checker.paths import display_path
 
 def as_graded(where, run, script: Path) -> str | None:
     """A trace's 'path:line' with the run's private copy of the script named as the learner knows it."""
-    if not isinstance(where, str) or run is None or run.copy is None:
+    copy = getattr(run, "copy", None)
+    if not isinstance(where, str) or copy is None:
         return where if isinstance(where, str) else None
-    return where.replace(str(run.copy), display_path(script))
+    return where.replace(str(copy), display_path(script))
 
 
 def source_line(where: str | None, script: Path | None = None) -> str:

@@ -16,7 +16,7 @@ SPEC = CheckSpec(name="host_syncs", doc="no syncs", threshold={"cuda": 0, "cpu":
 def evaluation(trace_path, device="cuda", log_every=0):
     trace = load(trace_path)
     return SimpleNamespace(trace=lambda: trace, device=device, trace_tool="torch",
-                           candidate=Path("scripts/trace_fixture_programs.py"),
+                           candidate=Path("scripts/trace_fixture_programs.py"), candidate_run=lambda: None,
                            is_log_step=lambda step: bool(log_every) and (step + 1) % log_every == 0)
 
 

@@ -139,7 +139,8 @@ class Evaluation:
                          display=shown, **kwargs)
         self.say(f"  {sum(run.phases_s.values()):.1f} s: {describe_phases(run.phases_s)}")
         if run.survivors:
-            self.notes.append(f"{shown} left {run.survivors} process(es) running after it finished; the grader "
+            left = "1 process" if run.survivors == 1 else f"{run.survivors} processes"
+            self.notes.append(f"{shown} left {left} running after it finished; the grader "
                               "killed them")
         return run
 

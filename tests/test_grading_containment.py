@@ -24,7 +24,7 @@ def _unprivileged_runs() -> str | None:
 # what only a grader that can drop to an unprivileged user prevents (rather than detects)
 UNPRIVILEGED = pytest.mark.skipif(_unprivileged_runs() is not None,
                                   reason=f"needs runs as an unprivileged user; here each run {_unprivileged_runs()}")
-ORPHAN_TAG = f"workbook-test-orphan-{uuid.uuid4().hex[:8]}"
+ORPHAN_TAG = f"grading-test-orphan-{uuid.uuid4().hex[:8]}"
 RUN_TIMEOUT_S = "30"  # WORKBOOK_TIMEOUT_S: a run's limit, so that a hang costs seconds here
 
 # writes outside its own folder by relative paths: into a neighbour's folder, the output folder, its own copy

@@ -188,7 +188,8 @@ class Grader:
         record = dict(base, submission_sha256=sha, gpu_name=result.get("gpu_name", ""))
         left = int(result.get("leftover_processes") or 0)
         if left:
-            record["notes"].append(f"left {left} process(es) running after its runs ended; the grader killed them")
+            record["notes"].append(f"left {left} process{'' if left == 1 else 'es'} running after its runs ended; "
+                                   "the grader killed them")
         if result["kind"] == "error":
             reason = result["reason"]
             if reason.startswith(f"--submission {student.name}: "):  # evaluate's words for `workbook check`

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from checker.paths import repo_root
@@ -125,7 +125,6 @@ class RunFolder:
     path: Path
     script: Path
     identity: tuple[int, int] | None
-    extra: dict = field(default_factory=dict)
 
     @classmethod
     def create(cls, parent: Path, script: Path, identity: tuple[int, int] | None) -> "RunFolder":

@@ -7,7 +7,12 @@ interval per timed step, stamped as each step starts, the last one ending when t
 and closed the window).
 
 * ``step_time_report``: the report covers the timed steps (``steps``, warm-up excluded) and its ``p50_ms``
-  and ``p90_ms`` are within the threshold (a relative tolerance) of the grader's percentiles of those steps;
+  and ``p90_ms`` are within the threshold (a relative tolerance) of the grader's percentiles of those steps.
+  Percentile methods differ (numpy's default interpolates at rank p(n-1), ``statistics.quantiles`` at
+  p(n+1)-1, others round), and every common one lands between the two neighbouring order statistics
+  ``sorted[floor(p(n-1))]`` and ``sorted[ceil(p(n+1)-1)]``: a report anywhere in that band is right. Where
+  the two differ a lot (a few slow steps among the long ones on a busy machine), one fixed method would fail
+  a correct benchmark, as one did on the 2-core CI machine (p90 75.6 ms reported, numpy's 51.4 ms);
 * ``mean_step_report``: its ``mean_ms`` is within the threshold of the grader's mean step time over the timed
   window. The window is synchronized at both ends by the harness, so this holds on a GPU whether or not the
   script waits for the device; a clock read right after queueing the work lands far below it.
@@ -53,15 +58,31 @@ def grader_times(run) -> dict[str, float]:
             "p90_ms": float(np.percentile(times, 90)), "mean_ms": float(times.mean())}
 
 
-def compare(name: str, reported: float, truth: float, tolerance: float) -> tuple[float, str | None]:
-    """(how many times off, a line of evidence when off by more than the tolerance)."""
+def percentile_band(times, fraction: float) -> tuple[float, float]:
+    """The range every common percentile method can give for ``fraction`` (0.9 for p90) of ``times``: the order
+    statistics at the lowest rank any of them interpolates from, floor(p(n-1)), and the highest,
+    ceil(p(n+1)-1) (both 0-based, clamped to the series)."""
+    ordered = np.sort(np.asarray(times, dtype=float))
+    last = len(ordered) - 1
+    low = min(max(math.floor(fraction * last), 0), last)
+    high = min(max(math.ceil(fraction * (last + 2) - 1), 0), last)
+    return float(ordered[low]), float(ordered[high])
+
+
+def compare(name: str, reported: float, truth: float, tolerance: float,
+            band: tuple[float, float] | None = None) -> tuple[float, str | None]:
+    """(how many times off, a line of evidence when off by more than the tolerance). ``band`` is the range of
+    right answers (see percentile_band); without it, ``truth`` is the one right answer."""
     if not math.isfinite(reported) or reported <= 0:
         return float("inf"), f"{name} is {reported!r}, not a positive number of milliseconds"
-    off = max(reported / truth, truth / reported)
-    if abs(reported - truth) <= tolerance * truth:
+    low, high = band if band is not None else (truth, truth)
+    nearest = min(max(reported, low), high)
+    off = max(reported / nearest, nearest / reported)
+    if abs(reported - nearest) <= tolerance * nearest:
         return off, None
-    how = "faster than" if reported < truth else "slower than"
-    return off, (f"{name} {reported:.3f} ms vs the grader's {truth:.3f} ms: {off:.2f}x {how} the steps ran "
+    how = "faster than" if reported < nearest else "slower than"
+    grader = f"{truth:.3f} ms" if low == high else f"{truth:.3f} ms (any of {low:.3f}-{high:.3f} ms, by method)"
+    return off, (f"{name} {reported:.3f} ms vs the grader's {grader}: {off:.2f}x {how} the steps ran "
                  f"(tolerance {tolerance:.0%})")
 
 
@@ -97,7 +118,8 @@ def step_time_report(ev, spec):
             evidence.append(f"the report has no {name}: the grader's {name[:3]} of the timed steps is "
                             f"{truth[name]:.3f} ms")
             continue
-        off, line = compare(name, report[name], truth[name], tolerance)
+        band = percentile_band(run.step_ms, int(name[1:3]) / 100)
+        off, line = compare(name, report[name], truth[name], tolerance, band)
         ratios.append(off)
         if line:
             evidence.append(line)

@@ -170,6 +170,9 @@ def _grade(args: argparse.Namespace, say) -> int:
     if args.trace_tool == "nsys" and find_tool("nsys") is None:
         raise WorkbookError("--trace-tool nsys: nsys not found on PATH; install Nsight Systems, set "
                             "WORKBOOK_NSYS=/path/to/nsys, or use --trace-tool torch")
+    if args.baseline_every < 0:
+        raise WorkbookError(f"--baseline-every {args.baseline_every}: give a number of students, or 0 to pair every "
+                            "run with the slow script")
     gpu_names: list[str] | None = None
 
     def names() -> list[str]:
@@ -185,7 +188,8 @@ def _grade(args: argparse.Namespace, say) -> int:
     settings = grading.Settings(chapter=chapter, submissions=submissions, out=out, device=device,
                                 trace_tool=args.trace_tool, student_timeout_s=float(timeout),
                                 max_submission_bytes=int(args.max_submission_mb * (1 << 20)),
-                                workbook_version=grading.workbook_version())
+                                workbook_version=grading.workbook_version(),
+                                baseline_every=args.baseline_every or None)
     grading_class = grading.GradingClass(settings)
     only = [name.strip() for name in args.only.split(",") if name.strip()] if args.only else None
     if grading_class.strays:
@@ -357,6 +361,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wall-clock limit for grading one student (default: from the chapter's per-run limit)")
     p.add_argument("--max-submission-mb", type=float, default=256,
                    help="a submission folder larger than this is not copied, nor graded (default: 256)")
+    p.add_argument("--baseline-every", type=int, default=5, metavar="N",
+                   help="measure the slow script's speed once per worker, then again after every N students, and "
+                        "train the reference solution beside each student's runs (default: 5); 0: train the slow "
+                        "script beside every run instead, as `workbook check` does")
     p.add_argument("--collect", action="store_true",
                    help="grade nothing: rebuild gradebook.csv and feedback/ from the ledger (after --slurm)")
     p.add_argument("--slurm", action="store_true", help="submit a Slurm array job instead of grading here")

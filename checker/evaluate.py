@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import shutil
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -11,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from checker import checks, sandbox
-from checker.chapters import Chapter
+from checker.baseline import BaselineBank
+from checker.chapters import Chapter, CheckSpec
 from checker.checks import FAILED, NOT_SELECTED, SKIPPED, CheckResult
 from checker.errors import WorkbookError
 from checker.evidence import TraceMismatch, ask_referee as judge, trace_problem
@@ -92,7 +94,8 @@ class Evaluation:
     """
 
     def __init__(self, chapter: Chapter, candidate: Path, device: str, trace_tool: str = "torch", with_ncu: bool = False,
-                 keep_traces: Path | None = None, progress=None, only: set[str] | None = None):
+                 keep_traces: Path | None = None, progress=None, only: set[str] | None = None,
+                 bank: BaselineBank | None = None):
         if device not in ("cpu", "cuda"):
             raise WorkbookError(f"--device {device}: choose cpu or cuda")
         if device == "cuda" and not cuda_available():
@@ -122,6 +125,29 @@ class Evaluation:
         self.keep_traces = keep_traces  # where to copy each trace a check read (--keep-traces)
         self.progress = progress  # called with one line before each run of a script (the CLI prints it on a terminal)
         self.notes: list[str] = [f"isolation: each run {sandbox.isolation()[1]}"]
+        self.bank = bank
+        self.reference_script = self._reference_script()
+        self.uses_bank = self.reference_script != chapter.slow_script
+        self.reference_label = "reference solution" if self.uses_bank else "baseline"
+
+    def _reference_script(self) -> Path:
+        """The script trained beside each candidate run, under its secret: the slow script, unless a grading
+        worker shares the slow script's speed (a BaselineBank), where the chapter's reference solution does the
+        same work in less time. Chapters whose checks read the slow script's trace keep the slow script."""
+        slow = self.chapter.slow_script
+        if self.bank is None:
+            return slow
+        wanted = [spec.name for spec in self.chapter.checks if not self.only or spec.name in self.only]
+        if any(name in checks.NEEDS_BASELINE_TRACE for name in wanted):
+            self.notes.append("baseline: each student's runs are paired with the slow script's: "
+                              f"{self.chapter.id}'s checks compare counts with its trace")
+            return slow
+        solution = self.chapter.solution_script
+        if not solution.is_file():
+            self.notes.append(f"baseline: each student's runs are paired with the slow script's: there is no "
+                              f"reference solution ({display_path(solution)}) to train beside them")
+            return slow
+        return solution
 
     def is_log_step(self, step: int) -> bool:
         log_every = int(self.cfg.get("log_every", 0))
@@ -155,7 +181,9 @@ class Evaluation:
             return [self.traced_pair()]
         if self._pairs is None:
             trials = int(self.cfg.get("trials", 3))
-            baseline = self.chapter.slow_script
+            baseline = self.reference_script
+            if self.uses_bank:
+                self._measure_bank(trials)
             self._pairs = []
             for trial in range(trials):
                 what = f"timed run, trial {trial + 1} of {trials}"
@@ -169,6 +197,76 @@ class Evaluation:
                 self._pairs.append((b, c))
         return self._pairs
 
+    def _measure_bank(self, trials: int) -> None:
+        """The slow script's timed runs this worker still owes: ``trials`` of them for its first student, then
+        one every few students. The first is also the one the reference solution is checked against."""
+        due = self.bank.due(trials)
+        for number in range(due):
+            run = self._run(self.chapter.slow_script, f"the slow script's speed on this worker, run {number + 1} "
+                            f"of {due}", self._secret())
+            self.bank.add(run.window_s, run.samples)
+            self.bank.runs += 1
+            if self.bank.reference is None:
+                self._check_reference(run)
+        self._ensure_reference_checked()
+
+    def _ensure_reference_checked(self) -> None:
+        if self.bank.reference is None:
+            run = self._run(self.chapter.slow_script, "the slow script, to check the reference solution against",
+                            self._secret(), steps=self._traced_steps())
+            self.bank.runs += 1
+            self._check_reference(run)
+        if not self.bank.reference.get("agrees"):
+            raise WorkbookError(self.bank.reference["why"])
+        if any(note.startswith("baseline: speed") for note in self.notes):
+            return
+        self.notes.append(
+            f"baseline: speed compared with the slow script's on this worker ({self.bank.summary() or 'not timed here'}); "
+            f"work compared with the reference solution trained under the same secret, which agreed with the slow "
+            f"script's work (weights {self.bank.reference['distance']:.3f} of its training apart)")
+
+    def _check_reference(self, slow: RunResult) -> None:
+        """Train the reference solution under the slow run's secret; the referee must find the same work."""
+        from checker.checks.same_work import loss_difference, tolerances, weight_differences
+
+        reference = self._run(self.reference_script, "the reference solution, under the same secret",
+                              (slow.seed, slow.window_key), steps=slow.steps or None)
+        judged = judge(self.chapter, self.device, [(slow, reference)], self.workdir)[0]
+        spec = next((c for c in self.chapter.checks if c.name == "same_work"), None)
+        limits = tolerances(spec or CheckSpec(name="same_work", doc="", threshold={}, skip={}, options={}),
+                            self.device)
+        problems = [judged["baseline"]["load_error"]] if "load_error" in judged["baseline"] else []
+        if "load_error" in judged["candidate"]:
+            problems.append(judged["candidate"]["load_error"])
+        distance = float("nan")
+        if not problems:
+            far = judged["candidate"]["distance"]
+            distance = far["relative"]
+            problems += weight_differences(far, limits, "slow script")
+            _, line = loss_difference(judged["baseline"]["eval_loss"], judged["candidate"]["eval_loss"], limits,
+                                      "slow script")
+            problems += [line] if line else []
+        self.bank.reference = {"agrees": not problems, "distance": round(distance, 4), "problems": problems,
+                               "why": (f"the reference solution {display_path(self.reference_script)} does not do the "
+                                       f"slow script's work ({'; '.join(problems)}): no student can be judged "
+                                       "against it; restore it (git checkout) and grade again")}
+
+    def _traced_steps(self) -> int:
+        return int(self.cfg["warmup"]) + int(self.cfg.get("trace_steps", 10))
+
+    def speed(self) -> tuple[list[float], list[float], list[float], int]:
+        """(speedup per timed candidate run, the baseline windows it was compared with, the candidate's
+        windows, the slow script's samples per window)."""
+        pairs = self.pairs()
+        candidate = [c.window_s for _, c in pairs]
+        if self.uses_bank:
+            recent = self.bank.recent(len(pairs))
+            baseline = [w["window_s"] for w in recent]
+            middle = statistics.median(baseline)
+            return [middle / c for c in candidate], baseline, candidate, int(recent[-1]["samples"])
+        baseline = [b.window_s for b, _ in pairs]
+        return [b / c for b, c in zip(baseline, candidate)], baseline, candidate, pairs[0][0].samples
+
     def all_pairs(self) -> list[tuple[RunResult, RunResult]]:
         """The pairs whose speed is compared, and the traced pair when it was made: whatever the candidate
         ran, its work is checked."""
@@ -179,13 +277,15 @@ class Evaluation:
 
     def traced_pair(self) -> tuple[RunResult, RunResult]:
         if self._traced_pair is None:
-            steps = int(self.cfg["warmup"]) + int(self.cfg.get("trace_steps", 10))
+            steps = self._traced_steps()
             wanted = [spec.name for spec in self.chapter.checks if not self.only or spec.name in self.only]
-            trace_baseline = any(name in checks.NEEDS_BASELINE_TRACE for name in wanted)
+            trace_baseline = any(name in checks.NEEDS_BASELINE_TRACE for name in wanted) and not self.uses_bank
+            if self.uses_bank and self._pairs is None:
+                self._ensure_reference_checked()
             secret = self._secret()
             tool = f"traced run ({self.trace_tool})"
-            b = self._run(self.chapter.slow_script, tool if trace_baseline else "baseline run", secret, steps=steps,
-                          trace=self.trace_tool if trace_baseline else None)
+            b = self._run(self.reference_script, tool if trace_baseline else f"{self.reference_label} run", secret,
+                          steps=steps, trace=self.trace_tool if trace_baseline else None)
             c = self._run(self.candidate, tool, secret, steps=steps, trace=self.trace_tool)
             self._traced_pair = (b, c)
         return self._traced_pair
@@ -322,10 +422,13 @@ class Evaluation:
 
 def evaluate(chapter: Chapter, *, variant: str = "lab", submission: Path | None = None, device: str | None = None,
              trace_tool: str = "torch", with_ncu: bool = False, keep: bool = False,
-             keep_traces: Path | None = None, only: set[str] | None = None, progress=None) -> Report:
+             keep_traces: Path | None = None, only: set[str] | None = None, progress=None,
+             bank: BaselineBank | None = None) -> Report:
+    """Grade one script. ``bank``: the slow script's speed shared by a grading worker's students (see
+    checker.baseline); without it, every candidate run is paired with a slow-script run."""
     candidate = resolve_candidate(chapter, variant, submission)
     ev = Evaluation(chapter, candidate, device or default_device(), trace_tool, with_ncu, keep_traces, progress,
-                    only=only)
+                    only=only, bank=bank)
     try:
         return ev.run_checks(str(submission) if submission else variant, only=only)
     finally:

@@ -35,12 +35,47 @@ def _tolerance(spec, name: str, device: str, default: float) -> float:
     return float(value)
 
 
+def tolerances(spec, device: str) -> dict[str, float]:
+    """The chapter's tolerances for same_work on this device, defaults filled in."""
+    weight = _tolerance(spec, "weight_tolerance", device, DEFAULT_WEIGHT_TOLERANCE[device])
+    return {"rel_tolerance": _tolerance(spec, "rel_tolerance", device, 0.05),
+            "abs_tolerance": _tolerance(spec, "abs_tolerance", device, 0.0),
+            "weight_tolerance": weight,
+            "layer_tolerance": _tolerance(spec, "layer_tolerance", device, 2.5 * weight)}
+
+
+def weight_differences(far: dict, limits: dict[str, float], reference: str = "baseline") -> list[str]:
+    """Evidence lines for one candidate's weights against the reference's (the referee's ``distance``)."""
+    lines = []
+    if not math.isfinite(far["relative"]) or far["relative"] > limits["weight_tolerance"]:
+        lines.append(f"work differs: its weights are {far['relative']:.2f} of the {reference}'s training away "
+                     f"from the {reference}'s, trained under the same secret (tolerance {limits['weight_tolerance']:g})")
+    elif not math.isfinite(far["worst_tensor"]) or far["worst_tensor"] > limits["layer_tolerance"]:
+        lines.append(f"work differs: {far['worst_tensor_name']} is {far['worst_tensor']:.2f} of its training "
+                     f"away from the {reference}'s (tolerance {limits['layer_tolerance']:g}): a layer trained "
+                     "differently")
+    if far["counts_differ"]:
+        lines.append(f"work differs: {', '.join(far['counts_differ'][:3])} differ from the {reference}'s "
+                     "(BatchNorm counts the batches it saw)")
+    return lines
+
+
+def loss_difference(base_loss: float, cand_loss: float, limits: dict[str, float],
+                    reference: str = "baseline") -> tuple[float, str | None]:
+    """(relative difference of the held-out losses, an evidence line when beyond both tolerances)."""
+    relative = abs(cand_loss - base_loss) / abs(base_loss) if base_loss else float("inf")
+    if not math.isfinite(cand_loss) or (relative > limits["rel_tolerance"]
+                                        and abs(cand_loss - base_loss) > limits["abs_tolerance"]):
+        return relative, (f"work differs: held-out loss {cand_loss:.4f} vs the {reference}'s {base_loss:.4f} "
+                          f"({relative:.1%} apart; tolerance {limits['rel_tolerance']:.0%} or "
+                          f"{limits['abs_tolerance']:g} absolute)")
+    return relative, None
+
+
 @check("same_work", key="relative_difference", fmt="{:.1%} loss diff")
 def same_work(ev, spec):
-    rel_tolerance = _tolerance(spec, "rel_tolerance", ev.device, 0.05)
-    abs_tolerance = _tolerance(spec, "abs_tolerance", ev.device, 0.0)
-    weight_tolerance = _tolerance(spec, "weight_tolerance", ev.device, DEFAULT_WEIGHT_TOLERANCE[ev.device])
-    layer_tolerance = _tolerance(spec, "layer_tolerance", ev.device, 2.5 * weight_tolerance)
+    limits = tolerances(spec, ev.device)
+    reference = getattr(ev, "reference_label", "baseline")
     pairs = ev.all_pairs()
     verdicts = ev.verdicts()
     evidence: list[str] = []
@@ -48,7 +83,7 @@ def same_work(ev, spec):
     for index, (baseline, candidate) in enumerate(pairs):
         judged = verdicts[index]
         if "load_error" in judged["baseline"]:
-            raise RuntimeError(f"the slow script's weights did not load: {judged['baseline']['load_error']}")
+            raise RuntimeError(f"the {reference}'s weights did not load: {judged['baseline']['load_error']}")
         cand = judged["candidate"]
         if "load_error" in cand:
             evidence.append(f"work differs: the weights it sent back do not fit the chapter's model "
@@ -59,36 +94,28 @@ def same_work(ev, spec):
         far = cand["distance"]
         distances.append(far["relative"])
         worst_layers.append(far["worst_tensor"])
-        if not math.isfinite(far["relative"]) or far["relative"] > weight_tolerance:
-            evidence.append(f"work differs: its weights are {far['relative']:.2f} of the baseline's training away "
-                            f"from the baseline's, trained under the same secret (tolerance {weight_tolerance:g})")
-        elif not math.isfinite(far["worst_tensor"]) or far["worst_tensor"] > layer_tolerance:
-            evidence.append(f"work differs: {far['worst_tensor_name']} is {far['worst_tensor']:.2f} of its training "
-                            f"away from the baseline's (tolerance {layer_tolerance:g}): a layer trained differently")
-        if far["counts_differ"]:
-            evidence.append(f"work differs: {', '.join(far['counts_differ'][:3])} differ from the baseline's "
-                            "(BatchNorm counts the batches it saw)")
+        evidence.extend(weight_differences(far, limits, reference))
     measured: dict = {"pairs": len(pairs)}
     if base_losses:
         base_loss, cand_loss = statistics.median(base_losses), statistics.median(cand_losses)
-        relative = abs(cand_loss - base_loss) / abs(base_loss) if base_loss else float("inf")
+        relative, line = loss_difference(base_loss, cand_loss, limits, reference)
         measured.update(
             baseline_eval_loss=round(base_loss, 5), candidate_eval_loss=round(cand_loss, 5),
             relative_difference=round(relative, 5), weight_distance=round(max(distances), 4),
             weight_distances=[round(d, 4) for d in distances], worst_layer=round(max(worst_layers), 4),
         )
-        if not math.isfinite(cand_loss) or (relative > rel_tolerance and abs(cand_loss - base_loss) > abs_tolerance):
-            evidence.append(
-                f"work differs: held-out loss {cand_loss:.4f} vs the baseline's {base_loss:.4f} "
-                f"({relative:.1%} apart; tolerance {rel_tolerance:.0%} or {abs_tolerance:g} absolute)")
+        if reference != "baseline":
+            measured["compared_with"] = reference
+        if line:
+            evidence.append(line)
     samples = {(b.samples, c.samples) for b, c in pairs}
     if any(b != c for b, c in samples):
         b, c = next(iter(samples))
-        evidence.append(f"work differs: the run reported {c} samples in the window, the baseline {b}")
-    threshold = {"weight_tolerance": weight_tolerance, "layer_tolerance": layer_tolerance, "rel_tolerance": rel_tolerance}
+        evidence.append(f"work differs: the run reported {c} samples in the window, the {reference} {b}")
+    threshold = {k: limits[k] for k in ("weight_tolerance", "layer_tolerance", "rel_tolerance")}
     if not evidence:
-        evidence.append(f"weights within {max(distances):.2f} of the baseline's training (tolerance "
-                        f"{weight_tolerance:g}), held-out loss {measured['candidate_eval_loss']:.4f} vs "
+        evidence.append(f"weights within {max(distances):.2f} of the {reference}'s training (tolerance "
+                        f"{limits['weight_tolerance']:g}), held-out loss {measured['candidate_eval_loss']:.4f} vs "
                         f"{measured['baseline_eval_loss']:.4f}, over {len(pairs)} pair(s)")
         return result(spec, PASSED, measured=measured, threshold=threshold, evidence=evidence)
     return result(spec, FAILED, measured=measured, threshold=threshold, evidence=evidence)

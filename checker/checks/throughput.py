@@ -1,7 +1,8 @@
 """throughput: how much faster the candidate trains than the slow script, measured side by side.
 
 Baseline and candidate run in separate processes, alternating (B C, C B, B C, ...), each training the same
-steps under the same secret. The grader times each window on its own clock, from the moment the run says
+steps under the same secret. When a grading worker shares the slow script's speed among its students
+(checker.baseline), each candidate window is compared with the median of the worker's latest baseline windows. The grader times each window on its own clock, from the moment the run says
 the window opens to the moment its trained weights have arrived, so no clock inside the script counts. Both
 train the same samples (the referee checks the weights: same_work), so the speedup is the ratio of the
 window times; the median of the trials decides and the spread is their range.
@@ -17,19 +18,19 @@ from checker.checks import FAILED, PASSED, check, result
 @check("throughput", key="speedup", fmt="{:.2f}x")
 def throughput(ev, spec):
     threshold = float(spec.threshold_for(ev.device))
-    pairs = ev.pairs()
-    ratios = [b.window_s / c.window_s for b, c in pairs]
+    ratios, baseline, candidate, samples = ev.speed()  # samples: the slow script's count, not the candidate's
     speedup = statistics.median(ratios)
-    samples = pairs[0][0].samples  # the slow script's count: the candidate's own count is not trusted
     measured = {
-        "baseline_samples_per_s": round(statistics.median(samples / b.window_s for b, _ in pairs), 1),
-        "candidate_samples_per_s": round(statistics.median(samples / c.window_s for _, c in pairs), 1),
+        "baseline_samples_per_s": round(statistics.median(samples / b for b in baseline), 1),
+        "candidate_samples_per_s": round(statistics.median(samples / c for c in candidate), 1),
         "speedup": round(speedup, 3),
         "speedup_min": round(min(ratios), 3),
         "speedup_max": round(max(ratios), 3),
-        "trials": len(pairs),
+        "trials": len(candidate),
         "timed_by": "the grader's clock: window opened -> trained weights arrived",
     }
+    if getattr(ev, "uses_bank", False):
+        measured["baseline_shared"] = ev.bank.summary()
     line = (
         f"{measured['candidate_samples_per_s']:,.0f} vs {measured['baseline_samples_per_s']:,.0f} samples/s: "
         f"{speedup:.2f}x (trials {min(ratios):.2f}x..{max(ratios):.2f}x), threshold {threshold:.2f}x"

@@ -120,7 +120,7 @@ def settings_to_json(settings: Settings) -> dict:
     return {"chapter": settings.chapter.id, "submissions": str(settings.submissions), "out": str(settings.out),
             "device": settings.device, "trace_tool": settings.trace_tool,
             "student_timeout_s": settings.student_timeout_s, "max_submission_bytes": settings.max_submission_bytes,
-            "workbook_version": settings.workbook_version}
+            "workbook_version": settings.workbook_version, "baseline_every": settings.baseline_every}
 
 
 def settings_from_json(data: dict) -> Settings:
@@ -129,7 +129,8 @@ def settings_from_json(data: dict) -> Settings:
     return Settings(chapter=get_chapter(data["chapter"]), submissions=Path(data["submissions"]),
                     out=Path(data["out"]), device=data["device"], trace_tool=data["trace_tool"],
                     student_timeout_s=float(data["student_timeout_s"]),
-                    max_submission_bytes=int(data["max_submission_bytes"]), workbook_version=data["workbook_version"])
+                    max_submission_bytes=int(data["max_submission_bytes"]), workbook_version=data["workbook_version"],
+                    baseline_every=data.get("baseline_every", 5))
 
 
 class GradingClass:
@@ -195,7 +196,10 @@ def grade_locally(settings: Settings, grading: GradingClass, students: list[Stud
                   progress: Callable[[str], None]) -> list[dict]:
     grading.rebuild()
     if students:
-        Grader(settings, slots, grading.hashes, progress).run(students)
+        grader = Grader(settings, slots, grading.hashes, progress)
+        grader.run(students)
+        for line in grader.bank_summaries():
+            progress(f"baseline, {line}")
     return grading.rebuild()
 
 

@@ -47,6 +47,7 @@ class Settings:
     student_timeout_s: float
     max_submission_bytes: int
     workbook_version: str
+    baseline_every: int | None = 5  # students between re-measurements of the shared baseline; None: none shared
 
     @property
     def ledger_path(self) -> Path:
@@ -91,8 +92,27 @@ class Grader:
         self._done = 0
         self._done_lock = threading.Lock()
         self.graded: list[str] = []
+        # per worker: the slow script's speed, measured for its first student and shared (checker.baseline)
+        self.banks: dict[str, dict | None] = {slot.label: self._new_bank() for slot in slots}
         self.scratch_root = Path(tempfile.mkdtemp(prefix=f"workbook-grade-{settings.chapter.id}-"))
         os.chmod(self.scratch_root, 0o711)  # runs may traverse to their own folder, not list the others
+
+    def _new_bank(self) -> dict | None:
+        from checker.baseline import BaselineBank
+
+        every = self.settings.baseline_every
+        return None if every is None else BaselineBank(every=every).to_json()
+
+    def bank_summaries(self) -> list[str]:
+        """One line per worker that measured the slow script's speed: its runs, median and spread."""
+        from checker.baseline import BaselineBank
+
+        lines = []
+        for label, data in self.banks.items():
+            summary = BaselineBank.from_json(data).summary() if data else None
+            if summary:
+                lines.append(f"{label}: {summary}")
+        return lines
 
     # -- the pool -------------------------------------------------------------------------------------
     def run(self, students: list[Student]) -> None:
@@ -199,7 +219,7 @@ class Grader:
         if record["notes"]:
             feedback += "".join(f"\nnote: {note}\n" for note in record["notes"])
         # what the runs' grader saw besides the checks (a process left running): said in the reason column too
-        seen = [n for n in result["report"].get("notes", []) if not n.startswith("isolation:")]
+        seen = [n for n in result["report"].get("notes", []) if not n.startswith(("isolation:", "baseline:"))]
         record.update(verdict=result["verdict"], reason="; ".join(seen + record["notes"]), cells=result["cells"],
                       speedup=result["speedup"],
                       report=result["report"], feedback=feedback, failed_checks=result["failed_checks"],
@@ -221,7 +241,7 @@ class Grader:
         worker_dir = self.scratch_root / f"worker-{abs(hash(slot.label))}"
         worker_dir.mkdir(mode=0o700, exist_ok=True)
         request = {"chapter": s.chapter.id, "submission": str(copy), "device": s.device, "trace_tool": s.trace_tool,
-                   "worker_dir": str(worker_dir)}
+                   "worker_dir": str(worker_dir), "bank": self.banks.get(slot.label)}
         read_end, write_end = os.pipe()
         env = dict(os.environ, **slot.env, PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", TMPDIR=str(tmp),
                    WORKBOOK_GRADE_RESULT_FD=str(write_end), WORKBOOK_GRADE_PARENT=str(os.getpid()))
@@ -255,6 +275,8 @@ class Grader:
                 del self._active[proc.pid]
                 # grandchildren of a killed grading process were re-parented here (we are a subreaper)
                 left_behind += processes.kill_tree(os.getpid(), spare=frozenset(self._active))
+        if result is not None and isinstance(result.get("bank"), dict):
+            self.banks[slot.label] = result["bank"]  # what the slow script's runs measured for this student
         if timed_out:
             return None, (f"grading took longer than {s.student_timeout_s:.0f} s, the limit for one student "
                           f"(--student-timeout); it was stopped (a hang? an endless loop?)")

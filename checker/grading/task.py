@@ -41,24 +41,33 @@ def _gpu_name(device: str) -> str:
 
 def grade(request: dict) -> dict:
     """Grade one submission; a WorkbookError (a crash, a hang, a missing file) is this student's error."""
+    from checker.baseline import BaselineBank
     from checker.chapters import get_chapter
     from checker.errors import WorkbookError
     from checker.evaluate import evaluate
     from checker.feedback import format_report
 
     chapter = get_chapter(request["chapter"])
-    # request["worker_dir"] persists across the students one worker grades (one GPU): where a baseline
-    # measured once per worker could be kept (issue 12, item 4) once evaluate can take one.
+    # the slow script's speed this worker measured for the students before (None: pair every run with it)
+    bank = BaselineBank.from_json(request["bank"]) if request.get("bank") is not None else None
     try:
         report = evaluate(chapter, submission=Path(request["submission"]), device=request["device"],
-                          trace_tool=request["trace_tool"])
+                          trace_tool=request["trace_tool"], bank=bank)
     except WorkbookError as err:
-        return {"kind": "error", "reason": " ".join(str(err).split())}
+        return {"kind": "error", "reason": " ".join(str(err).split()), "bank": _bank_back(bank)}
+    finally:
+        if bank is not None:
+            bank.graded_one()
     speedup = next((c.measured.get("speedup") for c in report.checks if c.name == "throughput"), None)
     return {"kind": "report", "verdict": "passed" if report.passed else "failed", "report": report.to_json(),
             "cells": {c.name: _cell(c) for c in report.checks}, "speedup": speedup,
             "feedback": format_report(report, chapter) + "\n", "failed_checks": [c.name for c in report.checks
-                                                                                  if c.status == "failed"]}
+                                                                                  if c.status == "failed"],
+            "bank": _bank_back(bank)}
+
+
+def _bank_back(bank) -> dict | None:
+    return bank.to_json() if bank is not None else None
 
 
 def main() -> int:

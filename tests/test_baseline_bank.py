@@ -1,0 +1,114 @@
+"""The slow script's speed shared by a grading worker's students (checker.baseline), and the reference solution
+trained beside each student's runs in its place: measured when due, never a secret shared, never trusted
+unchecked."""
+
+import pytest
+
+from checker.baseline import BaselineBank
+from checker.chapters import get_chapter
+from checker.errors import WorkbookError
+from checker.evaluate import Evaluation, evaluate
+
+CHAPTER = "01_item_syncs"
+
+
+def test_the_bank_measures_for_the_first_student_then_every_few():
+    bank = BaselineBank(every=3)
+    assert bank.due(trials=2) == 2 and bank.summary() is None
+    bank.add(10.0, 512)
+    bank.add(12.0, 512)
+    assert bank.due(trials=2) == 0
+    for _ in range(2):
+        bank.graded_one()
+    assert bank.due(trials=2) == 0
+    bank.graded_one()
+    assert bank.due(trials=2) == 1  # three students since the last measurement: once more, for drift
+    bank.add(11.0, 512)
+    assert bank.due(trials=2) == 0 and [w["window_s"] for w in bank.recent(2)] == [12.0, 11.0]
+    assert "3 runs on this worker: median 11.000 s, 10.000-12.000 s (18.2% spread)" in bank.summary()
+
+
+def test_the_bank_travels_as_json_and_back():
+    bank = BaselineBank(every=4)
+    bank.add(3.5, 64)
+    bank.reference = {"agrees": True, "distance": 0.0, "problems": [], "why": ""}
+    again = BaselineBank.from_json(bank.to_json())
+    assert again == bank
+    assert BaselineBank.from_json(None) == BaselineBank()
+
+
+class FakeRun:
+    def __init__(self, window_s, samples=512):
+        self.window_s, self.samples = window_s, samples
+
+
+def _timed(bank=None):
+    chapter = get_chapter(CHAPTER)
+    ev = Evaluation(chapter, chapter.solution_script, "cpu", bank=bank)
+    ev.timed = True
+    return ev
+
+
+def test_with_a_bank_each_candidate_window_is_held_against_the_latest_baseline_windows():
+    bank = BaselineBank()
+    for seconds in (30.0, 9.0, 10.0, 11.0):  # the first is old: only the latest `trials` count
+        bank.add(seconds, 512)
+    ev = _timed(bank)
+    assert ev.uses_bank and ev.reference_script == ev.chapter.solution_script
+    ev._pairs = [(FakeRun(4.0), FakeRun(5.0)), (FakeRun(4.0), FakeRun(4.0))]  # (reference, candidate)
+    ratios, baseline, candidate, samples = ev.speed()
+    assert baseline == [10.0, 11.0] and candidate == [5.0, 4.0] and samples == 512
+    assert ratios == pytest.approx([10.5 / 5.0, 10.5 / 4.0])  # the reference's own windows do not count
+
+
+def test_without_a_bank_each_pair_is_its_own_comparison():
+    ev = _timed()
+    assert not ev.uses_bank and ev.reference_script == ev.chapter.slow_script
+    ev._pairs = [(FakeRun(10.0), FakeRun(5.0)), (FakeRun(12.0), FakeRun(4.0))]
+    ratios, baseline, _, _ = ev.speed()
+    assert ratios == pytest.approx([2.0, 3.0]) and baseline == [10.0, 12.0]
+
+
+def test_chapters_that_read_the_slow_scripts_trace_keep_a_baseline_per_student():
+    chapter = get_chapter("04_eager_microops")
+    ev = Evaluation(chapter, chapter.solution_script, "cpu", bank=BaselineBank())
+    assert not ev.uses_bank and ev.reference_script == chapter.slow_script
+    assert any("compare counts with its trace" in note for note in ev.notes)
+
+
+@pytest.mark.slow
+def test_students_share_the_speed_never_a_secret():
+    """Two students graded with one bank: each candidate run trains under a secret of its own, beside the
+    reference solution under that same secret; the slow script ran once for the whole worker."""
+    chapter = get_chapter(CHAPTER)
+    bank = BaselineBank()
+    seeds, reports = [], []
+    for script in (chapter.solution_script, chapter.lab_script):
+        ev = Evaluation(chapter, script, "cpu", bank=bank)
+        try:
+            reports.append(ev.run_checks("class"))
+            seeds += [run.seed for pair in ev.all_pairs() for run in pair]
+            assert all(ref.script == chapter.solution_script for ref, _ in ev.all_pairs())
+        finally:
+            ev.cleanup()
+        bank.graded_one()
+    assert bank.runs == 1 and bank.reference["agrees"]  # one slow run, checked against the reference once
+    assert len(set(seeds)) == len(seeds) // 2  # a pair shares its secret; no two pairs do
+    solution, lab = reports
+    assert solution.passed and not lab.passed
+    same_work = next(c for c in lab.checks if c.name == "same_work")
+    assert same_work.status == "passed" and same_work.measured["compared_with"] == "reference solution"
+    assert any("work compared with the reference solution" in note for note in solution.notes)
+
+
+@pytest.mark.slow
+def test_a_reference_that_does_less_work_stops_the_grading(monkeypatch, tmp_path):
+    """The reference is trusted because it is checked: one that trains half the steps is refused, by name."""
+    from pathlib import Path
+
+    chapter = get_chapter(CHAPTER)
+    broken = Path(__file__).parent / "redteam" / "cheats" / "half_steps" / "train.py"
+    monkeypatch.setattr(type(chapter), "solution_script", property(lambda self: broken))
+    with pytest.raises(WorkbookError, match="does not do the slow script's work") as raised:
+        evaluate(chapter, variant="lab", device="cpu", bank=BaselineBank())
+    assert "work differs" in str(raised.value)

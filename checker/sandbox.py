@@ -291,10 +291,11 @@ def _alive(pid: int) -> bool:
 
 # -- tampering ---------------------------------------------------------------------------------------------
 def trusted_folders() -> list[Path]:
-    """What the grader's verdict depends on: the checker, the chapters (baselines, workloads), the Python
-    installation and its site-packages."""
+    """What the grader's verdict depends on: the checker, the chapters (baselines, workloads), the reference
+    solutions (a grading worker trains them beside each student's runs), the Python installation and its
+    site-packages."""
     root = repo_root()
-    folders = [root / "checker", root / "chapters"]
+    folders = [root / "checker", root / "chapters", root / "solutions"]
     cwd = Path.cwd().resolve()
     for entry in sys.path:
         path = Path(entry).resolve() if entry else None

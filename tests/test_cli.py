@@ -42,6 +42,12 @@ def test_submission_folder_that_does_not_exist(workbook, tmp_path):
     assert "not a folder" in line
 
 
+def test_a_negative_baseline_interval_is_one_clear_line(workbook, tmp_path):
+    line = one_clear_line(workbook("grade", "01", str(DATA), "--out", str(tmp_path / "g"), "--device", "cpu",
+                                   "--baseline-every", "-2"))
+    assert "--baseline-every -2" in line and not (tmp_path / "g").exists()
+
+
 def test_bad_option_value_is_a_usage_error(workbook):
     proc = workbook("check", "01", "--device", "tpu")
     assert proc.returncode == 2 and "invalid choice" in proc.stderr

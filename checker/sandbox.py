@@ -149,9 +149,20 @@ class RunFolder:
             os.chmod(self.path, 0o700)
 
 
+# A run's TMPDIR is <check folder>/run-XXXXXXXX/tmp, and Python's multiprocessing (DataLoader workers) puts
+# AF_UNIX sockets in it, at tmp/pymp-XXXXXXXX/listener-XXXXXXXX: a socket path holds at most 107 bytes.
+SOCKET_PATH_MAX = 107
+_RUN_TMP_SUFFIX = "/run-XXXXXXXX/tmp/pymp-XXXXXXXX/listener-XXXXXXXX"
+
+
 def check_folder() -> Path:
-    """A folder for one check's runs: unguessable, traversable but not listable by an unprivileged run."""
-    path = Path(tempfile.mkdtemp(prefix="workbook-"))
+    """A folder for one check's runs: unguessable, traversable but not listable by an unprivileged run, and
+    short enough a path for the sockets of the runs' worker processes. Under the temporary folder ($TMPDIR)
+    when that leaves room (a grading worker's is deep), else under /tmp."""
+    base = tempfile.gettempdir()
+    if len(base) + len("/wb-XXXXXXXX") + len(_RUN_TMP_SUFFIX) > SOCKET_PATH_MAX and os.access("/tmp", os.W_OK | os.X_OK):
+        base = "/tmp"
+    path = Path(tempfile.mkdtemp(prefix="wb-", dir=base))
     os.chmod(path, 0o711)
     return path
 

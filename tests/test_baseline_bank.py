@@ -112,3 +112,20 @@ def test_a_reference_that_does_less_work_stops_the_grading(monkeypatch, tmp_path
     with pytest.raises(WorkbookError, match="does not do the slow script's work") as raised:
         evaluate(chapter, variant="lab", device="cpu", bank=BaselineBank())
     assert "work differs" in str(raised.value)
+
+
+@pytest.mark.slow
+def test_a_class_of_chapter_03_grades_its_workers_under_the_graders_deep_folders(workbook, tmp_path):
+    """DataLoader workers in a graded run: their sockets fit under the grading worker's temporary folders, and
+    the reference solution (itself using workers) trains beside the student's run."""
+    import csv
+    import shutil
+
+    chapter = get_chapter("03_dataloader_workers")
+    subs = tmp_path / "subs"
+    (subs / "ada").mkdir(parents=True)
+    shutil.copy(chapter.solution_script, subs / "ada" / chapter.lab_file)
+    proc = workbook("grade", "03", str(subs), "--out", str(tmp_path / "grades"), "--device", "cpu")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = list(csv.DictReader((tmp_path / "grades" / "gradebook.csv").open()))
+    assert [(row["student"], row["verdict"]) for row in rows] == [("ada", "passed")], rows

@@ -197,3 +197,19 @@ def test_a_relative_submission_folder_works_from_any_folder(tmp_path):
                           timeout=600, env=dict(os.environ, WORKBOOK_ROOT=str(ROOT)))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASSED" in proc.stdout
+
+
+def test_a_run_folder_leaves_room_for_worker_sockets_under_a_deep_tmpdir(tmp_path, monkeypatch):
+    """A grading worker's temporary folder is deep; DataLoader workers put AF_UNIX sockets (107 bytes at most)
+    in the run's TMPDIR: the check folder moves to /tmp rather than fail every chapter 03 solution."""
+    import tempfile
+
+    deep = tmp_path / ("d" * 60) / "tmp"
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    folder = sandbox.check_folder()
+    try:
+        socket = f"{folder}/run-XXXXXXXX/tmp/pymp-XXXXXXXX/listener-XXXXXXXX"
+        assert len(socket) <= sandbox.SOCKET_PATH_MAX, socket
+    finally:
+        folder.rmdir()

@@ -35,6 +35,9 @@ class TraceAnalysis:
     def __init__(self, events: pd.DataFrame, fmt: str, source: str = "", meta: dict | None = None,
                  step_regex: str | None = None, skip_steps: int = 0):
         if events.empty:
+            left_out = [str(w) for w in (meta or {}).get("warnings", [])]
+            if left_out:  # events were there, none of them usable: say why, not "no events"
+                raise TraceError(f"{source}: no usable events: {'; '.join(left_out[:2])}")
             raise TraceError(f"{source}: the trace holds no events (was the profiler running while the program worked?)")
         self.format = fmt
         self.source = source

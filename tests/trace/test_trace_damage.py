@@ -165,3 +165,13 @@ def test_damage_table_lists_every_case():
     for case in CASES:
         assert f"| {case.id} |" in table, case.id
     assert "TRACEBACK" not in table and "still running" not in table
+
+
+def test_events_that_are_all_unusable_are_named_not_called_missing(capsys, tmp_path):
+    """Every event dropped (no category, a time stamp that is text): the line says why, not 'no events'."""
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "ProfilerStep#1", "ts": "abc", "dur": 5,
+                                                 "pid": 1, "tid": 1}]}))
+    code, out, err = report(capsys, [str(path)])
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "no usable events" in err and "holds no events" not in err

@@ -34,6 +34,21 @@ def test_mkdocs_build_strict(tmp_path):
             assert not hits and not fonts.search(text), f"{page.relative_to(tmp_path)} requests an outside host: {hits[:3]}"
 
 
+def test_repo_url_comes_from_the_environment_and_asks_no_outside_host(tmp_path):
+    """WORKBOOK_REPO_URL sets the repository link; the theme's request for a GitHub repository's stars and forks
+    (api.github.com, on every page) is left out by overrides/partials/source.html, so the site stays offline."""
+    import os
+
+    url = "https://github.com/example-owner/example-repo"  # a stand-in: the workbook's own address is not known here
+    env = {**os.environ, "WORKBOOK_REPO_URL": url}
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+                          cwd=ROOT, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    page = (tmp_path / "site" / "index.html").read_text()
+    assert f'<a href="{url}" title="Go to repository" class="md-source">' in page
+    assert 'data-md-component="source"' not in page  # the theme's script fetches the repository's facts for this
+
+
 def test_page_snippets_are_generated_from_the_chapters():
     """The hints and the fix a page shows are what scripts/make_page_snippets.py makes of chapter.toml and the
     labs now; the command outputs a page shows were written by a real run of it."""

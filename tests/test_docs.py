@@ -49,6 +49,20 @@ def test_repo_url_comes_from_the_environment_and_asks_no_outside_host(tmp_path):
     assert 'data-md-component="source"' not in page  # the theme's script fetches the repository's facts for this
 
 
+def test_site_in_headless_chromium_has_no_sideways_scroll_and_legible_linked_timelines(tmp_path):
+    """scripts/check_pages.py: every page at 1366 and 390 px wide, in headless Chromium (skipped, saying so,
+    where there is none)."""
+    if not any(shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")):
+        pytest.skip("needs chromium (Debian: apt-get install chromium); this machine has none")
+    out = tmp_path / "pages.md"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_pages.py"), "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    table = out.read_text()
+    assert table.count("| 1366 |") == table.count("| 390 |") >= 8  # every page, both widths
+    assert table.count("linked") >= 2 * 5  # the five timelines, at both widths
+
+
 def test_page_snippets_are_generated_from_the_chapters():
     """The hints and the fix a page shows are what scripts/make_page_snippets.py makes of chapter.toml and the
     labs now; the command outputs a page shows were written by a real run of it."""

@@ -7,11 +7,11 @@ For every page and every width (1366 and 390 CSS px wide by default) it records:
 - whether the page scrolls sideways (the document's scrollWidth against its clientWidth);
 - each timeline picture: its natural width, the width it is drawn at, how much of it the figure shows without
   scrolling, the size of its axis text as drawn, and whether it links to the full-size image;
-- every resource the page loaded from another host than the local server (there must be none).
+- every request the page made to another host than the local server (there must be none), failed ones included.
 
 It needs the `chromium` command (Debian's package) and nothing else beyond the workbook's own requirements. The
-site is served from a temporary folder by a local HTTP server that adds a small measuring script to each page as
-it is served (the built files are not changed); Chromium runs the page and prints its DOM with the measurements.
+site is served by a local HTTP server; Chromium is driven over the DevTools protocol on a pair of pipes, each page
+in a fresh tab given the width's viewport (a phone's below 800 px), and measured by a script run in the page.
 Exit status: 0 when every page passed (no sideways scroll, no outside request, timelines linked and legible), 1
 when one did not, 2 when it could not measure (no chromium, the build failed).
 """
@@ -23,8 +23,8 @@ import datetime as dt
 import functools
 import http.server
 import json
+import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -68,8 +68,6 @@ class Browser:
     the page can be given a phone's viewport (a desktop window is never narrower than 500 px)."""
 
     def __init__(self, executable: str):
-        import os
-
         self._to_r, self._to_w = os.pipe()
         self._from_r, self._from_w = os.pipe()
         self.profile = tempfile.mkdtemp(prefix="workbook-chromium-")
@@ -89,8 +87,6 @@ class Browser:
     def _pipes_to_3_and_4(self) -> None:
         """In the child: the command pipe on fd 3, the reply pipe on fd 4 (copied first, so that neither
         overwrites the other)."""
-        import os
-
         commands, replies = os.dup(self._to_r), os.dup(self._from_w)
         os.dup2(commands, 3)
         os.dup2(replies, 4)
@@ -288,7 +284,6 @@ def main(argv=None) -> int:
     version = subprocess.run([browser, "--version"], capture_output=True, text=True).stdout.strip()
     from importlib.metadata import version as installed
 
-    import os
     lines = [
         "# The site in headless Chromium",
         "",

@@ -60,7 +60,7 @@ def setup(clone: Path, logs: Path) -> None:
         if lab.is_file() and solution.is_file():
             shutil.copyfile(solution, lab)
             copied.append(f"{solution.relative_to(clone)} -> {lab.relative_to(clone)}")
-    record.write_text(json.dumps({"commit": commit, "copied": copied, "date": now()}, indent=1))
+    record.write_text(json.dumps({"commit": commit, "copied": copied, "date": now(), "machine": machine()}, indent=1))
 
 
 def logged(command: list[str], clone: Path, log: Path) -> None:
@@ -107,7 +107,8 @@ def render(clone: Path, logs: Path, chapters: list) -> str:
     lines = [
         "# The learner's loop: every lab fixed",
         "",
-        f"Written by `scripts/learner_loop.py` from its logs. Machine: {machine()}. A clone of commit "
+        f"Written by `scripts/learner_loop.py` from its logs. Machine: {setup_record.get('machine') or machine()}. "
+        f"A clone of commit "
         f"`{setup_record['commit'][:10]}` made {setup_record['date']}, with the solutions copied over the labs:",
         "",
         *[f"- `{c}`" for c in setup_record["copied"]],
@@ -129,8 +130,11 @@ def render(clone: Path, logs: Path, chapters: list) -> str:
               "| chapter | command | commit | started | exit | wall | verdict |", "|---|---|---|---|---|---|---|"]
     for chapter in chapters:
         log = logs / f"check-{chapter.id}.log"
-        verdict = next((line.strip() for line in reversed(body(log))
+        verdict = next((line.split(",")[0].split(":")[0].strip() for line in reversed(body(log))
                         if re.match(r"(PASSED|FAILED|workbook:)", line)), "?")
+        checks = re.findall(r"^\s*\[(PASS|FAIL|SKIP)\]\s+(\S+)", "\n".join(body(log)), re.M)
+        if checks:
+            verdict += " (" + ", ".join(f"{name} {status.lower()}" for status, name in checks) + ")"
         lines.append(f"| {chapter.id} | `{header(log, 'command').replace(sys.executable, 'python3')}` | "
                      f"`{commit_of(log, setup_record)}` | {header(log, 'started')} | {header(log, 'exit')} | "
                      f"{header(log, 'wall')} | {verdict} |")
@@ -140,8 +144,8 @@ def render(clone: Path, logs: Path, chapters: list) -> str:
               *body(list_log), "```", ""]
     for chapter in chapters:
         log = logs / f"check-{chapter.id}.log"
-        lines += [f"??? note \"`workbook check {chapter.id[:2]}`: what it printed\"", "", "    ```text",
-                  *[f"    {line}" for line in body(log)], "    ```", ""]
+        lines += [f"<details><summary><code>workbook check {chapter.id[:2]}</code>: what it printed</summary>", "",
+                  "```text", *body(log), "```", "", "</details>", ""]
     return "\n".join(lines)
 
 

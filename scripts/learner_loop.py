@@ -115,7 +115,7 @@ def render(clone: Path, logs: Path, chapters: list) -> str:
         "",
         "## `python3 -m pytest` with every lab fixed",
         "",
-        f"`{header(pytest_log, 'command')}` in the clone at `{commit_of(pytest_log, setup_record)}`, from {header(pytest_log, 'started')} to "
+        f"`{header(pytest_log, 'command').replace(sys.executable, 'python3')}` in the clone at `{commit_of(pytest_log, setup_record)}`, from {header(pytest_log, 'started')} to "
         f"{header(pytest_log, 'ended')} ({header(pytest_log, 'wall')}), exit {header(pytest_log, 'exit')}; "
         f"pytest's summary line:",
         "",

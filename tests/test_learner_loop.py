@@ -3,6 +3,7 @@ progress in `workbook list`, hints in steps, the solution behind a pass, a watch
 
 import argparse
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -111,6 +112,15 @@ def test_list_shows_not_started_failing_and_passed(state, workbook):
     text = workbook("list").stdout
     assert "failing: host_syncs" in text and "not started" in text
     assert json.loads(state.read_text())["chapters"]["01_item_syncs"]["evidence"]["host_syncs"]
+
+
+def test_a_pass_names_a_speedup_only_where_the_chapter_measures_one(state):
+    progress.record_check(_report("00"))  # chapter 00 grades how a script times itself: no throughput check
+    progress.record_check(_report("01"))  # on a CPU the speedup check is skipped
+    progress.record_check(_report("04"))  # on a CPU chapter 04 measures one (2.0x in _report)
+    assert re.fullmatch(r"passed \(CPU[^,]*, \d{4}-\d\d-\d\d\)", progress.describe("00_measuring_right"))
+    assert progress.describe("01_item_syncs").endswith(", no speedup measured on cpu)")
+    assert progress.describe("04_eager_microops").endswith(", 2.00x)")
 
 
 def test_a_check_of_a_variant_or_a_submission_is_not_progress(state, workbook, tmp_path):

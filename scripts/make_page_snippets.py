@@ -94,7 +94,7 @@ def _scratch_checkout(folder: Path) -> Path:
     return folder
 
 
-def command_outputs() -> dict[Path, str]:
+def command_outputs(only: set[str] | None = None) -> dict[Path, str]:
     """`workbook check NN --device cpu` of the lab and of the solution, each run for real, as a learner sees it."""
     import torch
 
@@ -107,6 +107,8 @@ def command_outputs() -> dict[Path, str]:
                  f"torch {torch.__version__}; written by scripts/make_page_snippets.py --outputs")
         for chapter in all_chapters():
             number = f"{chapter.number:02d}"
+            if only and number not in only and chapter.id not in only:
+                continue
             for variant, args in (("lab", []), ("solution", ["--variant", "solution"])):
                 command = ["check", number, *args, "--device", "cpu"]
                 proc = subprocess.run([sys.executable, "-m", "checker", *command], cwd=root, env=env,
@@ -121,10 +123,12 @@ def command_outputs() -> dict[Path, str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--outputs", action="store_true", help="also run `workbook check` for every chapter (minutes)")
+    parser.add_argument("--chapter", action="append", metavar="NN",
+                        help="with --outputs: only this chapter's outputs (repeat it for more)")
     args = parser.parse_args()
     snippets = static_snippets()
     if args.outputs:
-        snippets.update(command_outputs())
+        snippets.update(command_outputs(set(args.chapter) if args.chapter else None))
     SNIPPETS.mkdir(parents=True, exist_ok=True)
     for path, text in snippets.items():
         path.write_text(text)

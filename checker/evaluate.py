@@ -13,7 +13,7 @@ from typing import Any
 
 from checker import checks, sandbox
 from checker.baseline import BaselineBank
-from checker.chapters import Chapter, CheckSpec
+from checker.chapters import Chapter
 from checker.checks import FAILED, NOT_SELECTED, SKIPPED, CheckResult
 from checker.errors import WorkbookError
 from checker.evidence import TraceMismatch, ask_referee as judge, trace_problem
@@ -125,7 +125,10 @@ class Evaluation:
         self.keep_traces = keep_traces  # where to copy each trace a check read (--keep-traces)
         self.progress = progress  # called with one line before each run of a script (the CLI prints it on a terminal)
         self.notes: list[str] = [f"isolation: each run {sandbox.isolation()[1]}"]
+        wanted = [spec.name for spec in chapter.checks if not only or spec.name in only]
+        self.needs_baseline_trace = any(name in checks.NEEDS_BASELINE_TRACE for name in wanted)
         self.bank = bank
+        self._reference_noted = False
         self.reference_script = self._reference_script()
         self.uses_bank = self.reference_script != chapter.slow_script
         self.reference_label = "reference solution" if self.uses_bank else "baseline"
@@ -137,8 +140,7 @@ class Evaluation:
         slow = self.chapter.slow_script
         if self.bank is None:
             return slow
-        wanted = [spec.name for spec in self.chapter.checks if not self.only or spec.name in self.only]
-        if any(name in checks.NEEDS_BASELINE_TRACE for name in wanted):
+        if self.needs_baseline_trace:
             self.notes.append("baseline: each student's runs are paired with the slow script's: "
                               f"{self.chapter.id}'s checks compare counts with its trace")
             return slow
@@ -218,8 +220,9 @@ class Evaluation:
             self._check_reference(run)
         if not self.bank.reference.get("agrees"):
             raise WorkbookError(self.bank.reference["why"])
-        if any(note.startswith("baseline: speed") for note in self.notes):
+        if self._reference_noted:
             return
+        self._reference_noted = True
         self.notes.append(
             f"baseline: speed compared with the slow script's on this worker ({self.bank.summary() or 'not timed here'}); "
             f"work compared with the reference solution trained under the same secret, which agreed with the slow "
@@ -227,25 +230,13 @@ class Evaluation:
 
     def _check_reference(self, slow: RunResult) -> None:
         """Train the reference solution under the slow run's secret; the referee must find the same work."""
-        from checker.checks.same_work import loss_difference, tolerances, weight_differences
+        from checker.checks.same_work import pair_problems, tolerances
 
         reference = self._run(self.reference_script, "the reference solution, under the same secret",
                               (slow.seed, slow.window_key), steps=slow.steps or None)
         judged = judge(self.chapter, self.device, [(slow, reference)], self.workdir)[0]
         spec = next((c for c in self.chapter.checks if c.name == "same_work"), None)
-        limits = tolerances(spec or CheckSpec(name="same_work", doc="", threshold={}, skip={}, options={}),
-                            self.device)
-        problems = [judged["baseline"]["load_error"]] if "load_error" in judged["baseline"] else []
-        if "load_error" in judged["candidate"]:
-            problems.append(judged["candidate"]["load_error"])
-        distance = float("nan")
-        if not problems:
-            far = judged["candidate"]["distance"]
-            distance = far["relative"]
-            problems += weight_differences(far, limits, "slow script")
-            _, line = loss_difference(judged["baseline"]["eval_loss"], judged["candidate"]["eval_loss"], limits,
-                                      "slow script")
-            problems += [line] if line else []
+        problems, distance = pair_problems(judged, tolerances(spec, self.device), "slow script")
         self.bank.reference = {"agrees": not problems, "distance": round(distance, 4), "problems": problems,
                                "why": (f"the reference solution {display_path(self.reference_script)} does not do the "
                                        f"slow script's work ({'; '.join(problems)}): no student can be judged "
@@ -278,8 +269,7 @@ class Evaluation:
     def traced_pair(self) -> tuple[RunResult, RunResult]:
         if self._traced_pair is None:
             steps = self._traced_steps()
-            wanted = [spec.name for spec in self.chapter.checks if not self.only or spec.name in self.only]
-            trace_baseline = any(name in checks.NEEDS_BASELINE_TRACE for name in wanted) and not self.uses_bank
+            trace_baseline = self.needs_baseline_trace  # then the reference is the slow script (_reference_script)
             if self.uses_bank and self._pairs is None:
                 self._ensure_reference_checked()
             secret = self._secret()

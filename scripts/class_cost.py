@@ -48,7 +48,7 @@ def grade(chapter_id: str, subs: Path, out: Path, device: str, extra: list[str])
     proc = subprocess.run([sys.executable, "-m", "checker", "grade", chapter_id, str(subs), "--out", str(out),
                            "--device", device, *extra], capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - started
-    if proc.returncode not in (0,):
+    if proc.returncode != 0:
         raise SystemExit(f"workbook grade {chapter_id} ({' '.join(extra) or 'default'}) exited {proc.returncode}: "
                          + (proc.stdout + proc.stderr).strip().splitlines()[-1])
     records = [json.loads(line) for line in (out / "ledger.jsonl").read_text().splitlines() if line.strip()]

@@ -29,14 +29,14 @@ DEFAULT_WEIGHT_TOLERANCE = {"cpu": 0.1, "cuda": 0.3}
 
 
 def _tolerance(spec, name: str, device: str, default: float) -> float:
-    value = spec.options.get(name, default)
+    value = spec.options.get(name, default) if spec is not None else default
     if isinstance(value, dict):
         value = value.get(device, default)
     return float(value)
 
 
 def tolerances(spec, device: str) -> dict[str, float]:
-    """The chapter's tolerances for same_work on this device, defaults filled in."""
+    """The chapter's tolerances for same_work on this device, defaults filled in (all defaults: spec None)."""
     weight = _tolerance(spec, "weight_tolerance", device, DEFAULT_WEIGHT_TOLERANCE[device])
     return {"rel_tolerance": _tolerance(spec, "rel_tolerance", device, 0.05),
             "abs_tolerance": _tolerance(spec, "abs_tolerance", device, 0.0),
@@ -70,6 +70,18 @@ def loss_difference(base_loss: float, cand_loss: float, limits: dict[str, float]
                           f"({relative:.1%} apart; tolerance {limits['rel_tolerance']:.0%} or "
                           f"{limits['abs_tolerance']:g} absolute)")
     return relative, None
+
+
+def pair_problems(judged: dict, limits: dict[str, float], reference: str) -> tuple[list[str], float]:
+    """Everything that differs in one judged pair (the referee's {"baseline", "candidate"}), and the weight
+    distance (NaN when either side did not load): the check of a reference solution against the slow script."""
+    problems = [side["load_error"] for side in (judged["baseline"], judged["candidate"]) if "load_error" in side]
+    if problems:
+        return problems, float("nan")
+    far = judged["candidate"]["distance"]
+    problems = weight_differences(far, limits, reference)
+    _, line = loss_difference(judged["baseline"]["eval_loss"], judged["candidate"]["eval_loss"], limits, reference)
+    return problems + ([line] if line else []), far["relative"]
 
 
 @check("same_work", key="relative_difference", fmt="{:.1%} loss diff")

@@ -31,6 +31,7 @@ import numpy as np
 from checker.checks import FAILED, PASSED, check, result
 
 KNOWN = ("steps", "p50_ms", "p90_ms", "mean_ms")
+PERCENTILES = {"p50_ms": 0.5, "p90_ms": 0.9}
 
 
 def read_report(run) -> dict[str, float] | None:
@@ -113,12 +114,12 @@ def step_time_report(ev, spec):
         shown = "no step count" if reported_steps is None else f"{reported_steps:g} steps"
         evidence.append(f"the report covers {shown}; the grader timed {truth['steps']} (steps {ev.cfg.get('warmup', 0)} "
                         f"on: the warm-up steps before them pay one-time costs and are not timed)")
-    for name in ("p50_ms", "p90_ms"):
+    for name, fraction in PERCENTILES.items():
         if name not in report:
             evidence.append(f"the report has no {name}: the grader's {name[:3]} of the timed steps is "
                             f"{truth[name]:.3f} ms")
             continue
-        band = percentile_band(run.step_ms, int(name[1:3]) / 100)
+        band = percentile_band(run.step_ms, fraction)
         off, line = compare(name, report[name], truth[name], tolerance, band)
         ratios.append(off)
         if line:

@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from checker.baseline import BaselineBank
 from checker.grading import ledger as ledger_mod
 from checker.grading import processes
 from checker.grading.gradebook import ERROR, rebuild
@@ -98,15 +99,11 @@ class Grader:
         os.chmod(self.scratch_root, 0o711)  # runs may traverse to their own folder, not list the others
 
     def _new_bank(self) -> dict | None:
-        from checker.baseline import BaselineBank
-
         every = self.settings.baseline_every
         return None if every is None else BaselineBank(every=every).to_json()
 
     def bank_summaries(self) -> list[str]:
         """One line per worker that measured the slow script's speed: its runs, median and spread."""
-        from checker.baseline import BaselineBank
-
         lines = []
         for label, data in self.banks.items():
             summary = BaselineBank.from_json(data).summary() if data else None

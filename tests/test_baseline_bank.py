@@ -77,13 +77,18 @@ def test_chapters_that_read_the_slow_scripts_trace_keep_a_baseline_per_student()
 
 
 @pytest.mark.slow
-def test_students_share_the_speed_never_a_secret():
-    """Two students graded with one bank: each candidate run trains under a secret of its own, beside the
-    reference solution under that same secret; the slow script ran once for the whole worker."""
+def test_students_share_the_speed_never_a_secret(pristine_lab):
+    """Three students graded with one bank: each candidate run trains under a secret of its own, beside the
+    reference solution under that same secret; the slow script ran once for the whole worker; a submission
+    that trains half the steps fails same_work against the reference."""
+    from pathlib import Path
+
     chapter = get_chapter(CHAPTER)
+    half_steps = Path(__file__).parent / "redteam" / "cheats" / "half_steps" / "train.py"
     bank = BaselineBank()
     seeds, reports = [], []
-    for script in (chapter.solution_script, chapter.lab_script):
+    lab = pristine_lab(chapter.id) / chapter.lab_file  # the lab as shipped, whatever the learner did to theirs
+    for script in (chapter.solution_script, lab, half_steps):
         ev = Evaluation(chapter, script, "cpu", bank=bank)
         try:
             reports.append(ev.run_checks("class"))
@@ -94,8 +99,10 @@ def test_students_share_the_speed_never_a_secret():
         bank.graded_one()
     assert bank.runs == 1 and bank.reference["agrees"]  # one slow run, checked against the reference once
     assert len(set(seeds)) == len(seeds) // 2  # a pair shares its secret; no two pairs do
-    solution, lab = reports
+    solution, lab, cheat = reports
     assert solution.passed and not lab.passed
+    cheated = next(c for c in cheat.checks if c.name == "same_work")
+    assert cheated.status == "failed" and any("reference solution's" in line for line in cheated.evidence), cheated
     same_work = next(c for c in lab.checks if c.name == "same_work")
     assert same_work.status == "passed" and same_work.measured["compared_with"] == "reference solution"
     assert any("work compared with the reference solution" in note for note in solution.notes)

@@ -118,6 +118,8 @@ class Evaluation:
         self.timed = any(c.name == "throughput" and c.threshold_for(device) is not None
                          and c.skip_reason_for(device) is None and (not only or c.name in only)
                          for c in chapter.checks)
+        # a chapter about loading data: a CPU trace's time spent waiting for a batch is the lesson, not hidden work
+        self.loads_data = any(c.name in ("data_wait", "loader_settings") for c in chapter.checks)
         self._pairs: list[tuple[RunResult, RunResult]] | None = None
         self._traced_pair: tuple[RunResult, RunResult] | None = None
         self._traces: dict[str, Any] = {}
@@ -312,7 +314,8 @@ class Evaluation:
                 suffix = "".join(trace_file.suffixes[-2:]) if trace_file.name.endswith(".gz") else trace_file.suffix
                 shutil.copy(trace_file, self.keep_traces / f"{self.chapter.id}-{role}-{self.trace_tool}{suffix}")
             trace = load(trace_file)
-            problem = trace_problem(trace, run, int(self.cfg["warmup"]), int(self.cfg.get("trace_steps", 10)))
+            problem = trace_problem(trace, run, int(self.cfg["warmup"]), int(self.cfg.get("trace_steps", 10)), self.device,
+                                    excuse_data_wait=self.loads_data)
             self._traces[role] = TraceMismatch(f"the {role}'s trace {problem}") if problem else trace
         found = self._traces[role]
         if isinstance(found, TraceMismatch):

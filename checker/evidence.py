@@ -10,24 +10,36 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from checker.chapters import Chapter
 from checker.errors import WorkbookError
 from checker.runs import RunResult
 from checker.sandbox import python_command
+from checker.trace.intervals import merge
 
 REFEREE_TIMEOUT_S = 600
+# On a CPU, where no clock of the grader's backs a count: the least share of a traced step's time (the median
+# over the traced steps) that recorded PyTorch ops must cover. docs/results/cpu-trace-coverage.md: every chapter's
+# lab and solution 55% to 88%; the eager step run with recording switched off, in a forked process or in numpy,
+# 3% at most.
+OP_COVERAGE_FLOOR = 0.15
 
 
 class TraceMismatch(Exception):
     """A trace that does not show the run the grader stamped: the checks that read it fail."""
 
 
-def trace_problem(trace, run: RunResult, warmup: int, trace_steps: int) -> str | None:
+def trace_problem(trace, run: RunResult, warmup: int, trace_steps: int, device: str,
+                  excuse_data_wait: bool = False) -> str | None:
     """Why a trace cannot be the record of ``run``, or None when it can.
 
     The harness traces exactly the steps warmup .. warmup+trace_steps-1, once each. The grader stamped the
     same steps on its own clock as they started, so the span of the trace's steps must match the span the
-    grader saw (give or take the profiler's own cost), and every step must hold work.
+    grader saw (give or take the profiler's own cost), and every step must hold work. On a CPU, where speed is
+    not graded and so hidden work costs a submission nothing, the trace must also account for the steps: most
+    of their time in recorded ops (hidden_work), and no aten op running Python code (an op replaced to hold the
+    step out of the count's sight).
     """
     steps = trace.get_steps()
     expected = list(range(warmup, warmup + trace_steps))
@@ -49,6 +61,62 @@ def trace_problem(trace, run: RunResult, warmup: int, trace_steps: int) -> str |
     if idle:
         return (f"shows no work in step(s) {', '.join(map(str, idle[:8]))}: the training ran somewhere the trace "
                 "does not show it")
+    return hidden_work(events, steps, excuse_data_wait) if device == "cpu" else None
+
+
+def covered_share(starts: np.ndarray, ends: np.ndarray, begin: int, end: int) -> float:
+    """The share of [begin, end) that the union of the intervals covers."""
+    if end <= begin:
+        return 0.0
+    s, e = merge(np.clip(starts, begin, end), np.clip(ends, begin, end))
+    return float((e - s).sum()) / (end - begin)
+
+
+def op_coverage(events, steps, excuse_data_wait: bool = False) -> list[float]:
+    """Per traced step, the share of its time that recorded PyTorch ops (on any thread) cover. With
+    ``excuse_data_wait``, the time the step waited for its batch is left out of the step."""
+    from checker.trace.analyses.dataloader import data_wait
+
+    ops = events[events["step"].notna() & (events["kind"] == "cpu_op")]
+    waits = dict(zip(*data_wait(events, steps)[["step", "data_wait_ns"]].to_numpy().T)) if excuse_data_wait else {}
+    shares = []
+    for row in steps.itertuples():
+        mine = ops[ops["step"] == row.step]
+        begin, end = int(row.start_ns), int(row.end_ns)
+        covered = covered_share(mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64), begin, end)
+        shares.append(covered * (end - begin) / max(end - begin - int(waits.get(row.step, 0)), 1))
+    return shares
+
+
+def hidden_work(events, steps, excuse_data_wait: bool = False) -> str | None:
+    """Why a CPU trace's steps are not what ran in them, or None: recorded ops must cover most of each step,
+    and no top-level aten op may run Python code. With ``excuse_data_wait`` (chapters about loading data), the
+    time a step waited for its batch is left out of the step: waiting is the lesson there, not hidden work."""
+    from checker.checks.step_counts import top_level_aten_ops
+
+    shares = op_coverage(events, steps, excuse_data_wait)
+    share = float(np.median(shares)) if shares else 0.0
+    if share < OP_COVERAGE_FLOOR:
+        waiting = " not spent waiting for data" if excuse_data_wait else ""
+        return (f"shows PyTorch ops in only {share:.0%} of each step's time{waiting} (the median over {len(shares)} "
+                f"steps; a step that trains in PyTorch shows at least {OP_COVERAGE_FLOOR:.0%}): the rest ran where the "
+                "profiler could not see it (recording switched off, another process, or code outside PyTorch), so "
+                "its counts are not the step's")
+    python = events[events["step"].notna() & (events["kind"] == "python")]
+    if python.empty:
+        return None
+    ops = events[events["step"].notna() & (events["kind"] == "cpu_op")]
+    for tid, calls in python.groupby("tid"):
+        starts = np.sort(calls["start_ns"].to_numpy(np.int64))
+        held = top_level_aten_ops(ops[ops["tid"] == tid])
+        inside = (np.searchsorted(starts, held["end_ns"].to_numpy(np.int64), side="left")
+                  - np.searchsorted(starts, held["start_ns"].to_numpy(np.int64), side="right"))
+        if (inside > 0).any():
+            worst = int(np.argmax(inside))
+            op = held.iloc[worst]
+            return (f"holds {op['name']} running Python code ({int(inside[worst])} Python calls inside it, in step "
+                    f"{int(op['step'])}): an aten op calls no Python unless it was replaced, here to run the step "
+                    "where the count of ops cannot see it")
     return None
 
 

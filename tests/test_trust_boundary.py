@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -141,31 +142,75 @@ class Stamped:
         self.step_stamps_ns = [0, int(span_ms * 1e6)]
 
 
-def trace_of(steps, op_in=None, step_ms=10):
+def trace_of(steps, op_in=None, step_ms=10, covered=0.6, python_in_op=False):
+    """Steps of step_ms each, with one aten op covering ``covered`` of each step (in ``op_in`` steps only)."""
     rows = []
     for index, step in enumerate(steps):
         start = index * step_ms * 1_000_000
         rows.append({"kind": "range", "name": f"step {step}", "start_ns": start, "end_ns": start + step_ms * 1_000_000,
                      "pid": 1, "tid": 1})
         if op_in is None or step in op_in:
-            rows.append({"kind": "cpu_op", "name": "aten::mm", "start_ns": start + 10, "end_ns": start + 20, "pid": 1, "tid": 1})
+            end = start + 10 + int(covered * step_ms * 1_000_000)
+            rows.append({"kind": "cpu_op", "name": "aten::mm", "start_ns": start + 10, "end_ns": end, "pid": 1, "tid": 1})
+            rows.append({"kind": "python", "name": "train.py(9): train_step", "start_ns": start + 1, "end_ns": end + 5,
+                         "pid": 1, "tid": 1})  # Python calling the op: the usual nesting
+            if python_in_op:
+                rows.append({"kind": "python", "name": "train.py(20): whole_step", "start_ns": start + 20,
+                             "end_ns": start + 30, "pid": 1, "tid": 1})
     return TraceAnalysis(finish(pd.DataFrame(rows)), fmt="fabricated", source="test")
 
 
 def test_a_trace_of_the_steps_the_harness_ran_is_believed():
-    assert trace_problem(trace_of([5, 6, 7]), Stamped(30), warmup=5, trace_steps=3) is None
+    assert trace_problem(trace_of([5, 6, 7]), Stamped(30), warmup=5, trace_steps=3, device="cpu") is None
 
 
 def test_extra_step_ranges_make_the_trace_unbelievable():
-    assert "added, removed or renamed" in trace_problem(trace_of([5, 6, 7, 1000]), Stamped(40), 5, 3)
+    assert "added, removed or renamed" in trace_problem(trace_of([5, 6, 7, 1000]), Stamped(40), 5, 3, "cpu")
 
 
 def test_a_trace_spanning_other_times_than_the_run_is_not_its_record():
-    assert "not the record" in trace_problem(trace_of([5, 6, 7]), Stamped(900), 5, 3)
+    assert "not the record" in trace_problem(trace_of([5, 6, 7]), Stamped(900), 5, 3, "cpu")
 
 
 def test_a_step_without_work_is_a_failure_not_infinitely_fewer():
-    assert "no work in step(s) 6" in trace_problem(trace_of([5, 6, 7], op_in={5, 7}), Stamped(30), 5, 3)
+    assert "no work in step(s) 6" in trace_problem(trace_of([5, 6, 7], op_in={5, 7}), Stamped(30), 5, 3, "cpu")
+
+
+@pytest.mark.parametrize("covered, believed", [(0.6, True), (0.2, True), (0.1, False), (0.01, False)])
+def test_on_a_cpu_recorded_ops_must_account_for_the_step(covered, believed):
+    """Work the profiler did not see (recording off, a forked process, numpy) leaves the step's time bare; a
+    CPU grades no speed, so nothing else would make that work cost the submission anything."""
+    problem = trace_problem(trace_of([5, 6, 7], covered=covered), Stamped(30), 5, 3, "cpu")
+    assert (problem is None) == believed, problem
+    if not believed:
+        assert f"only {covered:.0%} of each step's time" in problem
+    assert trace_problem(trace_of([5, 6, 7], covered=0.01), Stamped(30), 5, 3, "cuda") is None  # the clock backs it
+
+
+def test_on_a_cpu_an_aten_op_that_runs_python_hides_the_step():
+    problem = trace_problem(trace_of([5, 6, 7], python_in_op=True), Stamped(30), 5, 3, "cpu")
+    assert "holds aten::mm running Python code (1 Python calls inside it, in step 5)" in problem
+
+
+def test_in_a_chapter_about_loading_data_waiting_for_a_batch_is_not_hidden_work():
+    """A step that waits 90% of its time for its batch and trains in the rest: data_wait's lesson, so the
+    evidence must be data_wait's, not a trace refused for work it does not show."""
+    trace = trace_of([5, 6, 7], covered=0.08)
+    rows = trace.events.copy()
+    waits = [{"kind": "range", "name": "data", "start_ns": index * 10_000_000 + 900_000, "end_ns": (index + 1) * 10_000_000,
+              "pid": 1, "tid": 1} for index in range(3)]
+    waited = TraceAnalysis(finish(pd.concat([rows[["kind", "name", "start_ns", "end_ns", "pid", "tid"]],
+                                             pd.DataFrame(waits)], ignore_index=True)), fmt="fabricated", source="test")
+    assert trace_problem(waited, Stamped(30), 5, 3, "cpu", excuse_data_wait=True) is None
+    assert "only 8% of each step's time" in trace_problem(waited, Stamped(30), 5, 3, "cpu")
+
+
+def test_covered_share_counts_overlaps_once_and_only_inside_the_step():
+    from checker.evidence import covered_share
+
+    starts, ends = np.array([0, 5, 30, 90, 200]), np.array([10, 20, 40, 150, 300])
+    assert covered_share(starts, ends, 0, 100) == pytest.approx((20 + 10 + 10) / 100)
+    assert covered_share(np.array([], dtype=np.int64), np.array([], dtype=np.int64), 0, 100) == 0.0
 
 
 # -- the source scan ---------------------------------------------------------------------------------------

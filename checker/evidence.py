@@ -24,6 +24,10 @@ REFEREE_TIMEOUT_S = 600
 # lab and solution 55% to 88%; the eager step run with recording switched off, in a forked process or in numpy,
 # 3% at most.
 OP_COVERAGE_FLOOR = 0.15
+# Python calls that are training, not PyTorch's own machinery: a model's forward, an optimizer, the chapter's
+# workload. Inside an aten op they mean the op was replaced to run the step (autograd's anomaly mode and
+# activation checkpointing run their own Python inside ops: traceback.py, torch/utils/checkpoint.py).
+TRAINING_CODE = r"(torch/nn/modules/|torch/optim/|chapters/)"
 
 
 class TraceMismatch(Exception):
@@ -38,8 +42,8 @@ def trace_problem(trace, run: RunResult, warmup: int, trace_steps: int, device: 
     same steps on its own clock as they started, so the span of the trace's steps must match the span the
     grader saw (give or take the profiler's own cost), and every step must hold work. On a CPU, where speed is
     not graded and so hidden work costs a submission nothing, the trace must also account for the steps: most
-    of their time in recorded ops (hidden_work), and no aten op running Python code (an op replaced to hold the
-    step out of the count's sight).
+    of their time in recorded ops (hidden_work), and no aten op running a model's or an optimizer's Python code
+    (an op replaced to hold the step out of the count's sight).
     """
     steps = trace.get_steps()
     expected = list(range(warmup, warmup + trace_steps))
@@ -90,7 +94,7 @@ def op_coverage(events, steps, excuse_data_wait: bool = False) -> list[float]:
 
 def hidden_work(events, steps, excuse_data_wait: bool = False) -> str | None:
     """Why a CPU trace's steps are not what ran in them, or None: recorded ops must cover most of each step,
-    and no top-level aten op may run Python code. With ``excuse_data_wait`` (chapters about loading data), the
+    and no top-level aten op may run training code (a model, an optimizer, the workload). With ``excuse_data_wait`` (chapters about loading data), the
     time a step waited for its batch is left out of the step: waiting is the lesson there, not hidden work."""
     from checker.checks.step_counts import top_level_aten_ops
 
@@ -103,6 +107,7 @@ def hidden_work(events, steps, excuse_data_wait: bool = False) -> str | None:
                 "profiler could not see it (recording switched off, another process, or code outside PyTorch), so "
                 "its counts are not the step's")
     python = events[events["step"].notna() & (events["kind"] == "python")]
+    python = python[python["name"].astype(str).str.match(TRAINING_CODE)]
     if python.empty:
         return None
     ops = events[events["step"].notna() & (events["kind"] == "cpu_op")]
@@ -114,9 +119,9 @@ def hidden_work(events, steps, excuse_data_wait: bool = False) -> str | None:
         if (inside > 0).any():
             worst = int(np.argmax(inside))
             op = held.iloc[worst]
-            return (f"holds {op['name']} running Python code ({int(inside[worst])} Python calls inside it, in step "
-                    f"{int(op['step'])}): an aten op calls no Python unless it was replaced, here to run the step "
-                    "where the count of ops cannot see it")
+            return (f"holds {op['name']} running the training's Python code ({int(inside[worst])} calls of a model, "
+                    f"an optimizer or the workload inside it, in step {int(op['step'])}): an aten op runs no training "
+                    "code unless it was replaced, here to run the step where the count of ops cannot see it")
     return None
 
 

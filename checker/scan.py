@@ -1,8 +1,9 @@
 """A look at a candidate's source before it runs: scripts that inspect how they are measured are refused.
 
-A lab trains a model; it never needs to ask whether a profiler is recording, walk the interpreter's frames up
-into the harness, reach into the harness's internals, read the process's own memory map or environment for
-Nsight's injection libraries, or run code it builds at run time. Each of those is how a script would behave
+A lab trains a model; it never needs to ask whether a profiler is recording or switch it off, make up profiler
+events, fork, replace PyTorch's own operators, walk the interpreter's frames up into the harness, reach into the
+harness's internals, read the process's own memory map or environment for Nsight's injection libraries, or run
+code it builds at run time. Each of those is how a script would behave
 one way when observed and another way when not, so the grader refuses such a script (exit 2) and names the
 line. This is a flag, not a proof: code can hide what it does from any scan. The verdict's real defences are
 elsewhere (the grader's clock, the secrets, the referee; see docs/instructors.md); where they cannot see, on
@@ -34,6 +35,12 @@ PROBE_ATTRIBUTES = {
     "_send": "reaches into the harness's channel to the grader",
     "_open_window": "reaches into the harness's timed window",
     "_close_window": "reaches into the harness's timed window",
+    "_enable_record_function": "switches PyTorch's op recording off",
+    "_RecordFunctionFast": "makes up profiler events",
+    "setprofile": "switches the Python profiler off",
+    "settrace": "switches the Python tracer off",
+    "fork": "forks the process, out of the profiler's sight",
+    "forkpty": "forks the process, out of the profiler's sight",
 }
 DYNAMIC_CODE = {"exec": "runs code built at run time", "eval": "runs code built at run time",
                 "compile": "compiles code at run time", "__import__": "imports modules by computed names"}
@@ -46,6 +53,15 @@ PROBE_STRINGS = {
 PROBE_MODULES = {"checker.candidate": "imports the harness's internals", "inspect": "inspects the interpreter's frames",
                  "gc": "searches the interpreter's objects", "ctypes": "calls native code directly",
                  "importlib": "imports modules by computed names"}
+
+
+def _replaces_aten(node: ast.AST) -> bool:
+    """A call Library("aten", ...): a script that registers kernels for PyTorch's own operators."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return False
+    name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+    first = node.args[0]
+    return name == "Library" and isinstance(first, ast.Constant) and first.value == "aten"
 
 
 def findings(source: str, filename: str = "<script>") -> list[str]:
@@ -65,6 +81,8 @@ def findings(source: str, filename: str = "<script>") -> list[str]:
             found.append((line, f"{PROBE_ATTRIBUTES[node.id]} ({node.id})"))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in DYNAMIC_CODE:
             found.append((line, f"{DYNAMIC_CODE[node.func.id]} ({node.func.id}(...))"))
+        elif _replaces_aten(node):
+            found.append((line, "replaces PyTorch's own operators (torch.library.Library(\"aten\", ...))"))
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [alias.name for alias in node.names]
             if isinstance(node, ast.ImportFrom) and node.module:

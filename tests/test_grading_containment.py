@@ -110,7 +110,8 @@ def graded_class(tmp_path_factory):
     command = [sys.executable, "-c", MAXRSS_WRAPPER, *grade_command("90", submissions, out)[3:],
                "--device", "cpu", "--workers", "2"]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=900,
-                          env=grade_env(root, WORKBOOK_TIMEOUT_S=RUN_TIMEOUT_S))
+                          # the scan would refuse the forker before it runs; containment must hold without it
+                          env=grade_env(root, WORKBOOK_TIMEOUT_S=RUN_TIMEOUT_S, WORKBOOK_SCAN="0"))
     survivors = _alive_with_tag(ORPHAN_TAG)
     for pid in survivors:  # never leave one behind, even when the test fails
         os.kill(pid, 9)

@@ -62,6 +62,7 @@ class Report:
     wall_s: float
     runs: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the grader saw besides the checks (processes left running)
+    timings: list[dict[str, Any]] = field(default_factory=list)  # where the check's seconds went, on the grader's clock
 
     @property
     def passed(self) -> bool:
@@ -76,7 +77,7 @@ class Report:
         return {
             "chapter": self.chapter, "variant": self.variant, "candidate": self.candidate, "device": self.device,
             "trace_tool": self.trace_tool, "passed": self.passed, "wall_s": round(self.wall_s, 1),
-            "checks": [c.to_json() for c in self.checks], "notes": self.notes,
+            "checks": [c.to_json() for c in self.checks], "notes": self.notes, "timings": self.timings,
         }
 
 
@@ -131,6 +132,8 @@ class Evaluation:
         self.needs_baseline_trace = any(name in checks.NEEDS_BASELINE_TRACE for name in wanted)
         self.bank = bank
         self._reference_noted = False
+        self.timings: list[dict[str, Any]] = []
+        self._t0 = time.perf_counter()
         self.reference_script = self._reference_script()
         self.uses_bank = self.reference_script != chapter.slow_script
         self.reference_label = "reference solution" if self.uses_bank else "baseline"
@@ -165,14 +168,20 @@ class Evaluation:
         shown = display_path(script)
         self.say(f"{what}: {shown}")
         seed, key = secret
+        began = time.perf_counter()
         run = run_script(self.chapter, script, self.device, workdir=self.workdir, seed=seed, window_key=key,
                          display=shown, **kwargs)
+        self._timing("run", what, began, script=shown, trace=kwargs.get("trace"), phases=run.phases_s)
         self.say(f"  {sum(run.phases_s.values()):.1f} s: {describe_phases(run.phases_s)}")
         if run.survivors:
             left = "1 process" if run.survivors == 1 else f"{run.survivors} processes"
             self.notes.append(f"{shown} left {left} running after it finished; the grader "
                               "killed them")
         return run
+
+    def _timing(self, kind: str, what: str, began: float, **extra) -> None:
+        self.timings.append({"kind": kind, "what": what, "start_s": round(began - self._t0, 2),
+                             "wall_s": round(time.perf_counter() - began, 2), **extra})
 
     @staticmethod
     def _secret() -> tuple[int, int]:
@@ -313,7 +322,9 @@ class Evaluation:
                 self.keep_traces.mkdir(parents=True, exist_ok=True)
                 suffix = "".join(trace_file.suffixes[-2:]) if trace_file.name.endswith(".gz") else trace_file.suffix
                 shutil.copy(trace_file, self.keep_traces / f"{self.chapter.id}-{role}-{self.trace_tool}{suffix}")
+            began = time.perf_counter()
             trace = load(trace_file)
+            self._timing("parse", f"{role}'s trace", began)
             problem = trace_problem(trace, run, int(self.cfg["warmup"]), int(self.cfg.get("trace_steps", 10)), self.device,
                                     excuse_data_wait=self.loads_data)
             self._traces[role] = TraceMismatch(f"the {role}'s trace {problem}") if problem else trace
@@ -328,7 +339,9 @@ class Evaluation:
         pairs = self.all_pairs()
         if self._verdicts is None or len(self._verdicts) != len(pairs):
             self.say("referee: the trained weights, in a fresh process")
+            began = time.perf_counter()
             self._verdicts = judge(self.chapter, self.device, pairs, self.workdir)
+            self._timing("referee", f"{len(pairs)} pairs' weights", began)
         return self._verdicts
 
     def run_checks(self, variant_label: str, only: set[str] | None = None) -> Report:
@@ -355,6 +368,7 @@ class Evaluation:
         return Report(
             chapter=self.chapter.id, variant=variant_label, candidate=str(self.candidate), device=self.device,
             trace_tool=self.trace_tool, checks=results, wall_s=time.perf_counter() - started, notes=self.notes,
+            timings=self.timings,
         )
 
     def _static_skip(self, spec, only: set[str] | None) -> str | None:

@@ -13,17 +13,17 @@ import sys
 import textwrap
 from pathlib import Path
 
-from checker.chapters import VARIANTS, all_chapters, get_chapter
-from checker.errors import WorkbookError
-from checker.feedback import format_report
-from checker.paths import display_path, repo_root
-from checker.precheck import check_syntax
-from checker.tools import find_tool
+from checker.base.chapters import VARIANTS, all_chapters, get_chapter
+from checker.base.errors import WorkbookError
+from checker.learner.feedback import format_report
+from checker.base.paths import display_path, repo_root
+from checker.grader.precheck import check_syntax
+from checker.base.tools import find_tool
 
 
 # -- list ---------------------------------------------------------------------------------------------
 def cmd_list(args: argparse.Namespace) -> int:
-    from checker import progress
+    from checker.learner import progress
 
     rows = []
     for chapter in all_chapters():
@@ -80,7 +80,7 @@ def _progress_printer():
 def _candidate(chapter, variant: str, submission: Path | None) -> Path:
     if submission is None:
         return chapter.script_for(variant)
-    from checker.evaluate import resolve_candidate
+    from checker.grader.evaluate import resolve_candidate
 
     return resolve_candidate(chapter, variant, submission)
 
@@ -93,14 +93,14 @@ def _check_and_print(chapter, *, variant="lab", submission=None, device=None, tr
                      keep_traces=None, only=None, as_json=False):
     """Compile the candidate first (a syntax error is reported before anything runs), grade it, print the report;
     a check of the learner's own lab is recorded in the progress file."""
-    from checker.evaluate import evaluate
+    from checker.grader.evaluate import evaluate
 
     check_syntax(_candidate(chapter, variant, submission))
     report = evaluate(chapter, variant=variant, submission=submission, device=device, trace_tool=trace_tool,
                       with_ncu=with_ncu, keep_traces=keep_traces, only=only, progress=_progress_printer())
     own_lab = variant == "lab" and submission is None
     if own_lab:
-        from checker import progress
+        from checker.learner import progress
 
         progress.record_check(report)
     print(json.dumps(report.to_json(), indent=2) if as_json else format_report(report, chapter, learner=own_lab),
@@ -117,21 +117,21 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 # -- watch, hint, solution ----------------------------------------------------------------------------
 def cmd_watch(args: argparse.Namespace) -> int:
-    from checker.watch import watch_labs
+    from checker.learner.watch import watch_labs
 
     only = _only(args.only)
     return watch_labs(args.chapter, lambda chapter: _check_and_print(chapter, device=args.device, only=only).passed)
 
 
 def cmd_hint(args: argparse.Namespace) -> int:
-    from checker.learner import next_hint
+    from checker.learner.hints import next_hint
 
     print(next_hint(get_chapter(args.chapter)))
     return 0
 
 
 def cmd_solution(args: argparse.Namespace) -> int:
-    from checker.learner import solution_diff
+    from checker.learner.hints import solution_diff
 
     diff, note = solution_diff(get_chapter(args.chapter), force=args.force)
     if note:
@@ -159,7 +159,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def _grade(args: argparse.Namespace, say) -> int:
-    from checker import grading
+    from checker.grading import classroom as grading
     from checker.grading.gradebook import FEEDBACK_DIR, GRADEBOOK_NAME, Summary, table
 
     chapter = get_chapter(args.chapter)

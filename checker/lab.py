@@ -5,7 +5,7 @@ that the grader does not trust; see that package's docstring.
 """
 
 from checker.candidate.session import HARNESS_KEYS, Session, current, marked_range, start
-from checker.workloads import KeyedOrder, Workload
+from checker.base.workloads import KeyedOrder, Workload
 
 __all__ = ["HARNESS_KEYS", "KeyedOrder", "Session", "Workload", "current", "marked_range", "start"]
 

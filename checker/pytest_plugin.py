@@ -31,7 +31,7 @@ class CheckFailed(Exception):
 
 class ChapterFile(pytest.File):
     def collect(self):
-        from checker.chapters import get_chapter
+        from checker.base.chapters import get_chapter
 
         self.chapter = get_chapter(self.path.parent.name)
         self._report = None
@@ -41,8 +41,8 @@ class ChapterFile(pytest.File):
 
     def report(self):
         if self._report is None and self._error is None:
-            from checker.errors import WorkbookError
-            from checker.evaluate import evaluate
+            from checker.base.errors import WorkbookError
+            from checker.grader.evaluate import evaluate
 
             options = self.config.option
             try:

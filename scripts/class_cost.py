@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from checker.chapters import get_chapter  # noqa: E402
-from checker.pristine import write_pristine_lab  # noqa: E402
+from checker.base.chapters import get_chapter  # noqa: E402
+from checker.grader.pristine import write_pristine_lab  # noqa: E402
 
 MODES = (("paired", ["--baseline-every", "0"]), ("shared", []))
 

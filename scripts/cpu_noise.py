@@ -22,9 +22,9 @@ from pathlib import Path
 
 import torch
 
-from checker.chapters import get_chapter
-from checker.runs import run_script
-from checker.sandbox import check_folder
+from checker.base.chapters import get_chapter
+from checker.grader.runs import run_script
+from checker.grader.sandbox import check_folder
 
 VARIANTS = ("slow", "lab", "solution")
 

@@ -24,7 +24,7 @@ import csv, json, os, shutil, subprocess, sys, time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from checker.chapters import get_chapter
+from checker.base.chapters import get_chapter
 
 chapter = get_chapter(os.environ["CHAPTER"])
 work, out = Path(os.environ["WORK"]), Path(os.environ["OUT"])

@@ -162,7 +162,7 @@ def main(argv=None) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("WORKBOOK_ROOT", str(ROOT))
-    from checker.chapters import all_chapters
+    from checker.base.chapters import all_chapters
 
     chapters = all_chapters()
     if not args.render:

@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("WORKBOOK_ROOT", str(ROOT))
 
-from checker.chapters import HINT_LEVELS, all_chapters  # noqa: E402
-from checker.pristine import write_pristine_lab  # noqa: E402
+from checker.base.chapters import HINT_LEVELS, all_chapters  # noqa: E402
+from checker.grader.pristine import write_pristine_lab  # noqa: E402
 
 SNIPPETS = ROOT / "docs" / "snippets"
 

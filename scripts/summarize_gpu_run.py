@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from checker.results import assemble, assemble_manifest, read_rows, render_markdown
+from checker.pages.results import assemble, assemble_manifest, read_rows, render_markdown
 
 
 def main() -> int:

@@ -18,12 +18,12 @@ import statistics
 import sys
 from pathlib import Path
 
-from checker.chapters import get_chapter
-from checker.errors import WorkbookError
+from checker.base.chapters import get_chapter
+from checker.base.errors import WorkbookError
 from checker.candidate.session import _coerce
-from checker.evidence import ask_referee
-from checker.runs import IncompleteWork, run_script
-from checker.sandbox import check_folder
+from checker.grader.collect import ask_referee
+from checker.grader.runs import IncompleteWork, run_script
+from checker.grader.sandbox import check_folder
 
 
 def held_out_losses(chapter, device: str, runs: dict, base: str, overrides: list[str]) -> dict[str, list[float]]:

@@ -1,8 +1,8 @@
-"""How much of each traced step recorded PyTorch ops cover: the numbers behind checker.evidence.OP_COVERAGE_FLOOR.
+"""How much of each traced step recorded PyTorch ops cover: the numbers behind checker.grader.collect.OP_COVERAGE_FLOOR.
 
 Reads traces kept by `workbook check NN ... --device cpu --keep-traces DIR` (one folder per run, named for what
 ran) and writes a table: per trace, the lowest and the median share of a step's time that recorded ops
-cover, and what checker.evidence.hidden_work says of it.
+cover, and what checker.grader.collect.hidden_work says of it.
 
     python scripts/trace_coverage.py /tmp/traces/* --out docs/results/cpu-trace-coverage.md
 """
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from checker.errors import WorkbookError
-from checker.chapters import get_chapter
-from checker.evidence import OP_COVERAGE_FLOOR, hidden_work, op_coverage
+from checker.base.errors import WorkbookError
+from checker.base.chapters import get_chapter
+from checker.grader.collect import OP_COVERAGE_FLOOR, hidden_work, op_coverage
 from checker.trace import load
 
 

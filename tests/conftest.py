@@ -40,9 +40,9 @@ def workbook():
 @pytest.fixture(scope="session")
 def pristine_lab(tmp_path_factory):
     """A submission folder holding a chapter's lab as shipped, never the learner's edited copy in labs/
-    (checker.pristine finds it): the tests grade the workbook, not the learner's progress."""
-    from checker.chapters import get_chapter
-    from checker.pristine import write_pristine_lab
+    (checker.grader.pristine finds it): the tests grade the workbook, not the learner's progress."""
+    from checker.base.chapters import get_chapter
+    from checker.grader.pristine import write_pristine_lab
 
     made = {}
 
@@ -62,8 +62,8 @@ _GRADED = {}
 def graded(pristine_lab):
     """`workbook check` of a chapter's variant on the CPU, made once per test session and shared. The "lab"
     variant is the lab as shipped (see pristine_lab), so a learner's fixed labs leave the tests green."""
-    from checker.chapters import get_chapter
-    from checker.evaluate import evaluate
+    from checker.base.chapters import get_chapter
+    from checker.grader.evaluate import evaluate
 
     def grade(chapter_id: str, variant: str):
         chapter = get_chapter(chapter_id)

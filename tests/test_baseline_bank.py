@@ -1,13 +1,13 @@
-"""The slow script's speed shared by a grading worker's students (checker.baseline), and the reference solution
+"""The slow script's speed shared by a grading worker's students (checker.grader.baseline), and the reference solution
 trained beside each student's runs in its place: measured when due, never a secret shared, never trusted
 unchecked."""
 
 import pytest
 
-from checker.baseline import BaselineBank
-from checker.chapters import get_chapter
-from checker.errors import WorkbookError
-from checker.evaluate import Evaluation, evaluate
+from checker.grader.baseline import BaselineBank
+from checker.base.chapters import get_chapter
+from checker.base.errors import WorkbookError
+from checker.grader.evaluate import Evaluation, evaluate
 
 CHAPTER = "01_item_syncs"
 

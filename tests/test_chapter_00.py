@@ -6,7 +6,7 @@ CPU as CI runs it: the unmodified lab fails with evidence naming what to fix, th
 
 import pytest
 
-from checker.chapters import CheckSpec, get_chapter
+from checker.base.chapters import CheckSpec, get_chapter
 from checker.checks import FAILED, PASSED
 from checker.checks.step_report import grader_times, mean_step_report, read_report, step_time_report
 
@@ -57,7 +57,7 @@ def test_an_honest_synchronized_report_passes_both_checks():
 
 def test_a_clock_read_before_the_gpu_finished_is_caught_by_the_window():
     """Unsynchronized on a GPU: each step 'takes' the 0.4 ms it took to queue it; the window saw 17.5 ms."""
-    from checker.chapters import get_chapter
+    from checker.base.chapters import get_chapter
 
     run = FakeRun(reports=printed(steps=40, p50_ms=0.4, p90_ms=0.5, mean_ms=0.42))
     outcome = mean_step_report(FakeEvaluation(run), spec("mean_step_report"))

@@ -3,7 +3,7 @@ the solution computes the same loss without a sync, and a rewrite that changes t
 
 import pytest
 
-from checker.chapters import get_chapter
+from checker.base.chapters import get_chapter
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ def test_solution_trains_to_the_slow_scripts_weights_without_a_sync(graded):
 
 def test_a_rewrite_that_changes_the_mean_fails_same_work(tmp_path):
     """Averaging the mask loss over every slot instead of the real objects' slots is sync-free but wrong."""
-    from checker.evaluate import evaluate
+    from checker.grader.evaluate import evaluate
 
     solution = get_chapter(CHAPTER).solution_script.read_text()
     wrong = solution.replace("selected = weight.sum() * (per_pixel.shape[-2] * per_pixel.shape[-1])",

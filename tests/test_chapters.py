@@ -6,10 +6,10 @@ import re
 import pytest
 
 from checker import checks
-from checker.chapters import DEVICE_KINDS, all_chapters, get_chapter
-from checker.errors import WorkbookError
-from checker.paths import display_path
-from checker.pristine import code_of, has_git_history, shipped_lab
+from checker.base.chapters import DEVICE_KINDS, all_chapters, get_chapter
+from checker.base.errors import WorkbookError
+from checker.base.paths import display_path
+from checker.grader.pristine import code_of, has_git_history, shipped_lab
 
 CHAPTERS = all_chapters()
 IDS = [c.id for c in CHAPTERS]
@@ -45,7 +45,7 @@ def test_every_check_is_known_and_decided_per_device(chapter):
 
 def _shipped_lab(chapter):
     """The lab as shipped (never the learner's edits): the working copy while it is the slow script's code,
-    else the newest committed version that is (checker.pristine)."""
+    else the newest committed version that is (checker.grader.pristine)."""
     found = shipped_lab(chapter)
     if found is None:
         if not has_git_history():
@@ -86,9 +86,9 @@ def test_a_fixed_lab_does_not_hide_the_shipped_one(tmp_path, monkeypatch):
     import shutil
     import subprocess
 
-    from checker import paths
-    from checker.chapters import all_chapters as chapters_of
-    from checker.pristine import write_pristine_lab
+    from checker.base import paths
+    from checker.base.chapters import all_chapters as chapters_of
+    from checker.grader.pristine import write_pristine_lab
 
     root = tmp_path / "checkout"
     for folder in ("chapters", "labs", "solutions", "checker"):

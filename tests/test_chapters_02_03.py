@@ -8,12 +8,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from checker.chapters import CheckSpec, get_chapter
+from checker.base.chapters import CheckSpec, get_chapter
 from checker.checks import FAILED, PASSED
-from checker.checks.dataloader_wait import data_wait, step_time_stats
+from checker.base.stats import step_time_stats
+from checker.checks.dataloader_wait import data_wait
 from checker.checks.loader_settings import loader_settings, unmet_settings
 from checker.checks.pageable_copies import pageable_copies
-from checker.candidate.session import load_workload_module
+from checker.base.workloads import load_workload_module
 
 needs_trace_engine = pytest.mark.skipif(importlib.util.find_spec("checker.trace.analysis") is None,
                                         reason="checker.trace (the trace engine) is not there yet")

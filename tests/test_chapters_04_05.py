@@ -13,8 +13,9 @@ import pytest
 
 from checker.checks import FAILED, PASSED, SKIPPED
 from checker.checks import ncu_dram as ncu
-from checker.checks import step_counts
-from checker.chapters import get_chapter
+from checker.checks._fewer import fewer_by
+from checker.trace.analyses import counts as step_counts
+from checker.base.chapters import get_chapter
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -130,9 +131,9 @@ def test_kernel_names_are_shortened_for_people(name, short):
 
 
 def test_fewer_by():
-    assert step_counts.fewer_by(100, 10) == 10
-    assert step_counts.fewer_by(100, 0) == float("inf")
-    assert step_counts.fewer_by(0, 0) == 1.0
+    assert fewer_by(100, 10) == 10
+    assert fewer_by(100, 0) == float("inf")
+    assert fewer_by(0, 0) == 1.0
 
 
 # -- Nsight Compute: the CSV, the filter, the skips ------------------------------------------------------------

@@ -115,8 +115,8 @@ def test_only_with_an_unknown_check_names_the_chapters_checks(workbook):
 def test_progress_lines_name_each_run_of_a_script(pristine_lab):
     """On a terminal, `workbook check` says what it is running (a GPU check takes minutes); the lines come
     from the evaluation itself, so every run it makes is announced."""
-    from checker.chapters import get_chapter
-    from checker.evaluate import evaluate
+    from checker.base.chapters import get_chapter
+    from checker.grader.evaluate import evaluate
 
     lines = []
     lab = pristine_lab("01") / "train.py"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from checker.chapters import all_chapters
-from checker.results import headline, lesson_status, render_markdown
+from checker.base.chapters import all_chapters
+from checker.pages.results import headline, lesson_status, render_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
@@ -132,7 +132,7 @@ def test_thresholds_quoted_on_a_page_are_the_chapters_own(chapter):
 @pytest.mark.parametrize("spec_file", sorted(RESULTS.glob("*-sweep.json")), ids=lambda p: p.stem)
 def test_sweep_tables_are_rendered_from_their_raw_rows(spec_file):
     """A sweep table on a page is exactly what its raw rows render to, and some page includes it."""
-    from checker.results import render_sweep
+    from checker.pages.results import render_sweep
 
     spec = json.loads(spec_file.read_text())
     markdown = spec_file.with_suffix(".md")
@@ -152,7 +152,7 @@ def _check(name, status, threshold=None, reason=None, **measured):
 
 
 def test_results_mark_checks_judged_against_an_older_threshold_and_drop_unselected_ones():
-    from checker.results import build_results
+    from checker.pages.results import build_results
 
     env = {"gpu": "G", "driver": "D", "torch": "T", "cuda": "C", "cpu_count": 1, "date": "2026-01-01"}
     rows = [
@@ -174,7 +174,7 @@ def test_results_mark_checks_judged_against_an_older_threshold_and_drop_unselect
 
 
 def test_each_ncu_measurement_says_what_it_was_judged_against():
-    from checker.results import build_results
+    from checker.pages.results import build_results
 
     env = {"gpu": "G", "driver": "D", "torch": "T", "cuda": "C", "cpu_count": 1, "date": "2026-01-01"}
     ncu = dict(kernel="triton_per_fused_x", grid="(8, 1, 1)", duration_us=100.0, dram_gbytes_per_s=3000.0,
@@ -195,10 +195,10 @@ def test_each_ncu_measurement_says_what_it_was_judged_against():
 def test_results_files_are_rebuilt_from_the_raw_rows_they_claim():
     """Every GPU results file is exactly what docs/results/history/assembly.json builds from raw gpu_verify rows:
     no number in one can be typed by hand, and a threshold changed since is marked, not silently re-judged."""
-    from checker.results import assemble_manifest
+    from checker.pages.results import assemble_manifest
 
     rebuilt = assemble_manifest(RESULTS / "history" / "assembly.json")
-    from checker.chapters import all_chapters
+    from checker.base.chapters import all_chapters
 
     committed = {c.id: json.loads((RESULTS / f"{c.id}.json").read_text()) for c in all_chapters()}
     committed = {chapter_id: results for chapter_id, results in committed.items() if results["runs"]}
@@ -208,7 +208,7 @@ def test_results_files_are_rebuilt_from_the_raw_rows_they_claim():
 
 
 def test_dropping_a_row_that_does_not_exist_is_an_error(tmp_path):
-    from checker.results import read_rows
+    from checker.pages.results import read_rows
 
     rows = tmp_path / "checks.jsonl"
     rows.write_text(json.dumps(_row("solution", "torch", [], True)) + "\n")
@@ -220,7 +220,7 @@ def test_dropping_a_row_that_does_not_exist_is_an_error(tmp_path):
 def test_verdicts_are_counted_per_variant_over_every_run():
     """Every run of `workbook check` is a verdict, whatever its tool or --only; a run judged in part against an
     older threshold and an ncu measurement of the lab are not counted; one lab pass makes the verdicts unstable."""
-    from checker.results import build_results
+    from checker.pages.results import build_results
 
     env = {"gpu": "G", "driver": "D", "torch": "T", "cuda": "C", "cpu_count": 1, "date": "2026-01-01"}
     fast = _check("throughput", "passed", 1.7, speedup=3.0, speedup_min=2.9, speedup_max=3.1,
@@ -248,7 +248,7 @@ def test_verdicts_are_counted_per_variant_over_every_run():
 
 
 def test_step_time_jitter_of_each_solution_run_is_shown():
-    from checker.results import build_results
+    from checker.pages.results import build_results
 
     env = {"gpu": "G", "driver": "D", "torch": "T", "cuda": "C", "cpu_count": 1, "date": "2026-01-01"}
     wait = _check("data_wait", "passed", 0.15, data_wait_fraction=0.01,

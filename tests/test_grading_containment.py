@@ -15,7 +15,7 @@ from gradinglib import GOOD, grade_command, grade_env, make_class, make_tiny_roo
 
 pytestmark = pytest.mark.slow
 def _unprivileged_runs() -> str | None:
-    from checker.sandbox import isolation
+    from checker.grader.sandbox import isolation
 
     identity, said = isolation()
     return None if identity is not None else said

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from checker.chapters import get_chapter
-from checker.errors import WorkbookError
-from checker.grading import ledger, plan_slots
+from checker.base.chapters import get_chapter
+from checker.base.errors import WorkbookError
+from checker.grading import ledger
+from checker.grading.classroom import plan_slots
 from checker.grading.files import write_atomic
 from checker.grading.gradebook import Summary, rebuild, row_for
 from checker.grading.slurm import shares

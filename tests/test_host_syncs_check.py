@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from checker.chapters import CheckSpec
+from checker.base.chapters import CheckSpec
 from checker.checks.host_syncs import host_syncs
 from checker.trace import load
 

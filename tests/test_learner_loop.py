@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from checker import progress
-from checker.chapters import HINT_LEVELS, all_chapters, get_chapter
+from checker.learner import progress
+from checker.base.chapters import HINT_LEVELS, all_chapters, get_chapter
 from checker.checks import CheckResult
 
 
@@ -55,7 +55,7 @@ def test_a_syntax_error_is_found_before_anything_runs(workbook, tmp_path):
 
 
 def test_indentation_errors_and_null_bytes_are_reported_too(tmp_path):
-    from checker.precheck import ScriptSyntaxError, check_syntax
+    from checker.grader.precheck import ScriptSyntaxError, check_syntax
 
     script = tmp_path / "train.py"
     script.write_text("if True:\n\tx = 1\n        y = 2\n")
@@ -153,7 +153,7 @@ def test_hint_climbs_the_ladder_of_the_failing_checks_evidence(state, workbook):
 
 
 def test_a_failed_check_shows_the_nudge_and_points_at_workbook_hint():
-    from checker.feedback import format_report
+    from checker.learner.feedback import format_report
 
     chapter = get_chapter("01")
     report = _report("01", host_syncs="failed")
@@ -166,7 +166,7 @@ def test_a_failed_check_shows_the_nudge_and_points_at_workbook_hint():
 
 # -- a pass with skipped checks ---------------------------------------------------------------------------
 def test_a_cpu_pass_names_what_went_unverified_and_where():
-    from checker.feedback import format_report
+    from checker.learner.feedback import format_report
 
     chapter = get_chapter("02")
     text = " ".join(format_report(_report("02"), chapter, learner=True).split())
@@ -177,7 +177,7 @@ def test_a_cpu_pass_names_what_went_unverified_and_where():
 
 
 def test_a_pass_of_every_check_says_so():
-    from checker.feedback import format_report
+    from checker.learner.feedback import format_report
 
     text = format_report(_report("01", device="cuda"), get_chapter("01"))
     assert text.splitlines()[-1] == "PASSED: every check of the chapter ran and passed"
@@ -207,7 +207,7 @@ def test_a_pass_on_another_machine_does_not_open_it(state, workbook, monkeypatch
 
 # -- watch ------------------------------------------------------------------------------------------------
 def test_watch_checks_again_on_each_save_and_stops_at_a_pass(tmp_path, monkeypatch):
-    from checker import watch
+    from checker.learner import watch
 
     lab = tmp_path / "labs" / "01_item_syncs" / "train.py"
     lab.parent.mkdir(parents=True)

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from checker.chapters import get_chapter
+from checker.base.chapters import get_chapter
 from checker.checks import FAILED
 from checker.checks import ncu_dram as ncu
-from checker.checks.step_counts import hottest_kernels
+from checker.trace.analyses.counts import hottest_kernels
 from checker.trace import load
 
 DATA = Path(__file__).resolve().parent / "data" / "traces" / "ch05"

@@ -3,7 +3,7 @@ the solution passes, and every skipped check says why."""
 
 import pytest
 
-from checker.chapters import all_chapters
+from checker.base.chapters import all_chapters
 
 CHAPTERS = [c.id for c in all_chapters()]
 

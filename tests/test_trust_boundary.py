@@ -14,12 +14,12 @@ import pandas as pd
 import pytest
 import torch
 
-from checker import sandbox
-from checker.chapters import get_chapter
-from checker.evidence import trace_problem
-from checker.referee import distance
-from checker.runs import IncompleteWork, ScriptError, run_script
-from checker.scan import findings
+from checker.grader import sandbox
+from checker.base.chapters import get_chapter
+from checker.grader.collect import trace_problem
+from checker.grader.referee import distance
+from checker.grader.runs import IncompleteWork, ScriptError, run_script
+from checker.grader.scan import findings
 from checker.trace.analysis import TraceAnalysis
 from checker.trace.events import finish
 
@@ -213,7 +213,7 @@ def test_in_a_chapter_about_loading_data_waiting_for_a_batch_is_not_hidden_work(
 
 
 def test_covered_share_counts_overlaps_once_and_only_inside_the_step():
-    from checker.evidence import covered_share
+    from checker.grader.collect import covered_share
 
     starts, ends = np.array([0, 5, 30, 90, 200]), np.array([10, 20, 40, 150, 300])
     assert covered_share(starts, ends, 0, 100) == pytest.approx((20 + 10 + 10) / 100)

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from checker.workloads import Workload
+from checker.base.workloads import Workload
 
 
 class TokenClassifier(nn.Module):
@@ -48,7 +48,7 @@ class BucketedBatches:
     """A re-iterable of ``epoch_batches`` batches: short ones, and a long one every ``long_every``-th step.
 
     The pattern of lengths is fixed by the position of the batch; which batch of that length comes is drawn
-    from the window key once the timed window opens (see checker.workloads), so no one can know the window's
+    from the window key once the timed window opens (see checker.base.workloads), so no one can know the window's
     batches before it starts.
     """
 

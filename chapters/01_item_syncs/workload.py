@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from checker.workloads import Workload
+from checker.base.workloads import Workload
 
 NUM_CLASSES = 10
 IMAGE_SIZE = 32

@@ -16,10 +16,10 @@ import json
 import statistics
 from pathlib import Path
 
-from checker.chapters import get_chapter
-from checker.checks.dataloader_wait import step_time_stats
-from checker.paths import repo_root
-from checker.runs import run_script
+from checker.base.chapters import get_chapter
+from checker.base.stats import step_time_stats
+from checker.base.paths import repo_root
+from checker.grader.runs import run_script
 
 
 def _jitter_module():

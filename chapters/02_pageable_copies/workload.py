@@ -18,7 +18,7 @@ from torch.nn import functional as F
 from torch.utils.data import Dataset
 from torchvision.models import get_model
 
-from checker.workloads import Workload
+from checker.base.workloads import Workload
 
 NUM_CLASSES = 10
 

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
-from checker.chapters import get_chapter
-from checker.checks.dataloader_wait import step_time_stats
-from checker.runs import run_script
+from checker.base.chapters import get_chapter
+from checker.base.stats import step_time_stats
+from checker.grader.runs import run_script
 
 
 def environment(device: str) -> dict:

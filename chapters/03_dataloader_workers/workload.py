@@ -25,8 +25,8 @@ from torchvision.models import get_model
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
-from checker.checks.dataloader_wait import describe_step_times  # p50 / p90 / max / mean: the median alone can lie
-from checker.workloads import Workload
+from checker.base.stats import describe_step_times  # p50 / p90 / max / mean: the median alone can lie
+from checker.base.workloads import Workload
 
 NUM_CLASSES = 10
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]  # ImageNet's channel statistics

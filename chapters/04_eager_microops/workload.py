@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from checker.workloads import KeyedOrder, Workload
+from checker.base.workloads import KeyedOrder, Workload
 
 NUM_CLASSES = 10
 IN_FEATURES = 32

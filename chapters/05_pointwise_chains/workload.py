@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from checker.workloads import KeyedOrder, Workload
+from checker.base.workloads import KeyedOrder, Workload
 
 
 # --8<-- [start:model]

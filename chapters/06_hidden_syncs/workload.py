@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from checker.workloads import KeyedOrder, Workload
+from checker.base.workloads import KeyedOrder, Workload
 
 
 class SlotSegmenter(nn.Module):

@@ -1,6 +1,6 @@
 """Run one chapter script inside this process, the way the grader runs it or the way a recipe traces it.
 
-Under the grader (``checker.runs``), with ``--channel DIR``::
+Under the grader (``checker.grader.runs``), with ``--channel DIR``::
 
     python -I -B -c <bootstrap> --channel DIR --script train.py [--trace torch --trace-out F] -- --steps N ...
 

@@ -16,18 +16,17 @@ A script (slow, lab or solution) looks like this::
 * after the warm-up steps it synchronizes the device and opens the timed window: ``cudaProfilerStart``
   (``nsys profile --capture-range=cudaProfilerApi`` then captures steady state only), and under the grader
   it tells the grader, which answers with the window key; the model's last layer is then re-drawn from that
-  key (``checker.workloads.redraw_head``), so the loss jumps once at the window's first step;
+  key (``checker.base.workloads.redraw_head``), so the loss jumps once at the window's first step;
 * after the last step it synchronizes, closes the window and, under the grader, sends the trained weights.
 
 Run on its own (``python labs/01_item_syncs/train.py``) the session times the window itself and prints
-samples/s: a convenience for the learner. Under the grader (``checker.runs``) that clock is ignored: the
+samples/s: a convenience for the learner. Under the grader (``checker.grader.runs``) that clock is ignored: the
 grader stamps every message on its own clock and checks the weights itself (see ``checker.candidate``).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import io
 import sys
 import time
@@ -38,8 +37,8 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
+from checker.base.workloads import Workload, initial_rms, load_workload_module, redraw_head
 from checker.candidate.channel import Channel
-from checker.workloads import Workload, initial_rms, redraw_head
 
 try:  # the `nvtx` package; torch's own NVTX bindings work too when CUDA is there
     import nvtx as _nvtx
@@ -118,18 +117,6 @@ def _loader_settings(source: Any) -> dict[str, Any] | None:
     return settings
 
 
-def load_workload_module(chapter_dir: Path):
-    path = chapter_dir / "workload.py"
-    name = f"workbook_workload_{chapter_dir.name}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its classes can then be pickled (DataLoader workers started by fork need no more)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--steps", type=int, default=None, help="steps to run (warm-up included)")
@@ -160,7 +147,7 @@ class Session:
     """One run of a chapter's workload on one device, with the timed window."""
 
     def __init__(self, chapter_id: str, device: str, cfg: dict[str, Any]):
-        from checker.chapters import get_chapter
+        from checker.base.chapters import get_chapter
 
         self.chapter = get_chapter(chapter_id)
         self.device = torch.device(device)
@@ -338,7 +325,7 @@ class Session:
 def start(chapter_id: str, argv: list[str] | None = None) -> Session:
     """Build the chapter's workload for this run (``--steps``, ``--device``, ``--set key=value``)."""
     global _CURRENT
-    from checker.chapters import get_chapter
+    from checker.base.chapters import get_chapter
 
     args = _parse_args(argv)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

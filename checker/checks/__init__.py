@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from checker.chapters import CheckSpec
-    from checker.evaluate import Evaluation
+    from checker.base.chapters import CheckSpec
+    from checker.grader.evaluate import Evaluation
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 NOT_SELECTED = "not selected"  # how a skip left out by `workbook check --only` begins its reason

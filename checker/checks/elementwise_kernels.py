@@ -12,9 +12,9 @@ multi-tensor kernels); on a CPU the top-level aten ops of that kind. bf16 alone 
 from __future__ import annotations
 
 from checker.checks import check
-from checker.checks.step_counts import count_elementwise, fewer_than_baseline
+from checker.checks._fewer import fewer_than_baseline
 
 
 @check("elementwise_kernels", key="elementwise_fewer_by", fmt="{:.1f}x fewer elementwise kernels", baseline_trace=True)
 def elementwise_kernels(ev, spec):
-    return fewer_than_baseline(ev, spec, count_elementwise, "elementwise_fewer_by", gone="all fused away", decimals=1)
+    return fewer_than_baseline(ev, spec, lambda trace, device: trace.count_elementwise(device), "elementwise_fewer_by", gone="all fused away", decimals=1)

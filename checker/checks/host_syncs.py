@@ -12,7 +12,7 @@ import linecache
 from pathlib import Path
 
 from checker.checks import FAILED, PASSED, check, result
-from checker.paths import display_path
+from checker.base.paths import display_path
 
 
 def as_graded(where, run, script: Path) -> str | None:

@@ -10,7 +10,7 @@ times a few microseconds.
 from __future__ import annotations
 
 from checker.checks import check
-from checker.checks.step_counts import count_launches, fewer_than_baseline
+from checker.checks._fewer import fewer_than_baseline
 
 
 def _graph_replays(candidate) -> list[str]:
@@ -22,5 +22,5 @@ def _graph_replays(candidate) -> list[str]:
 
 @check("launches_per_step", key="launches_fewer_by", fmt="{:.1f}x fewer launches", baseline_trace=True)
 def launches_per_step(ev, spec):
-    return fewer_than_baseline(ev, spec, count_launches, "launches_fewer_by", gone="all gone", top=8,
+    return fewer_than_baseline(ev, spec, lambda trace, device: trace.count_launches(device), "launches_fewer_by", gone="all gone", top=8,
                                more_evidence=_graph_replays)

@@ -42,9 +42,9 @@ from pathlib import Path
 import pandas as pd
 
 from checker.checks import FAILED, PASSED, SKIPPED, check, result
-from checker.checks.step_counts import hottest_kernels, short_kernel_name
-from checker.paths import repo_root
-from checker.tools import find_tool
+from checker.trace.analyses.counts import short_kernel_name
+from checker.base.paths import repo_root
+from checker.base.tools import find_tool
 
 DRAM_PCT = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
 SM_PCT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
@@ -247,7 +247,7 @@ def ncu_dram(ev, spec):
         return result(spec, SKIPPED, threshold=threshold,
                       reason="ncu not found on PATH; install Nsight Compute or set WORKBOOK_NCU=/path/to/ncu")
 
-    hot = hottest_kernels(ev.trace(), limit=None)
+    hot = ev.trace().get_hottest_kernels(limit=None)
     if hot.empty:
         return result(spec, FAILED, threshold=threshold,
                       evidence=["the candidate's trace holds no elementwise kernels to profile"])

@@ -1,7 +1,7 @@
 """same_work: the candidate trained the same model on the same samples, as far as its weights can tell.
 
-Nothing the script reports counts. Every run trains under a secret seed and window key (checker.workloads),
-sends its trained weights to the grader, and the referee (checker.referee), a fresh process that no
+Nothing the script reports counts. Every run trains under a secret seed and window key (checker.base.workloads),
+sends its trained weights to the grader, and the referee (checker.grader.referee), a fresh process that no
 candidate code ran in, loads them strictly into a freshly built model and measures:
 
 * how far they are from the weights of the baseline run trained under the same secret, relative to how far

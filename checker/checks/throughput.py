@@ -2,7 +2,7 @@
 
 Baseline and candidate run in separate processes, alternating (B C, C B, B C, ...), each training the same
 steps under the same secret. When a grading worker shares the slow script's speed among its students
-(checker.baseline), each candidate window is compared with the median of the worker's latest baseline windows. The grader times each window on its own clock, from the moment the run says
+(checker.grader.baseline), each candidate window is compared with the median of the worker's latest baseline windows. The grader times each window on its own clock, from the moment the run says
 the window opens to the moment its trained weights have arrived, so no clock inside the script counts. Both
 train the same samples (the referee checks the weights: same_work), so the speedup is the ratio of the
 window times; the median of the trials decides and the spread is their range.

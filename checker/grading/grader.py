@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from checker.baseline import BaselineBank
+from checker.grader.baseline import BaselineBank
 from checker.grading import ledger as ledger_mod
 from checker.grading import processes
 from checker.grading.gradebook import ERROR, rebuild
@@ -93,7 +93,7 @@ class Grader:
         self._done = 0
         self._done_lock = threading.Lock()
         self.graded: list[str] = []
-        # per worker: the slow script's speed, measured for its first student and shared (checker.baseline)
+        # per worker: the slow script's speed, measured for its first student and shared (checker.grader.baseline)
         self.banks: dict[str, dict | None] = {slot.label: self._new_bank() for slot in slots}
         self.scratch_root = Path(tempfile.mkdtemp(prefix=f"workbook-grade-{settings.chapter.id}-"))
         os.chmod(self.scratch_root, 0o711)  # runs may traverse to their own folder, not list the others

@@ -25,8 +25,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from checker.errors import WorkbookError
-from checker.paths import repo_root
+from checker.base.errors import WorkbookError
+from checker.base.paths import repo_root
 
 SLURM_DIR = "slurm"
 POLL_S = 2.0
@@ -94,7 +94,7 @@ def write_batch_script(plan_dir: Path, settings, tasks: int, students_per_task: 
 def submit_and_maybe_wait(settings, grading_class, todo, sbatch_args: list[str], shards: int | None, wait: bool,
                           say: Callable[[str], None]):
     """Submit the array job for ``todo``; with ``wait``, wait for it and return the gradebook's rows."""
-    from checker.grading import settings_to_json
+    from checker.grading.classroom import settings_to_json
 
     refuse_if_a_job_is_grading(settings)
     if not todo:
@@ -138,7 +138,7 @@ def submit_and_maybe_wait(settings, grading_class, todo, sbatch_args: list[str],
 
 def run_task(plan_path: Path) -> int:
     """One array task: grade this task's share of the class (SLURM_ARRAY_TASK_ID picks it)."""
-    from checker.grading import GradingClass, settings_from_json
+    from checker.grading.classroom import GradingClass, settings_from_json
     from checker.grading.grader import Grader, Slot
 
     plan = json.loads(plan_path.read_text())

@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from checker.errors import WorkbookError
+from checker.base.errors import WorkbookError
 
 SKIPPED_DIRS = {"__pycache__", ".git"}
 CHUNK = 1 << 20

@@ -1,6 +1,6 @@
 """One student's grading, in a process of its own: ``python -m checker.grading.task`` (started by the grader).
 
-It reads a JSON request on stdin, grades the scratch copy of the submission with ``checker.evaluate`` (the only
+It reads a JSON request on stdin, grades the scratch copy of the submission with ``checker.grader.evaluate`` (the only
 place in the grading layer that calls it), and writes one JSON result to the pipe the grader handed it (file
 descriptor ``WORKBOOK_GRADE_RESULT_FD``, not inherited by the runs it starts). Whatever the runs print stays
 in this process or goes to the grader's bounded log reader: the grader itself never holds it.
@@ -41,11 +41,11 @@ def _gpu_name(device: str) -> str:
 
 def grade(request: dict) -> dict:
     """Grade one submission; a WorkbookError (a crash, a hang, a missing file) is this student's error."""
-    from checker.baseline import BaselineBank
-    from checker.chapters import get_chapter
-    from checker.errors import WorkbookError
-    from checker.evaluate import evaluate
-    from checker.feedback import format_report
+    from checker.grader.baseline import BaselineBank
+    from checker.base.chapters import get_chapter
+    from checker.base.errors import WorkbookError
+    from checker.grader.evaluate import evaluate
+    from checker.learner.feedback import format_report
 
     chapter = get_chapter(request["chapter"])
     # the slow script's speed this worker measured for the students before (None: pair every run with it)

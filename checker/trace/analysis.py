@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from checker.trace.analyses import copies as copies_mod
-from checker.trace.analyses import dataloader, diff, gpu_idle, kernels, ops, syncs
+from checker.trace.analyses import counts, dataloader, diff, gpu_idle, kernels, ops, syncs
 from checker.trace.errors import TraceError
 from checker.trace.steps import DEFAULT_STEP_REGEX, assign_steps, compile_step_regex, find_steps
 
@@ -247,6 +247,22 @@ class TraceAnalysis:
         return ops.cpu_ops(self.events, self.has_steps, exclude_steps)
 
     # ---- data loading ----------------------------------------------------------------------------
+    def count_launches(self, device: str) -> "counts.StepCount":
+        """Kernel launches per step (a cudaGraphLaunch counts once), or top-level aten ops per step on a CPU."""
+        return counts.count_launches(self, device)
+
+    def count_elementwise(self, device: str) -> "counts.StepCount":
+        """Elementwise, normalization and reduction kernels per step, or such top-level aten ops on a CPU."""
+        return counts.count_elementwise(self, device)
+
+    def get_hottest_kernels(self, limit: int | None = 5) -> pd.DataFrame:
+        """Elementwise-family kernels by GPU time per step (see counts.hottest_kernels)."""
+        return counts.hottest_kernels(self, limit)
+
+    def get_top_level_ops(self) -> pd.DataFrame:
+        """aten ops not called from inside another aten op on the same thread (every step, every thread)."""
+        return counts.top_level_aten_ops(self.events)
+
     def get_data_wait(self, exclude_steps=()) -> pd.DataFrame:
         """One row per step: step_ns, data_wait_ns, data_wait_fraction, source."""
         return dataloader.data_wait(self.events, self._steps, exclude_steps)

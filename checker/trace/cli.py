@@ -99,8 +99,8 @@ def _log_steps(trace, args) -> set[int]:
     """The trace's logging steps by --log-every, or by --chapter's log_every for the trace's device."""
     log_every = args.log_every
     if args.chapter:
-        from checker.chapters import get_chapter
-        from checker.errors import WorkbookError
+        from checker.base.chapters import get_chapter
+        from checker.base.errors import WorkbookError
 
         try:
             chapter = get_chapter(args.chapter)

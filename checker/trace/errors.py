@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from checker.errors import WorkbookError
+from checker.base.errors import WorkbookError
 
 
 class TraceError(WorkbookError):

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from checker.tools import find_tool
+from checker.base.tools import find_tool
 from checker.trace.errors import TraceError
 from checker.trace.events import DTYPES, MISSING, categorical, copy_kind_of, finish, mem_kind_of
 

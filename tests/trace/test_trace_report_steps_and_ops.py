@@ -92,7 +92,7 @@ def test_log_every_leaves_the_logging_steps_out(tmp_path, capsys):
 
 
 def test_chapter_gives_its_log_every(tmp_path, capsys):
-    from checker.chapters import all_chapters
+    from checker.base.chapters import all_chapters
 
     chapter = next(c for c in all_chapters() if int(c.config("cpu").get("log_every", 0)) > 0)
     log_every = int(chapter.config("cpu")["log_every"])

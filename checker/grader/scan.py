@@ -18,7 +18,7 @@ import ast
 import os
 from pathlib import Path
 
-from checker.errors import WorkbookError
+from checker.base.errors import WorkbookError
 
 # attribute names: the profiler's state, the interpreter's frames and objects, the harness's insides
 PROBE_ATTRIBUTES = {

@@ -294,7 +294,7 @@ def render_sweep(spec: dict[str, Any], results_dir: Path) -> str:
 def read_rows(files: list[Path], drop: list[str] = ()) -> list[dict[str, Any]]:
     """The `workbook check --json` rows of gpu_verify's checks.jsonl files, without the ``FILE#N`` rows in
     ``drop`` (N counts from 1: rows measured by code that has changed since)."""
-    from checker.chapters import get_chapter
+    from checker.base.chapters import get_chapter
 
     dropped = {(Path(f).name, int(n)) for f, _, n in (d.rpartition("#") for d in drop)}
     numbered = [((f.name, number), line) for f in map(Path, files)
@@ -310,7 +310,7 @@ def read_rows(files: list[Path], drop: list[str] = ()) -> list[dict[str, Any]]:
 
 def assemble(env: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Every chapter's results file (chapter id -> contents) from the rows, judged by today's thresholds."""
-    from checker.chapters import all_chapters
+    from checker.base.chapters import all_chapters
 
     out = {}
     for chapter in all_chapters():

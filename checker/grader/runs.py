@@ -2,12 +2,12 @@
 
 The grader's half of the protocol (the candidate's half is ``checker.candidate``). The grader:
 
-* makes the run's private folder and environment (``checker.sandbox``) and starts the script there;
+* makes the run's private folder and environment (``checker.grader.sandbox``) and starts the script there;
 * sends the run's seed, and the window key when the script says the window opens;
 * stamps every message on its own clock as it arrives: the timed window runs from "the window opens" to
   "the trained weights have arrived", so work moved after the window is still inside it and work done before
   it cannot produce the right weights (they depend on the window key);
-* keeps the weights in memory for the referee (``checker.referee``) and never reads a file the run wrote,
+* keeps the weights in memory for the referee (``checker.grader.referee``) and never reads a file the run wrote,
   except a trace, which the checks only believe when it lines up with the steps stamped here;
 * watches the run: a time limit, an output cap (only the last lines are kept), the worker processes alive
   when the window opens and closes, and every process the run leaves behind, killed and counted.
@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checker import sandbox
-from checker.chapters import Chapter
-from checker.errors import WorkbookError
-from checker.paths import display_path
-from checker.tools import find_tool
+from checker.grader import sandbox
+from checker.base.chapters import Chapter
+from checker.base.errors import WorkbookError
+from checker.base.paths import display_path
+from checker.base.tools import find_tool
 from checker.trace.nsys import export_report
 
 OUTPUT_CAP = 16 * 1024 * 1024  # bytes a run may print before it is stopped

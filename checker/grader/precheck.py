@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from checker.errors import WorkbookError
-from checker.paths import display_path
+from checker.base.errors import WorkbookError
+from checker.base.paths import display_path
 
 
 class ScriptSyntaxError(WorkbookError):

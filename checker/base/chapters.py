@@ -14,8 +14,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from checker.errors import WorkbookError
-from checker.paths import chapters_dir, labs_dir, repo_root, solutions_dir
+from checker.base.errors import WorkbookError
+from checker.base.paths import chapters_dir, labs_dir, repo_root, solutions_dir
 
 DEVICE_KINDS = ("cuda", "cpu")
 VARIANTS = ("slow", "lab", "solution")

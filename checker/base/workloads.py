@@ -16,7 +16,10 @@ The secrets (see docs/instructors.md, "What the grader trusts"):
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
@@ -110,3 +113,16 @@ class KeyedOrder:
                 # .tolist(), not int(tensor): no aten::_local_scalar_dense, which a CPU trace counts as a host sync
                 index = torch.randint(len(self.batches), (1,), generator=self._generator).tolist()[0]
             yield self.batches[index]
+
+
+def load_workload_module(chapter_dir: Path):
+    """A chapter's workload.py, imported once per process under a stable name."""
+    path = chapter_dir / "workload.py"
+    name = f"workbook_workload_{chapter_dir.name}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its classes can then be pickled (DataLoader workers started by fork need no more)
+    spec.loader.exec_module(module)
+    return module

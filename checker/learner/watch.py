@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from checker import progress
-from checker.chapters import Chapter, all_chapters, get_chapter
-from checker.errors import WorkbookError
-from checker.paths import display_path
+from checker.learner import progress
+from checker.base.chapters import Chapter, all_chapters, get_chapter
+from checker.base.errors import WorkbookError
+from checker.base.paths import display_path
 
 
 def first_unfinished() -> Chapter:

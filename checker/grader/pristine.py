@@ -12,8 +12,8 @@ import ast
 import subprocess
 from pathlib import Path
 
-from checker.chapters import Chapter
-from checker.paths import repo_root
+from checker.base.chapters import Chapter
+from checker.base.paths import repo_root
 
 
 def _strip_docstrings(tree: ast.AST) -> ast.AST:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import difflib
 import textwrap
 
-from checker import progress
-from checker.chapters import HINT_LEVELS, Chapter
-from checker.errors import WorkbookError
-from checker.paths import display_path
+from checker.learner import progress
+from checker.base.chapters import HINT_LEVELS, Chapter
+from checker.base.errors import WorkbookError
+from checker.base.paths import display_path
 
 
 class SolutionLocked(WorkbookError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from checker.checks import NOT_SELECTED
-from checker.paths import display_path
+from checker.base.paths import display_path
 
 MARKS = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}
 

@@ -11,16 +11,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checker import checks, sandbox
-from checker.baseline import BaselineBank
-from checker.chapters import Chapter
+from checker import checks
+from checker.grader import sandbox
+from checker.grader.baseline import BaselineBank
+from checker.base.chapters import Chapter
 from checker.checks import FAILED, NOT_SELECTED, SKIPPED, CheckResult
-from checker.errors import WorkbookError
-from checker.evidence import TraceMismatch, ask_referee as judge, trace_problem
-from checker.paths import display_path
-from checker.scan import refuse_probes
-from checker.runs import IncompleteWork, RunResult, describe_phases, run_script
-from checker.tools import find_tool
+from checker.base.errors import WorkbookError
+from checker.grader.collect import TraceMismatch, ask_referee as judge, trace_problem
+from checker.base.paths import display_path
+from checker.grader.scan import refuse_probes
+from checker.grader.runs import IncompleteWork, RunResult, describe_phases, run_script
+from checker.base.tools import find_tool
 
 TRACE_TOOLS = ("torch", "nsys")
 
@@ -84,7 +85,7 @@ class Report:
 class Evaluation:
     """The runs a chapter's checks share, made once each, and what the grader makes of them.
 
-    Every run trains under a fresh secret (seed and window key, see checker.workloads). Runs come in pairs,
+    Every run trains under a fresh secret (seed and window key, see checker.base.workloads). Runs come in pairs,
     a baseline and a candidate run under the same secret, so that the referee can compare their weights:
 
     * the timed pairs (only where this device grades speed): untraced, alternating which runs first;
@@ -432,7 +433,7 @@ def evaluate(chapter: Chapter, *, variant: str = "lab", submission: Path | None 
              keep_traces: Path | None = None, only: set[str] | None = None, progress=None,
              bank: BaselineBank | None = None) -> Report:
     """Grade one script. ``bank``: the slow script's speed shared by a grading worker's students (see
-    checker.baseline); without it, every candidate run is paired with a slow-script run."""
+    checker.grader.baseline); without it, every candidate run is paired with a slow-script run."""
     candidate = resolve_candidate(chapter, variant, submission)
     ev = Evaluation(chapter, candidate, device or default_device(), trace_tool, with_ncu, keep_traces, progress,
                     only=only, bank=bank)

@@ -10,7 +10,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from checker.errors import WorkbookError
+from checker.base.errors import WorkbookError
 
 
 def _is_root(path: Path) -> bool:

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from checker.paths import repo_root
+from checker.base.paths import repo_root
 
 UNPRIVILEGED_USER = "nobody"
 CLONE_NEWNET = 0x40000000

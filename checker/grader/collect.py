@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from checker.chapters import Chapter
-from checker.errors import WorkbookError
-from checker.runs import RunResult
-from checker.sandbox import python_command
+from checker.base.chapters import Chapter
+from checker.base.errors import WorkbookError
+from checker.grader.runs import RunResult
+from checker.grader.sandbox import python_command
+from checker.trace.analyses.counts import top_level_aten_ops
 from checker.trace.intervals import merge
 
 REFEREE_TIMEOUT_S = 600
@@ -96,7 +97,6 @@ def hidden_work(events, steps, excuse_data_wait: bool = False) -> str | None:
     """Why a CPU trace's steps are not what ran in them, or None: recorded ops must cover most of each step,
     and no top-level aten op may run training code (a model, an optimizer, the workload). With ``excuse_data_wait`` (chapters about loading data), the
     time a step waited for its batch is left out of the step: waiting is the lesson there, not hidden work."""
-    from checker.checks.step_counts import top_level_aten_ops
 
     shares = op_coverage(events, steps, excuse_data_wait)
     share = float(np.median(shares)) if shares else 0.0
@@ -140,7 +140,7 @@ def ask_referee(chapter: Chapter, device: str, pairs: list[tuple[RunResult, RunR
                          "reference": f"baseline{index}" if role == "candidate" else None})
     job = folder / "job.json"
     job.write_text(json.dumps({"chapter": chapter.id, "device": device, "runs": runs, "cfg": cfg or {}}))
-    command = python_command("checker.referee") + [str(job)]
+    command = python_command("checker.grader.referee") + [str(job)]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=REFEREE_TIMEOUT_S,
                           env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
     if proc.returncode != 0:

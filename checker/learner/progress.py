@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from checker.paths import repo_root
+from checker.base.paths import repo_root
 
 NOT_STARTED, FAILING, PASSED = "not started", "failing", "passed"
 
@@ -106,7 +106,7 @@ def passed_here(chapter_id: str) -> dict[str, Any] | None:
 
 def _measures_speed(chapter_id: str) -> bool:
     """Whether the chapter has a speedup to measure (a throughput check) on some device."""
-    from checker.chapters import get_chapter
+    from checker.base.chapters import get_chapter
 
     try:
         return any(check.name == "throughput" for check in get_chapter(chapter_id).checks)

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from checker.candidate.session import load_workload_module
-from checker.chapters import get_chapter
-from checker.workloads import head_values, initial_rms
+from checker.base.workloads import load_workload_module
+from checker.base.chapters import get_chapter
+from checker.base.workloads import head_values, initial_rms
 
 
 def reference_weights(model: torch.nn.Module, window_key: int, rms: dict[str, float]) -> dict[str, torch.Tensor]:

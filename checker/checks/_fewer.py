@@ -1,0 +1,71 @@
+"""The shared shape of the checks that compare a per-step count with the slow script's (launches_per_step,
+elementwise_kernels): this module registers no check."""
+
+from __future__ import annotations
+
+from checker.checks import FAILED, PASSED, result
+
+
+def warmup_seconds(ev) -> dict[str, float]:
+    """Warm-up time (torch.compile included, outside the timed window) of the timed runs: the longest run's
+    for the baseline and the candidate, and the candidate's shortest when it ran more than once (by then
+    Inductor's on-disk cache holds what the first run compiled). Empty when no timed runs were made (--only)."""
+    pairs = ev.timed_pairs_if_run()
+    out = {}
+    for label, runs in (("baseline", [b for b, _ in pairs]), ("candidate", [c for _, c in pairs])):
+        values = [r.phases_s["warm-up"] for r in runs if "warm-up" in r.phases_s]
+        if values:
+            out[f"{label}_warmup_s"] = round(max(values), 2)
+            if label == "candidate" and len(values) > 1:
+                out["candidate_warmup_s_cached"] = round(min(values), 2)
+    return out
+
+
+def fewer_by(baseline: float, candidate: float) -> float:
+    """How many times fewer the candidate has: baseline / candidate (inf when the candidate has none)."""
+    if candidate <= 0:
+        return float("inf") if baseline > 0 else 1.0
+    return baseline / candidate
+
+
+def fewer_than_baseline(ev, spec, count, key: str, gone: str, decimals: int = 0, top: int = 5, more_evidence=None):
+    """The result of a check that the candidate makes `threshold` times fewer of something per step.
+
+    ``count(trace, device) -> StepCount`` counts it in a trace; the slow script's trace is made with the same
+    tool over the same steps. ``key`` names the ratio in ``measured``; ``gone`` is said when none are left;
+    ``more_evidence(candidate) -> list[str]`` adds lines of the check's own.
+    """
+    threshold = float(spec.threshold_for(ev.device))
+    candidate = count(ev.trace(), ev.device)
+    baseline = count(ev.baseline_trace(), ev.device)
+    if not candidate.steps or not baseline.steps:
+        return result(spec, FAILED, threshold=threshold, evidence=["the trace holds no training steps: nothing to count"])
+    if candidate.total == 0 and baseline.total > 0:  # not "infinitely fewer": the work is somewhere unseen
+        return result(spec, FAILED, threshold=threshold, evidence=[
+            f"the candidate's steps hold no {candidate.unit} at all where the slow script's hold "
+            f"{baseline.per_step:,.0f} per step: the training ran where the trace does not show it"])
+    ratio = fewer_by(baseline.per_step, candidate.per_step)
+    measured = {
+        "unit": candidate.unit,
+        "baseline_per_step": round(baseline.per_step, 2),
+        "candidate_per_step": round(candidate.per_step, 2),
+        key: round(ratio, 2) if ratio != float("inf") else None,
+        "steps": candidate.steps,
+        "trace_tool": ev.trace_tool,
+        **{f"baseline_{k}": v for k, v in baseline.extra.items()},
+        **{f"candidate_{k}": v for k, v in candidate.extra.items()},
+        **warmup_seconds(ev),  # torch.compile runs in the warm-up steps, outside the timed window
+    }
+    shown = gone if ratio == float("inf") else f"{ratio:.1f}x fewer"
+    evidence = [(f"{candidate.per_step:,.{decimals}f} {candidate.unit} per step vs the slow script's "
+                 f"{baseline.per_step:,.{decimals}f}: {shown} (threshold {threshold:g}x)")]
+    if candidate.top:
+        evidence.append(f"most per step here: {candidate.top_text(top)}")
+    evidence += more_evidence(candidate) if more_evidence else []
+    if "candidate_warmup_s" in measured:
+        cached = measured.get("candidate_warmup_s_cached")
+        evidence.append(f"warm-up before the timed window (torch.compile included): up to {measured['candidate_warmup_s']:g} s"
+                        + (f", {cached:g} s once cached" if cached is not None else "")
+                        + f"; {measured.get('baseline_warmup_s', 0):g} s for the slow script")
+    status = PASSED if ratio >= threshold else FAILED
+    return result(spec, status, measured=measured, threshold=threshold, evidence=evidence)

@@ -18,7 +18,7 @@ from checker.base.errors import WorkbookError
 from checker.learner.feedback import format_report
 from checker.base.paths import display_path, repo_root
 from checker.grader.precheck import check_syntax
-from checker.base.tools import find_tool
+from checker.base.tools import require_tool
 
 
 # -- list ---------------------------------------------------------------------------------------------
@@ -167,9 +167,8 @@ def _grade(args: argparse.Namespace, say) -> int:
         raise WorkbookError("--collect builds the gradebook from what was graded; --slurm grades: choose one")
     if args.trace_tool == "nsys" and args.device == "cpu":
         raise WorkbookError("--trace-tool nsys traces CUDA work; use it with --device cuda, or use --trace-tool torch")
-    if args.trace_tool == "nsys" and find_tool("nsys") is None:
-        raise WorkbookError("--trace-tool nsys: nsys not found on PATH; install Nsight Systems, set "
-                            "WORKBOOK_NSYS=/path/to/nsys, or use --trace-tool torch")
+    if args.trace_tool == "nsys":
+        require_tool("nsys", "--trace-tool nsys", "use --trace-tool torch")
     if args.baseline_every < 0:
         raise WorkbookError(f"--baseline-every {args.baseline_every}: give a number of students, or 0 to pair every "
                             "run with the slow script")
@@ -249,11 +248,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return 0
     argv = shlex.split(command)
     if argv[0] in ("nsys", "ncu"):
-        found = find_tool(argv[0])
-        if found is None:
-            raise WorkbookError(f"{argv[0]} not found on PATH; install it (it ships with the CUDA toolkit / Nsight) or "
-                                f"set WORKBOOK_{argv[0].upper()}=/path/to/{argv[0]}. Without it: workbook profile {chapter.number:02d} --tool torch --run")
-        argv[0] = found
+        argv[0] = require_tool(argv[0], otherwise=f"without it: workbook profile {chapter.number:02d} --tool torch --run")
     argv = [sys.executable if a == "python" else a for a in argv]
     check_syntax(script)
     out_dir.mkdir(parents=True, exist_ok=True)

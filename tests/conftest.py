@@ -1,9 +1,11 @@
 import atexit
+import json
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -80,12 +82,17 @@ def graded(pristine_lab):
 
 @pytest.fixture
 def fake_ncu(tmp_path, monkeypatch):
-    """Install a stand-in for ncu: it records its arguments (one JSON list per call in the returned file),
-    writes a report for a profiling call, and prints ``csv_text`` for `--import`; the copy-bandwidth probe
-    returns ``copy_bandwidth`` bytes/s instead of timing a GPU."""
+    """Install a stand-in for ncu and for the grader's ncu run. ``install(csv_text, copy_bandwidth)`` returns
+    ``(calls, grade)``: ``calls`` is a file holding one JSON list of arguments per call (the profiling run's
+    ncu options as the grader's runner got them, then each `ncu --import`); ``grade(trace)`` runs the grader's
+    ncu step (checker.grader.ncu) on that trace's target and the ncu_dram check on the evidence, with a
+    stand-in runner in place of a GPU run and ``copy_bandwidth`` bytes/s in place of the CUDA probe."""
+    from checker.base.chapters import get_chapter
     from checker.checks import ncu_dram
+    from checker.checks.evidence import Evidence
+    from checker.grader import ncu as grader_ncu
 
-    def install(csv_text: str, copy_bandwidth: float) -> Path:
+    def install(csv_text: str, copy_bandwidth: float):
         calls = tmp_path / "calls.jsonl"
         (tmp_path / "bin").mkdir(exist_ok=True)
         fake = tmp_path / "bin" / "ncu"
@@ -93,16 +100,46 @@ def fake_ncu(tmp_path, monkeypatch):
             f"#!{sys.executable}\n"
             "import json, sys\n"
             f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
-            "args = sys.argv[1:]\n"
-            "if '--import' in args:\n"
-            f"    sys.stdout.write({csv_text!r})\n"
-            "else:\n"
-            "    open(args[args.index('-o') + 1] + '.ncu-rep', 'w').write('report')\n"
+            f"sys.stdout.write({csv_text!r})\n"
         )
         fake.chmod(0o755)
         monkeypatch.setenv("WORKBOOK_NCU", str(fake))
         monkeypatch.delenv("WORKBOOK_NCU_OUT", raising=False)
-        monkeypatch.setattr(ncu_dram, "copy_bandwidth_in_subprocess", lambda: copy_bandwidth)
-        return calls
+        monkeypatch.setattr(grader_ncu, "copy_bandwidth_in_subprocess", lambda: copy_bandwidth)
+        chapter = get_chapter("05")
+        spec = chapter.check("ncu_dram")
+        cfg = chapter.config("cuda")
+
+        class StandIn:
+            """The grader's side of the ncu run: what it asked the runner for, and a report where ncu writes it."""
+
+            candidate = chapter.solution_script
+
+            def __init__(self):
+                self.chapter = chapter
+
+            def say(self, line):
+                pass
+
+            def _secret(self):
+                return (1, 2)
+
+            def _run(self, script, what, secret, steps=None, profiler=None):
+                _name, _tool, options = profiler
+                with calls.open("a") as out:
+                    out.write(json.dumps([*options, "--steps", str(steps)]) + "\n")
+                report = tmp_path / "profile.ncu-rep"
+                report.write_text("report")
+                return SimpleNamespace(output_tail="", trace_file=report)
+
+        def grade(trace):
+            target = ncu_dram.ncu_target(trace, spec, cfg)
+            outcome = grader_ncu.profile_kernel(StandIn(), target)
+            evidence = Evidence(chapter=chapter, device="cuda", trace_tool="torch", candidate=chapter.solution_script,
+                                cfg=cfg, traced=(None, None), traces={"candidate": trace},
+                                ncu={"ncu_dram": outcome})
+            return ncu_dram.ncu_dram(evidence, spec)
+
+        return calls, grade
 
     return install

@@ -7,7 +7,7 @@ import pytest
 from checker.grader.baseline import BaselineBank
 from checker.base.chapters import get_chapter
 from checker.base.errors import WorkbookError
-from checker.grader.evaluate import Evaluation, evaluate
+from checker.grader.evaluate import Evaluation, evaluate, speed_of
 
 CHAPTER = "01_item_syncs"
 
@@ -42,31 +42,26 @@ class FakeRun:
         self.window_s, self.samples = window_s, samples
 
 
-def _timed(bank=None):
-    chapter = get_chapter(CHAPTER)
-    ev = Evaluation(chapter, chapter.solution_script, "cpu", bank=bank)
-    ev.timed = True
-    return ev
-
-
 def test_with_a_bank_each_candidate_window_is_held_against_the_latest_baseline_windows():
     bank = BaselineBank()
     for seconds in (30.0, 9.0, 10.0, 11.0):  # the first is old: only the latest `trials` count
         bank.add(seconds, 512)
-    ev = _timed(bank)
+    chapter = get_chapter(CHAPTER)
+    ev = Evaluation(chapter, chapter.solution_script, "cpu", bank=bank)
     assert ev.uses_bank and ev.reference_script == ev.chapter.solution_script
-    ev._pairs = [(FakeRun(4.0), FakeRun(5.0)), (FakeRun(4.0), FakeRun(4.0))]  # (reference, candidate)
-    ratios, baseline, candidate, samples = ev.speed()
-    assert baseline == [10.0, 11.0] and candidate == [5.0, 4.0] and samples == 512
-    assert ratios == pytest.approx([10.5 / 5.0, 10.5 / 4.0])  # the reference's own windows do not count
+    pairs = [(FakeRun(4.0), FakeRun(5.0)), (FakeRun(4.0), FakeRun(4.0))]  # (reference, candidate)
+    speed = speed_of(pairs, bank)
+    assert speed.baseline_windows == (10.0, 11.0) and speed.candidate_windows == (5.0, 4.0) and speed.samples == 512
+    assert speed.ratios == pytest.approx([10.5 / 5.0, 10.5 / 4.0])  # the reference's own windows do not count
+    assert speed.shared == bank.summary()
 
 
 def test_without_a_bank_each_pair_is_its_own_comparison():
-    ev = _timed()
+    chapter = get_chapter(CHAPTER)
+    ev = Evaluation(chapter, chapter.solution_script, "cpu")
     assert not ev.uses_bank and ev.reference_script == ev.chapter.slow_script
-    ev._pairs = [(FakeRun(10.0), FakeRun(5.0)), (FakeRun(12.0), FakeRun(4.0))]
-    ratios, baseline, _, _ = ev.speed()
-    assert ratios == pytest.approx([2.0, 3.0]) and baseline == [10.0, 12.0]
+    speed = speed_of([(FakeRun(10.0), FakeRun(5.0)), (FakeRun(12.0), FakeRun(4.0))], None)
+    assert speed.ratios == pytest.approx([2.0, 3.0]) and speed.baseline_windows == (10.0, 12.0) and speed.shared is None
 
 
 def test_chapters_that_read_the_slow_scripts_trace_keep_a_baseline_per_student():

@@ -4,10 +4,13 @@ The checks on fabricated runs (what the grader measured, what the run reported),
 CPU as CI runs it: the unmodified lab fails with evidence naming what to fix, the solution's report agrees.
 """
 
+from pathlib import Path
+
 import pytest
 
 from checker.base.chapters import CheckSpec, get_chapter
 from checker.checks import FAILED, PASSED
+from checker.checks.evidence import Evidence
 from checker.checks.step_report import grader_times, mean_step_report, read_report, step_time_report
 
 CHAPTER = "00_measuring_right"
@@ -22,12 +25,10 @@ class FakeRun:
             self.reports = reports
 
 
-class FakeEvaluation:
-    def __init__(self, run, device="cuda"):
-        self.run, self.device, self.cfg = run, device, {"warmup": 10}
-
-    def candidate_run(self):
-        return self.run
+def FakeEvaluation(run, device="cuda"):
+    """The evidence of one traced candidate run, as the grader hands it to the checks."""
+    return Evidence(chapter=get_chapter(CHAPTER), device=device, trace_tool="torch", candidate=Path("train.py"),
+                    cfg={"warmup": 10}, traced=(None, run))
 
 
 def spec(name, tolerance=0.1, device="cuda"):

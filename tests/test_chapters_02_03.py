@@ -11,6 +11,7 @@ import pytest
 from checker.base.chapters import CheckSpec, get_chapter
 from checker.checks import FAILED, PASSED
 from checker.base.stats import step_time_stats
+from checker.checks.evidence import Evidence
 from checker.checks.dataloader_wait import data_wait
 from checker.checks.loader_settings import loader_settings, unmet_settings
 from checker.checks.pageable_copies import pageable_copies
@@ -61,30 +62,13 @@ class FakeRun:
         self.steps = steps
 
 
-class FakeEvaluation:
-    """Timed pairs when given (a full check), else only the traced run (what --only data_wait makes)."""
-
-    def __init__(self, trace=None, pairs=(), device="cuda", log_every=0, traced_run=None):
-        self._trace, self._pairs, self.device, self.log_every = trace, list(pairs), device, log_every
-        self.trace_tool = "torch"
-        self.traced_run = traced_run
-        self.cfg = {"epoch_batches": 32}
-        self.candidate = Path("train.py")
-
-    def trace(self):
-        return self._trace
-
-    def pairs(self):
-        return self._pairs
-
-    def timed_pairs_if_run(self):
-        return self._pairs
-
-    def candidate_run(self):
-        return self._pairs[0][1] if self._pairs else self.traced_run
-
-    def is_log_step(self, step):
-        return bool(self.log_every) and (step + 1) % self.log_every == 0
+def FakeEvaluation(trace=None, pairs=(), device="cuda", log_every=0, traced_run=None):
+    """The grader's evidence: timed pairs when given (a full check), else only the traced run (what --only
+    data_wait makes)."""
+    return Evidence(chapter=None, device=device, trace_tool="torch", candidate=Path("train.py"),
+                    cfg={"epoch_batches": 32, "log_every": log_every}, timed=tuple(pairs),
+                    traced=(None, traced_run) if traced_run is not None or not pairs else None,
+                    traces={"candidate": trace} if trace is not None else {})
 
 
 def spec(name, threshold, device="cuda"):

@@ -31,8 +31,10 @@ def _events(rows):
 
 
 def _trace(rows, steps):
-    events = _events(rows)
-    return SimpleNamespace(events=events, get_steps=lambda: pd.DataFrame({"step": steps}))
+    """A stand-in for TraceAnalysis over these rows: its events, its steps and the analyses the checks use."""
+    trace = SimpleNamespace(events=_events(rows), get_steps=lambda: pd.DataFrame({"step": steps}))
+    trace.get_hottest_kernels = lambda limit=5: step_counts.hottest_kernels(trace, limit)
+    return trace
 
 
 def test_top_level_aten_ops_leave_out_the_ops_called_inside_them():
@@ -201,8 +203,10 @@ def test_ncu_kernel_filter_matches_one_kernel_not_its_longer_namesakes():
 
 
 def test_ncu_permission_error_becomes_a_skip_reason():
-    assert "NVreg_RestrictProfilingToAdminUsers" in ncu._ncu_problem("==ERROR== ERR_NVGPUCTRPERM - no access")
-    assert ncu._ncu_problem("==PROF== Disconnected") is None
+    from checker.grader.ncu import ncu_problem
+
+    assert "NVreg_RestrictProfilingToAdminUsers" in ncu_problem("==ERROR== ERR_NVGPUCTRPERM - no access")
+    assert ncu_problem("==PROF== Disconnected") is None
 
 
 def _ncu_spec():
@@ -215,10 +219,22 @@ def _ncu_spec():
     ("cuda", True, "/nonexistent/ncu", "ncu not found"),
 ])
 def test_ncu_check_skips_with_a_reason(monkeypatch, device, with_ncu, env, reason):
+    """Not asked, not on a GPU, or no ncu: the plan makes no ncu run, or the grader's ncu step says why."""
+    from checker.checks.evidence import Evidence, NcuTarget
+    from checker.grader.ncu import profile_kernel
+    from checker.grader.plan import make_plan
+
     if env:
         monkeypatch.setenv("WORKBOOK_NCU", env)
-    ev = SimpleNamespace(device=device, with_ncu=with_ncu, chapter=get_chapter("05"))
-    outcome = ncu.ncu_dram(ev, _ncu_spec())
+    chapter = get_chapter("05")
+    plan = make_plan(chapter, device, with_ncu=with_ncu)
+    assert bool(plan.ncu) == (device == "cuda" and with_ncu)
+    trace = _trace([("kernel", "triton_poi_fused_mul_0", 0, 700, 7, 20)], steps=[20])
+    ncu_found = {name: profile_kernel(SimpleNamespace(), NcuTarget("regex:x", 20, ("SpeedOfLight",)))
+                 for name in plan.ncu}
+    evidence = Evidence(chapter=chapter, device=device, trace_tool="torch", candidate=chapter.solution_script,
+                        cfg=chapter.config(device), traced=(None, None), traces={"candidate": trace}, ncu=ncu_found)
+    outcome = ncu.ncu_dram(evidence, _ncu_spec())
     assert outcome.status == SKIPPED and reason in outcome.reason
 
 
@@ -281,20 +297,17 @@ def test_a_lab_that_skips_the_optimizer_step_does_different_work(workbook, tmp_p
 
 
 def test_ncu_check_profiles_the_hottest_elementwise_kernel(fake_ncu, tmp_path):
-    """The whole ncu_dram flow on a CPU, with a stand-in for ncu that records its arguments and replays the
-    sample CSV above, and a fixed copy bandwidth in place of the CUDA probe."""
-    calls = fake_ncu(NCU_RAW_CSV, 3.2e12)
+    """The whole ncu_dram flow on a CPU: the check picks its target from the trace, the grader's ncu step runs
+    it (a stand-in runner records the ncu options it was given; a stand-in ncu replays the sample CSV above for
+    --import), the copy bandwidth is fixed in place of the CUDA probe, and the check judges the evidence."""
+    calls, grade = fake_ncu(NCU_RAW_CSV, 3.2e12)
     hot = "triton_per_fused_add_gelu_mul_native_layer_norm_sigmoid_0"
     trace = _trace([
         ("kernel", hot, 0, 700, 7, 20),
         ("kernel", "triton_poi_fused_mul_sigmoid_1", 800, 900, 7, 20),
         ("kernel", "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n", 1000, 5000, 7, 20),  # longer, but a matmul
     ], steps=[20])
-    chapter = get_chapter("05")
-    ev = SimpleNamespace(device="cuda", with_ncu=True, chapter=chapter, cfg=chapter.config("cuda"),
-                         workdir=tmp_path, candidate=chapter.solution_script, trace=lambda: trace,
-                         say=lambda line: None)
-    outcome = ncu.ncu_dram(ev, _ncu_spec())
+    outcome = grade(trace)
     assert outcome.status == PASSED, outcome.evidence
     assert outcome.measured["fraction_of_copy"] == pytest.approx(2950 / 3200, abs=1e-3)
     assert outcome.measured["kernel_short"] == hot and "memory-bound" in outcome.evidence[0]
@@ -302,5 +315,5 @@ def test_ncu_check_profiles_the_hottest_elementwise_kernel(fake_ncu, tmp_path):
     assert profile[profile.index("--nvtx-include") + 1] == "step 20/"
     assert profile[profile.index("-k") + 1] == f"regex:{hot}([^0-9A-Za-z_]|$)"
     assert ["--section", "SpeedOfLight"] == profile[profile.index("--section"):profile.index("--section") + 2]
-    assert profile[-4:] == ["--steps", "22", "--warmup", "20"]
-    assert imported[:2] == ["--import", str(tmp_path / "ncu" / "hot_kernel.ncu-rep")] and "raw" in imported
+    assert profile[-2:] == ["--steps", "22"]  # the grader's runner: warm-up to step 20, then the profiled step
+    assert imported[:2] == ["--import", str(tmp_path / "profile.ncu-rep")] and "raw" in imported

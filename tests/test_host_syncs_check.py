@@ -1,11 +1,11 @@
 """The host_syncs check on real traces: counts per step, logging steps left out, and where each sync came from."""
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from checker.base.chapters import CheckSpec
+from checker.checks.evidence import Evidence
 from checker.checks.host_syncs import host_syncs
 from checker.trace import load
 
@@ -14,10 +14,9 @@ SPEC = CheckSpec(name="host_syncs", doc="no syncs", threshold={"cuda": 0, "cpu":
 
 
 def evaluation(trace_path, device="cuda", log_every=0):
-    trace = load(trace_path)
-    return SimpleNamespace(trace=lambda: trace, device=device, trace_tool="torch",
-                           candidate=Path("scripts/trace_fixture_programs.py"), candidate_run=lambda: None,
-                           is_log_step=lambda step: bool(log_every) and (step + 1) % log_every == 0)
+    """The evidence of a traced run whose trace is ``trace_path``, as the grader hands it to the checks."""
+    return Evidence(chapter=None, device=device, trace_tool="torch", candidate=Path("scripts/trace_fixture_programs.py"),
+                    cfg={"log_every": log_every}, traced=(None, None), traces={"candidate": load(trace_path)})
 
 
 @pytest.mark.parametrize("tool_file", ["kineto.json.gz", "nsys.sqlite.gz"])

@@ -124,18 +124,9 @@ def test_lab_ncu_csv_still_parses():
 
 
 # -- the whole check, with a stand-in for ncu -----------------------------------------------------------------
-def _run_check(trace, tmp_path):
-    chapter = get_chapter("05")
-    ev = SimpleNamespace(device="cuda", with_ncu=True, chapter=chapter, cfg=chapter.config("cuda"),
-                         workdir=tmp_path, candidate=chapter.solution_script, trace=lambda: trace,
-                         say=lambda line: None)
-    spec = next(c for c in chapter.checks if c.name == "ncu_dram")
-    return ncu.ncu_dram(ev, spec)
-
-
 def test_check_on_the_solution_says_which_kernel_it_skipped(solution, tmp_path, fake_ncu):
-    calls = fake_ncu((DATA / "lab-ncu-raw.csv").read_text(), 4.0e12)
-    outcome = _run_check(solution, tmp_path)
+    calls, grade = fake_ncu((DATA / "lab-ncu-raw.csv").read_text(), 4.0e12)
+    outcome = grade(solution)
     profile = json.loads(calls.read_text().splitlines()[0])
     assert profile[profile.index("-k") + 1] == \
         "regex:triton_per_fused__to_copy_add_gelu_mul_native_layer_norm_sigmoid_4([^0-9A-Za-z_]|$)"
@@ -149,7 +140,7 @@ def test_check_on_the_solution_says_which_kernel_it_skipped(solution, tmp_path, 
 def test_check_fails_without_running_ncu_when_no_kernel_is_on_the_stepping_thread(tmp_path, fake_ncu):
     from checker.trace.events import finish
 
-    calls = fake_ncu((DATA / "lab-ncu-raw.csv").read_text(), 4.0e12)
+    calls, grade = fake_ncu((DATA / "lab-ncu-raw.csv").read_text(), 4.0e12)
     main, autograd = 10, 11
     frame = pd.DataFrame([
         ("cuda_api", "cuLaunchKernel", 100, 110, 1, autograd, None, 7, 20),
@@ -158,7 +149,8 @@ def test_check_fails_without_running_ncu_when_no_kernel_is_on_the_stepping_threa
     steps = pd.DataFrame({"step": [20], "name": ["step 20"], "start_ns": [0], "end_ns": [1000], "pid": [1],
                           "tid": [main]})
     trace = SimpleNamespace(events=finish(frame), get_steps=lambda: steps)
-    outcome = _run_check(trace, tmp_path)
+    trace.get_hottest_kernels = lambda limit=None: hottest_kernels(trace, limit)
+    outcome = grade(trace)
     assert outcome.status == FAILED
     assert "thread holding the step ranges" in outcome.measured["thread_rule"]
     assert "none of the 1 elementwise kernels" in outcome.evidence[0]

@@ -109,6 +109,13 @@ class Chapter:
             raise WorkbookError(f"chapter {self.id} declares no [workload.{device}] in chapter.toml")
         return dict(self.workload[device])
 
+    def check(self, name: str) -> CheckSpec:
+        """The [[checks]] entry named ``name``."""
+        for spec in self.checks:
+            if spec.name == name:
+                return spec
+        raise KeyError(f"{self.id} declares no check '{name}'")
+
     def hint_ladder_for(self, check: str, evidence: list[str]) -> Hint | None:
         """The hint for a failed check: the first whose ``match`` the evidence matches, else the check's default."""
         default = None

@@ -1,4 +1,14 @@
-"""The checks a chapter can declare. Each kind is one module; each returns a CheckResult.
+"""The checks a chapter can declare. Each kind is one module; each is a pure function of the grader's
+evidence (``checker.checks.evidence.Evidence``) and the chapter's spec, returning a CheckResult.
+
+A check declares what it needs and when it means anything::
+
+    @check("throughput", needs=(TIMED,), after=("same_work",), key="speedup", fmt="{:.2f}x")
+    def throughput(evidence, spec):
+        \"\"\"runs at least the threshold times the slow script's samples/s, measured side by side\"\"\"
+
+The grader plans its runs from ``needs`` (checker.grader.plan), and skips a check whose ``after`` checks did
+not pass. The docstring's first line is the claim a learner reads when chapter.toml gives no ``doc``.
 
 A check ends in one of three states: passed; failed, with the evidence and the chapter's hint; or skipped,
 with the reason it could not run here.
@@ -6,15 +16,26 @@ with the reason it could not run here.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from checker.base.chapters import CheckSpec
-    from checker.grader.evaluate import Evaluation
+    from checker.checks.evidence import Evidence
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 NOT_SELECTED = "not selected"  # how a skip left out by `workbook check --only` begins its reason
+
+# What a check may need of the grader (checker.grader.plan turns these into runs):
+TIMED = "timed"                    # the timed pairs, where this device grades speed
+RUN = "run"                        # the candidate's run the grader watched (its processes, its step times)
+TRACE = "trace"                    # the candidate's traced run and its trace
+BASELINE_TRACE = "baseline_trace"  # the slow script traced the same way, over the same steps
+VERDICTS = "verdicts"              # the referee's judgement of every pair's weights
+NCU = "ncu"                        # Nsight Compute on one kernel the check picks from the candidate's trace
+NEEDS = (TIMED, RUN, TRACE, BASELINE_TRACE, VERDICTS, NCU)
 
 
 @dataclass
@@ -32,29 +53,50 @@ class CheckResult:
         return asdict(self)
 
 
-CheckFunction = Callable[["Evaluation", "CheckSpec"], CheckResult]
-REGISTRY: dict[str, CheckFunction] = {}
+CheckFunction = Callable[["Evidence", "CheckSpec"], CheckResult]
+
+
+@dataclass(frozen=True)
+class CheckKind:
+    """One kind of check as registered: its function and what it declares."""
+
+    name: str
+    function: CheckFunction
+    needs: frozenset[str]
+    after: tuple[str, ...] = ()
+    key: str | None = None  # the entry of ``measured`` that sums the check up in results tables
+    fmt: str = "{:g}"
+    ncu_target: Callable | None = None  # (trace, spec, cfg) -> checker.checks.evidence.NcuTarget, for NCU
+    thresholded: bool = True  # it judges against chapter.toml's threshold for the device (none there: skipped)
+
+    @property
+    def claim(self) -> str:
+        return ((self.function.__doc__ or self.name).strip().splitlines() or [self.name])[0]
+
+    def __call__(self, evidence: "Evidence", spec: "CheckSpec") -> CheckResult:
+        return self.function(evidence, spec)
+
+
+KINDS: dict[str, CheckKind] = {}
+REGISTRY = KINDS  # the name older code and tests use
 # check name -> (the key in `measured` that sums it up, a format for it): what results tables show
 KEY_MEASURE: dict[str, tuple[str, str]] = {}
-# checks that compare the candidate's trace with the baseline's (the traced pair then traces both)
-NEEDS_BASELINE_TRACE: set[str] = set()
 
 
-def check(name: str, key: str | None = None, fmt: str = "{:g}",
-          baseline_trace: bool = False) -> Callable[[CheckFunction], CheckFunction]:
-    """Register a check kind under the name chapter.toml uses in [[checks]] name = ...
+def check(name: str, *, needs: tuple[str, ...], after: tuple[str, ...] = (), key: str | None = None,
+          fmt: str = "{:g}", ncu_target: Callable | None = None,
+          thresholded: bool = True) -> Callable[[CheckFunction], CheckKind]:
+    """Register a check kind under the name chapter.toml uses in [[checks]] name = ..."""
+    unknown = set(needs) - set(NEEDS)
+    if unknown:
+        raise ValueError(f"check {name}: unknown needs {sorted(unknown)}; known: {', '.join(NEEDS)}")
 
-    ``key`` names the entry of ``measured`` that sums the check up in results tables, shown with ``fmt``;
-    ``baseline_trace``: the check reads the baseline's trace too.
-    """
-
-    def register(function: CheckFunction) -> CheckFunction:
-        REGISTRY[name] = function
-        if baseline_trace:
-            NEEDS_BASELINE_TRACE.add(name)
+    def register(function: CheckFunction) -> CheckKind:
+        kind = CheckKind(name, function, frozenset(needs), tuple(after), key, fmt, ncu_target, thresholded)
+        KINDS[name] = kind
         if key is not None:
             KEY_MEASURE[name] = (key, fmt)
-        return function
+        return kind
 
     return register
 
@@ -65,9 +107,6 @@ def result(spec: "CheckSpec", status: str, **fields: Any) -> CheckResult:
 
 def _register_all() -> None:
     """Import every module of this package: each registers its check kinds with @check."""
-    import importlib
-    import pkgutil
-
     for module in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{module.name}")
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from checker.checks import FAILED, PASSED, result
 
 
-def warmup_seconds(ev) -> dict[str, float]:
+def warmup_seconds(evidence) -> dict[str, float]:
     """Warm-up time (torch.compile included, outside the timed window) of the timed runs: the longest run's
     for the baseline and the candidate, and the candidate's shortest when it ran more than once (by then
     Inductor's on-disk cache holds what the first run compiled). Empty when no timed runs were made (--only)."""
-    pairs = ev.timed_pairs_if_run()
+    pairs = evidence.timed
     out = {}
     for label, runs in (("baseline", [b for b, _ in pairs]), ("candidate", [c for _, c in pairs])):
         values = [r.phases_s["warm-up"] for r in runs if "warm-up" in r.phases_s]
@@ -28,16 +28,16 @@ def fewer_by(baseline: float, candidate: float) -> float:
     return baseline / candidate
 
 
-def fewer_than_baseline(ev, spec, count, key: str, gone: str, decimals: int = 0, top: int = 5, more_evidence=None):
+def fewer_than_baseline(evidence, spec, count, key: str, gone: str, decimals: int = 0, top: int = 5, more_evidence=None):
     """The result of a check that the candidate makes `threshold` times fewer of something per step.
 
     ``count(trace, device) -> StepCount`` counts it in a trace; the slow script's trace is made with the same
     tool over the same steps. ``key`` names the ratio in ``measured``; ``gone`` is said when none are left;
     ``more_evidence(candidate) -> list[str]`` adds lines of the check's own.
     """
-    threshold = float(spec.threshold_for(ev.device))
-    candidate = count(ev.trace(), ev.device)
-    baseline = count(ev.baseline_trace(), ev.device)
+    threshold = float(spec.threshold_for(evidence.device))
+    candidate = count(evidence.trace(), evidence.device)
+    baseline = count(evidence.trace("baseline"), evidence.device)
     if not candidate.steps or not baseline.steps:
         return result(spec, FAILED, threshold=threshold, evidence=["the trace holds no training steps: nothing to count"])
     if candidate.total == 0 and baseline.total > 0:  # not "infinitely fewer": the work is somewhere unseen
@@ -51,21 +51,21 @@ def fewer_than_baseline(ev, spec, count, key: str, gone: str, decimals: int = 0,
         "candidate_per_step": round(candidate.per_step, 2),
         key: round(ratio, 2) if ratio != float("inf") else None,
         "steps": candidate.steps,
-        "trace_tool": ev.trace_tool,
+        "trace_tool": evidence.trace_tool,
         **{f"baseline_{k}": v for k, v in baseline.extra.items()},
         **{f"candidate_{k}": v for k, v in candidate.extra.items()},
-        **warmup_seconds(ev),  # torch.compile runs in the warm-up steps, outside the timed window
+        **warmup_seconds(evidence),  # torch.compile runs in the warm-up steps, outside the timed window
     }
     shown = gone if ratio == float("inf") else f"{ratio:.1f}x fewer"
-    evidence = [(f"{candidate.per_step:,.{decimals}f} {candidate.unit} per step vs the slow script's "
+    lines = [(f"{candidate.per_step:,.{decimals}f} {candidate.unit} per step vs the slow script's "
                  f"{baseline.per_step:,.{decimals}f}: {shown} (threshold {threshold:g}x)")]
     if candidate.top:
-        evidence.append(f"most per step here: {candidate.top_text(top)}")
-    evidence += more_evidence(candidate) if more_evidence else []
+        lines.append(f"most per step here: {candidate.top_text(top)}")
+    lines += more_evidence(candidate) if more_evidence else []
     if "candidate_warmup_s" in measured:
         cached = measured.get("candidate_warmup_s_cached")
-        evidence.append(f"warm-up before the timed window (torch.compile included): up to {measured['candidate_warmup_s']:g} s"
+        lines.append(f"warm-up before the timed window (torch.compile included): up to {measured['candidate_warmup_s']:g} s"
                         + (f", {cached:g} s once cached" if cached is not None else "")
                         + f"; {measured.get('baseline_warmup_s', 0):g} s for the slow script")
     status = PASSED if ratio >= threshold else FAILED
-    return result(spec, status, measured=measured, threshold=threshold, evidence=evidence)
+    return result(spec, status, measured=measured, threshold=threshold, evidence=lines)

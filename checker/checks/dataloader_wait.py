@@ -14,14 +14,15 @@ sets throughput) does not.
 from __future__ import annotations
 
 from checker.base.stats import describe_step_times, step_time_stats
-from checker.checks import FAILED, PASSED, check, result
+from checker.checks import FAILED, PASSED, TRACE, check, result
 
 
-@check("data_wait", key="data_wait_fraction", fmt="{:.0%} of the step")
-def data_wait(ev, spec):
-    threshold = float(spec.threshold_for(ev.device))
-    trace = ev.trace()
-    log_steps = {int(s) for s in trace.get_steps()["step"] if ev.is_log_step(int(s))}
+@check("data_wait", needs=(TRACE,), key="data_wait_fraction", fmt="{:.0%} of the step")
+def data_wait(evidence, spec):
+    """the step waits for its next batch at most the threshold's share of its time"""
+    threshold = float(spec.threshold_for(evidence.device))
+    trace = evidence.trace()
+    log_steps = {int(s) for s in trace.get_steps()["step"] if evidence.is_log_step(int(s))}
     waits = trace.get_data_wait(exclude_steps=log_steps)
     if waits.empty:
         return result(spec, FAILED, threshold=threshold, evidence=["the trace holds no training steps outside logging steps"])
@@ -31,8 +32,8 @@ def data_wait(ev, spec):
     counted = len(waits)
     # step times for the "median can lie" lesson: the timed runs' when a check made them, else (under --only)
     # the traced run's alone, so that reading the trace costs one run of the script
-    pairs = ev.timed_pairs_if_run()
-    candidate_ms = [ms for _, c in pairs for ms in c.step_ms] if pairs else ev.candidate_run().step_ms
+    pairs = evidence.timed
+    candidate_ms = [ms for _, c in pairs for ms in c.step_ms] if pairs else evidence.candidate_run.step_ms
     baseline_ms = [ms for b, _ in pairs for ms in b.step_ms]
     measured = {
         "data_wait_fraction": round(fraction, 4),
@@ -43,17 +44,17 @@ def data_wait(ev, spec):
         "steps": counted,
         "measured_from": str(waits["source"].iloc[0]),
         "logging_steps_excluded": sorted(log_steps),
-        "trace_tool": ev.trace_tool,
+        "trace_tool": evidence.trace_tool,
         "candidate_step_ms": step_time_stats(candidate_ms),
         "baseline_step_ms": step_time_stats(baseline_ms) if baseline_ms else None,
     }
-    evidence = [
+    lines = [
         f"waiting for the next batch: {fraction:.0%} of the step ({total_wait / counted / 1e6:.1f} ms of "
         f"{total_step / counted / 1e6:.1f} ms per step over {counted} traced steps; the longest wait "
         f"{int(worst['data_wait_ns']) / 1e6:.1f} ms in step {int(worst['step'])}), threshold {threshold:.0%}",
         f"candidate {describe_step_times(candidate_ms)}" + ("" if pairs else " (traced run)"),
     ]
     if baseline_ms:
-        evidence.append(f"baseline {describe_step_times(baseline_ms)}")
+        lines.append(f"baseline {describe_step_times(baseline_ms)}")
     status = PASSED if fraction <= threshold else FAILED
-    return result(spec, status, measured=measured, threshold=threshold, evidence=evidence)
+    return result(spec, status, measured=measured, threshold=threshold, evidence=lines)

@@ -11,10 +11,12 @@ multi-tensor kernels); on a CPU the top-level aten ops of that kind. bf16 alone 
 
 from __future__ import annotations
 
-from checker.checks import check
+from checker.checks import BASELINE_TRACE, TRACE, check
 from checker.checks._fewer import fewer_than_baseline
 
 
-@check("elementwise_kernels", key="elementwise_fewer_by", fmt="{:.1f}x fewer elementwise kernels", baseline_trace=True)
-def elementwise_kernels(ev, spec):
-    return fewer_than_baseline(ev, spec, lambda trace, device: trace.count_elementwise(device), "elementwise_fewer_by", gone="all fused away", decimals=1)
+@check("elementwise_kernels", needs=(TRACE, BASELINE_TRACE), key="elementwise_fewer_by",
+       fmt="{:.1f}x fewer elementwise kernels")
+def elementwise_kernels(evidence, spec):
+    """the step makes at least the threshold times fewer elementwise passes over memory than the slow script's"""
+    return fewer_than_baseline(evidence, spec, lambda trace, device: trace.count_elementwise(device), "elementwise_fewer_by", gone="all fused away", decimals=1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import linecache
 from pathlib import Path
 
-from checker.checks import FAILED, PASSED, check, result
+from checker.checks import FAILED, PASSED, TRACE, check, result
 from checker.base.paths import display_path
 
 
@@ -44,12 +44,13 @@ def source_line(where: str | None, script: Path | None = None) -> str:
     return where
 
 
-@check("host_syncs", key="host_syncs_per_step", fmt="{:g} syncs/step")
-def host_syncs(ev, spec):
-    threshold = float(spec.threshold_for(ev.device))
-    trace = ev.trace()
+@check("host_syncs", needs=(TRACE,), key="host_syncs_per_step", fmt="{:g} syncs/step")
+def host_syncs(evidence, spec):
+    """no host-device syncs inside training steps (logging steps excepted)"""
+    threshold = float(spec.threshold_for(evidence.device))
+    trace = evidence.trace()
     steps = trace.get_steps()
-    log_steps = {int(s) for s in steps["step"] if ev.is_log_step(int(s))}
+    log_steps = {int(s) for s in steps["step"] if evidence.is_log_step(int(s))}
     counted = [int(s) for s in steps["step"] if int(s) not in log_steps]
     if not counted:
         return result(spec, FAILED, threshold=threshold, evidence=["the trace holds no training steps outside logging steps"])
@@ -60,19 +61,19 @@ def host_syncs(ev, spec):
         "host_syncs": int(len(syncs)),
         "steps": len(counted),
         "logging_steps_excluded": sorted(log_steps),
-        "trace_tool": ev.trace_tool,
+        "trace_tool": evidence.trace_tool,
     }
-    evidence = []
+    lines = []
     # torch.profiler before 2.12 records no call sites: a frame's line there is where it stood, not the call
-    lines_recorded = "call_from" in trace.events and trace.events["call_from"].notna().any()
+    lines_recorded = trace.has_call_lines
     if len(syncs):
         grouped = syncs.groupby(["name", "where"], dropna=False).size().sort_values(ascending=False)
         for (name, where), count in grouped.items():
-            where = as_graded(where, ev.candidate_run(), ev.candidate)
+            where = as_graded(where, evidence.candidate_run, evidence.candidate)
             if where and not lines_recorded:
                 origin = f"{where.rpartition(':')[0]} (this torch.profiler records no call lines; torch >= 2.12 does)"
             else:
-                origin = source_line(where, ev.candidate)
-            evidence.append(f"{count / len(counted):g} per step: {name} from {origin}")
+                origin = source_line(where, evidence.candidate)
+            lines.append(f"{count / len(counted):g} per step: {name} from {origin}")
     status = PASSED if per_step <= threshold else FAILED
-    return result(spec, status, measured=measured, threshold=threshold, evidence=evidence)
+    return result(spec, status, measured=measured, threshold=threshold, evidence=lines)

@@ -9,7 +9,7 @@ times a few microseconds.
 
 from __future__ import annotations
 
-from checker.checks import check
+from checker.checks import BASELINE_TRACE, TRACE, check
 from checker.checks._fewer import fewer_than_baseline
 
 
@@ -20,7 +20,8 @@ def _graph_replays(candidate) -> list[str]:
     return [f"{replays:g} CUDA graph replays per step, {candidate.extra['gpu_kernels_per_step']:,.0f} GPU kernels per step in all"]
 
 
-@check("launches_per_step", key="launches_fewer_by", fmt="{:.1f}x fewer launches", baseline_trace=True)
-def launches_per_step(ev, spec):
-    return fewer_than_baseline(ev, spec, lambda trace, device: trace.count_launches(device), "launches_fewer_by", gone="all gone", top=8,
+@check("launches_per_step", needs=(TRACE, BASELINE_TRACE), key="launches_fewer_by", fmt="{:.1f}x fewer launches")
+def launches_per_step(evidence, spec):
+    """the step launches at least the threshold times fewer kernels than the slow script's"""
+    return fewer_than_baseline(evidence, spec, lambda trace, device: trace.count_launches(device), "launches_fewer_by", gone="all gone", top=8,
                                more_evidence=_graph_replays)

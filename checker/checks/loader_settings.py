@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from checker.checks import FAILED, PASSED, check, result
+from checker.checks import FAILED, PASSED, RUN, check, result
 
 
 def unmet_settings(settings: dict[str, Any], required: dict[str, Any]) -> list[str]:
@@ -54,11 +54,12 @@ def workers_unseen(run, required: dict[str, Any], epoch_batches: int | None) -> 
     return problems
 
 
-@check("loader_settings", key="settings_unmet", fmt="{:g} unmet")
-def loader_settings(ev, spec):
-    required = dict(spec.threshold_for(ev.device))
-    timed = ev.timed_pairs_if_run()
-    candidate = timed[0][1] if timed else ev.candidate_run()  # timed runs are longer: they cross epochs
+@check("loader_settings", needs=(RUN,), key="settings_unmet", fmt="{:g} unmet")
+def loader_settings(evidence, spec):
+    """the DataLoader given to session.steps() is configured as the chapter requires"""
+    required = dict(spec.threshold_for(evidence.device))
+    timed = evidence.timed
+    candidate = timed[0][1] if timed else evidence.candidate_run  # timed runs are longer: they cross epochs
     settings = candidate.raw.get("loader")
     if settings is None:
         return result(spec, FAILED, threshold=required, measured={"settings_unmet": len(required)}, evidence=[
@@ -68,7 +69,7 @@ def loader_settings(ev, spec):
     if settings.get("redefined"):
         unmet.append(f"{settings.get('class')} redefines {', '.join(settings['redefined'])}: a DataLoader subclass "
                      "may set what it reports, not what it does; keep DataLoader's own settings")
-    epoch_batches = ev.cfg.get("epoch_batches")
+    epoch_batches = evidence.cfg.get("epoch_batches")
     unmet += workers_unseen(candidate, required, int(epoch_batches) if epoch_batches else None)
     measured = {"settings_unmet": len(unmet), "loader": settings,
                 "workers_seen": {"first_step": len(candidate.workers_at_first_step),

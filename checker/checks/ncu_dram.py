@@ -24,7 +24,7 @@ else it is skipped with the reason. What it does:
    per second this GPU's memory actually streams. The kernel's DRAM bytes per second over that is the
    measure: near 1.0, the kernel is at the bandwidth floor, and only fewer bytes (fusion, bf16) make it faster.
 
-Set WORKBOOK_NCU_OUT=<folder> to keep the .ncu-rep report and its CSV there (the docs' ncu excerpt comes from it).
+The grader runs ncu and the probe (checker.grader.ncu); this check reads what they measured.\nSet WORKBOOK_NCU_OUT=<folder> to keep the .ncu-rep report and its CSV there (the docs' ncu excerpt comes from it).
 """
 
 from __future__ import annotations
@@ -32,19 +32,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 
-from checker.checks import FAILED, PASSED, SKIPPED, check, result
+from checker.checks import FAILED, NCU, PASSED, SKIPPED, TRACE, check, result
+from checker.checks.evidence import NcuTarget
 from checker.trace.analyses.counts import short_kernel_name
-from checker.base.paths import repo_root
-from checker.base.tools import find_tool
 
 DRAM_PCT = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
 SM_PCT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
@@ -180,146 +174,75 @@ def pick_kernel(hot):
     return hot.iloc[first], rule, hot.iloc[:first]
 
 
-# -- the copy-bandwidth probe ----------------------------------------------------------------------------
-def measure_copy_bandwidth(size_bytes: int = 1 << 30, repeats: int = 20) -> float:
-    """Bytes per second a device-to-device copy streams (read + write), timed with CUDA events."""
-    import torch
-
-    source = torch.empty(size_bytes // 4, dtype=torch.float32, device="cuda").uniform_()
-    target = torch.empty_like(source)
-    for _ in range(3):
-        target.copy_(source)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(repeats):
-        target.copy_(source)
-    end.record()
-    end.synchronize()
-    seconds = start.elapsed_time(end) / 1e3 / repeats
-    return 2 * source.numel() * source.element_size() / seconds
-
-
-def copy_bandwidth_in_subprocess(timeout: float = 120) -> float:
-    code = "from checker.checks.ncu_dram import measure_copy_bandwidth as m; print(m())"
-    env = dict(os.environ, WORKBOOK_ROOT=str(repo_root()))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env,
-                          check=False)
-    if proc.returncode != 0:
-        raise RuntimeError((proc.stderr.strip().splitlines() or ["the copy probe failed"])[-1])
-    return float(proc.stdout.strip().splitlines()[-1])
-
-
-# -- running ncu ---------------------------------------------------------------------------------------------
-def ncu_command(ncu: str, report: Path, regex: str, step: int, script: Path, result_path: Path, sections) -> list[str]:
-    command = [ncu, "--nvtx", "--nvtx-include", f"step {step}/", "--kernel-name-base", "demangled",
-               "-k", regex, "-c", "1", "--clock-control", "none", "--force-overwrite", "-o", str(report)]
-    for section in sections:
-        command += ["--section", section]
-    command += ["--metrics", ",".join(EXTRA_METRICS)]
-    command += [sys.executable, "-m", "checker.launch", "--script", str(script), "--result", str(result_path),
-                "--", "--device", "cuda", "--steps", str(step + 2), "--warmup", str(step)]
-    return command
-
-
-def _ncu_problem(output: str) -> str | None:
-    """A reason to skip when ncu could not profile on this machine at all."""
-    if "ERR_NVGPUCTRPERM" in output:
-        return ("ncu may not read this GPU's performance counters (ERR_NVGPUCTRPERM): run as root, or load the "
-                "driver with NVreg_RestrictProfilingToAdminUsers=0")
-    return None
-
-
-def _shown(command: list[str]) -> str:
-    return " ".join(f"'{part}'" if (" " in part or "|" in part or "$" in part) else part for part in command)
-
-
-@check("ncu_dram", key="fraction_of_copy", fmt="{:.0%} of copy bandwidth")
-def ncu_dram(ev, spec):
-    if ev.device != "cuda":
-        return result(spec, SKIPPED, reason=f"Nsight Compute profiles CUDA kernels; this run is on {ev.device}")
-    threshold = float(spec.threshold_for(ev.device))
-    if not ev.with_ncu:
-        return result(spec, SKIPPED, threshold=threshold,
-                      reason=f"runs only when asked: workbook check {ev.chapter.number:02d} --with-ncu (ncu replays "
-                             "the kernel many times; a minute or two)")
-    ncu = find_tool("ncu")
-    if ncu is None:
-        return result(spec, SKIPPED, threshold=threshold,
-                      reason="ncu not found on PATH; install Nsight Compute or set WORKBOOK_NCU=/path/to/ncu")
-
-    hot = ev.trace().get_hottest_kernels(limit=None)
+def ncu_target(trace, spec, cfg) -> NcuTarget:
+    """What to profile: the hottest elementwise kernel that ncu's NVTX filter can see, in one steady step."""
+    hot = trace.get_hottest_kernels(limit=None)
+    step = int(spec.options.get("ncu_step", cfg["warmup"]))
+    sections = tuple(spec.options.get("section", ["SpeedOfLight", "MemoryWorkloadAnalysis"]))
     if hot.empty:
-        return result(spec, FAILED, threshold=threshold,
-                      evidence=["the candidate's trace holds no elementwise kernels to profile"])
+        return NcuTarget("", step, sections, problem="the candidate's trace holds no elementwise kernels to profile")
     target, thread_rule, skipped = pick_kernel(hot)
-    step = int(spec.options.get("ncu_step", ev.cfg["warmup"]))
-    picked = {"thread_rule": thread_rule, "skipped_hotter_kernels": list(skipped["short"])}
-    skipped_line = []
+    details = {"thread_rule": thread_rule, "skipped_hotter_kernels": list(skipped["short"])}
     if not skipped.empty:
         first = skipped.iloc[0]
-        skipped_line = [(f"skipped {first['short']} ({first['ms_per_step']:.2f} ms per step, the hottest elementwise "
-                         "kernel): it is launched from autograd's backward thread, and ncu's NVTX filter cannot see "
-                         "kernels launched from autograd's thread")]
+        details["skipped_line"] = (f"skipped {first['short']} ({first['ms_per_step']:.2f} ms per step, the hottest "
+                                   "elementwise kernel): it is launched from autograd's backward thread, and ncu's NVTX "
+                                   "filter cannot see kernels launched from autograd's thread")
     if target is None:
+        return NcuTarget("", step, sections, details=details, problem=(
+            f"none of the {len(hot)} elementwise kernels in the trace's steps is launched from the thread holding "
+            f"the step ranges, so ncu's NVTX filter (step {step}/) would see none of them: nothing to profile"))
+    details.update(
+        hot_kernel_ms_per_step=round(float(target["ms_per_step"]), 3),
+        hot_kernel_calls_per_step=round(float(target["calls_per_step"]), 2),
+        hot_kernel_step_thread_calls_per_step=(None if pd.isna(target["step_thread_calls_per_step"])
+                                               else round(float(target["step_thread_calls_per_step"]), 2)))
+    return NcuTarget(kernel_filter(target["name"]), step, sections, EXTRA_METRICS, shown=str(target["short"]),
+                     details=details)
+
+
+@check("ncu_dram", needs=(TRACE, NCU), key="fraction_of_copy", fmt="{:.0%} of copy bandwidth", ncu_target=ncu_target)
+def ncu_dram(evidence, spec):
+    """the hottest elementwise kernel streams memory at the threshold's share of this GPU's copy bandwidth"""
+    if evidence.device != "cuda":
+        return result(spec, SKIPPED, reason=f"Nsight Compute profiles CUDA kernels; this run is on {evidence.device}")
+    threshold = float(spec.threshold_for(evidence.device))
+    evidence.trace()  # a trace that is not the graded run's fails here, before anything is read of it
+    outcome = evidence.ncu.get(spec.name)
+    if outcome is None:
+        return result(spec, SKIPPED, threshold=threshold,
+                      reason=f"runs only when asked: workbook check {evidence.chapter.number:02d} --with-ncu (ncu "
+                             "replays the kernel many times; a minute or two)")
+    target = outcome.target
+    details = dict(target.details)
+    skipped_line = [details.pop("skipped_line")] if "skipped_line" in details else []
+    picked = {k: details[k] for k in ("thread_rule", "skipped_hotter_kernels") if k in details}
+    if target.problem:
+        return result(spec, FAILED, threshold=threshold, measured=picked, evidence=[target.problem])
+    if outcome.skip:
+        return result(spec, SKIPPED, threshold=threshold, reason=outcome.skip)
+    if outcome.failure:
         return result(spec, FAILED, threshold=threshold, measured=picked,
-                      evidence=[(f"none of the {len(hot)} elementwise kernels in the trace's steps is launched from "
-                                 f"the thread holding the step ranges, so ncu's NVTX filter (step {step}/) would "
-                                 "see none of them: nothing to profile")])
-    sections = spec.options.get("section", ["SpeedOfLight", "MemoryWorkloadAnalysis"])
-    workdir = ev.workdir / "ncu"
-    workdir.mkdir(exist_ok=True)
-    report = workdir / "hot_kernel"
-    command = ncu_command(ncu, report, kernel_filter(target["name"]), step, ev.candidate, workdir / "result.json",
-                          sections)
-    env = dict(os.environ, WORKBOOK_ROOT=str(repo_root()), PYTHONUNBUFFERED="1")
-    timeout = 2 * float(os.environ.get("WORKBOOK_TIMEOUT_S") or ev.cfg.get("timeout_s", 300)) + 120
-    ev.say(f"Nsight Compute on {target['short']} in step {step} (ncu replays it: a minute or two)")
-    proc = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-    output = proc.stdout + proc.stderr
-    problem = _ncu_problem(output)
-    if problem:
-        return result(spec, SKIPPED, threshold=threshold, reason=problem)
-    rep = report.with_suffix(".ncu-rep")
-    if proc.returncode != 0 or not rep.exists():
-        last = [line for line in output.splitlines() if line.strip()][-3:]
-        return result(spec, FAILED, threshold=threshold, measured=picked,
-                      evidence=[f"ncu exited {proc.returncode} without a report: {' | '.join(last)}",
-                                f"command: {_shown(command)}", *skipped_line])
-    imported = subprocess.run([ncu, "--import", str(rep), "--csv", "--page", "raw", "--print-units", "base"],
-                              capture_output=True, text=True, timeout=300, check=False)
+                      evidence=[outcome.failure, f"command: {outcome.command}", *skipped_line])
     try:
-        rows = parse_ncu_raw_csv(imported.stdout)
+        rows = parse_ncu_raw_csv(outcome.csv)
     except ValueError as err:
-        return result(spec, FAILED, threshold=threshold, evidence=[f"ncu --import: {err}", f"command: {_shown(command)}"])
+        return result(spec, FAILED, threshold=threshold, evidence=[f"ncu --import: {err}", f"command: {outcome.command}"])
     if not rows:
         return result(spec, FAILED, threshold=threshold, measured=picked,
-                      evidence=[f"ncu profiled no kernel matching {target['short']} in step {step}",
-                                f"command: {_shown(command)}", *skipped_line])
-    keep = os.environ.get("WORKBOOK_NCU_OUT")
-    if keep:
-        Path(keep).mkdir(parents=True, exist_ok=True)
-        stem = f"{ev.chapter.id}-{ev.candidate.parent.parent.name}"  # e.g. 05_pointwise_chains-solutions
-        shutil.copy(rep, Path(keep) / f"{stem}.ncu-rep")
-        (Path(keep) / f"{stem}.csv").write_text(imported.stdout)
-
+                      evidence=[f"ncu profiled no kernel matching {target.shown} in step {target.step}",
+                                f"command: {outcome.command}", *skipped_line])
     kernel = summarize_kernel(rows[0])
-    try:
-        copy_rate = copy_bandwidth_in_subprocess()
-    except (RuntimeError, subprocess.TimeoutExpired, ValueError) as err:
-        return result(spec, FAILED, threshold=threshold, evidence=[f"the copy-bandwidth probe failed: {err}"])
+    copy_rate = outcome.copy_bytes_per_s
     rate = kernel["dram_gbytes_per_s"]
-    fraction = rate * 1e9 / copy_rate if rate else None
+    fraction = rate * 1e9 / copy_rate if rate and copy_rate else None
     measured = {
         **kernel,
-        "kernel_short": target["short"],
-        "hot_kernel_ms_per_step": round(float(target["ms_per_step"]), 3),
-        "hot_kernel_calls_per_step": round(float(target["calls_per_step"]), 2),
-        "hot_kernel_step_thread_calls_per_step": (None if pd.isna(target["step_thread_calls_per_step"])
-                                                  else round(float(target["step_thread_calls_per_step"]), 2)),
-        **picked,
-        "copy_gbytes_per_s": round(copy_rate / 1e9, 1),
+        "kernel_short": target.shown,
+        **details,
+        "copy_gbytes_per_s": round(copy_rate / 1e9, 1) if copy_rate else None,
         "fraction_of_copy": round(fraction, 3) if fraction is not None else None,
-        "ncu_step": step,
+        "ncu_step": target.step,
     }
     bound = ""
     dram_pct, sm_pct = kernel["dram_throughput_pct_of_peak"], kernel["sm_throughput_pct_of_peak"]
@@ -328,13 +251,13 @@ def ncu_dram(ev, spec):
         bound = f"; ncu: DRAM {dram_pct:.0f}% of peak, compute (SM) {sm_pct:.0f}%: {bound}"
     if fraction is None:
         return result(spec, FAILED, measured=measured, threshold=threshold,
-                      evidence=[f"ncu reported no DRAM bytes or duration for {target['short']}", json.dumps(kernel)])
-    which = "the hottest elementwise kernel" + (" that ncu can see" if not skipped.empty else "")
-    evidence = [
-        (f"{target['short']} ({measured['hot_kernel_ms_per_step']:.2f} ms per step, {which}): "
+                      evidence=[f"ncu reported no DRAM bytes or duration for {target.shown}", json.dumps(kernel)])
+    which = "the hottest elementwise kernel" + (" that ncu can see" if skipped_line else "")
+    evidence_lines = [
+        (f"{target.shown} ({measured['hot_kernel_ms_per_step']:.2f} ms per step, {which}): "
          f"{rate:,.0f} GB/s from DRAM = {fraction:.0%} of the measured copy bandwidth ({copy_rate / 1e9:,.0f} GB/s), "
          f"threshold {threshold:.0%}{bound}"),
         *skipped_line,
     ]
     status = PASSED if fraction >= threshold else FAILED
-    return result(spec, status, measured=measured, threshold=threshold, evidence=evidence)
+    return result(spec, status, measured=measured, threshold=threshold, evidence=evidence_lines)

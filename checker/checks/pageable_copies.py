@@ -12,7 +12,7 @@ and of pinned host-to-device copies, so the difference the fix makes shows in GB
 
 from __future__ import annotations
 
-from checker.checks import FAILED, PASSED, check, result
+from checker.checks import FAILED, PASSED, TRACE, check, result
 from checker.checks.host_syncs import as_graded, source_line
 
 
@@ -27,10 +27,11 @@ def copy_line(copies, label: str, steps: int) -> str | None:
             f"per step{rate}, CPU held {held:.1f} ms per step")
 
 
-@check("pageable_copies", key="pageable_copies_per_step", fmt="{:g} copies/step")
-def pageable_copies(ev, spec):
-    threshold = float(spec.threshold_for(ev.device))
-    trace = ev.trace()
+@check("pageable_copies", needs=(TRACE,), key="pageable_copies_per_step", fmt="{:g} copies/step")
+def pageable_copies(evidence, spec):
+    """no host-to-device copy inside a training step reads pageable memory"""
+    threshold = float(spec.threshold_for(evidence.device))
+    trace = evidence.trace()
     steps = len(trace.get_steps())
     if not steps:
         return result(spec, FAILED, threshold=threshold, evidence=["the trace holds no training steps"])
@@ -43,7 +44,7 @@ def pageable_copies(ev, spec):
         "pageable_copies_per_step": round(per_step, 3),
         "pinned_copies_per_step": round(len(pinned) / steps, 3),
         "steps": steps,
-        "trace_tool": ev.trace_tool,
+        "trace_tool": evidence.trace_tool,
     }
     for label, part in (("pageable", pageable), ("pinned", pinned)):
         if part.empty:
@@ -53,16 +54,16 @@ def pageable_copies(ev, spec):
         measured[f"{label}_cpu_held_ms_per_step"] = round(float(part["cpu_blocked_ns"].sum()) / steps / 1e6, 3)
         if gpu_ns > 0:
             measured[f"{label}_gb_per_s"] = round(float(part["bytes"].fillna(0).sum()) / gpu_ns, 2)
-    evidence = [line for line in (copy_line(pageable, "pageable", steps), copy_line(pinned, "pinned", steps)) if line]
+    lines = [line for line in (copy_line(pageable, "pageable", steps), copy_line(pinned, "pinned", steps)) if line]
     if to_device.empty:
-        evidence.append("no host-to-device copies inside steps")
+        lines.append("no host-to-device copies inside steps")
     asked_async = int(pageable["non_blocking_requested"].sum()) if len(pageable) else 0
     if asked_async:
-        evidence.append(f"{asked_async / steps:g} per step asked for non_blocking=True, but from pageable memory the "
+        lines.append(f"{asked_async / steps:g} per step asked for non_blocking=True, but from pageable memory the "
                         "CPU still stages the copy: the source must be pinned")
     if len(pageable):
         for where, count in pageable.groupby("where", dropna=True).size().sort_values(ascending=False).items():
-            shown = as_graded(where, ev.candidate_run(), ev.candidate)
-            evidence.append(f"{count / steps:g} pageable copies per step from {source_line(shown, ev.candidate)}")
+            shown = as_graded(where, evidence.candidate_run, evidence.candidate)
+            lines.append(f"{count / steps:g} pageable copies per step from {source_line(shown, evidence.candidate)}")
     status = PASSED if per_step <= threshold else FAILED
-    return result(spec, status, measured=measured, threshold=threshold, evidence=evidence)
+    return result(spec, status, measured=measured, threshold=threshold, evidence=lines)

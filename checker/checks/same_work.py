@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from checker.checks import FAILED, PASSED, check, result
+from checker.checks import FAILED, PASSED, VERDICTS, check, result
 
 
 # How far honest weights land from the baseline's, by device, unless chapter.toml says otherwise. On a CPU the
@@ -84,12 +84,13 @@ def pair_problems(judged: dict, limits: dict[str, float], reference: str) -> tup
     return problems + ([line] if line else []), far["relative"]
 
 
-@check("same_work", key="relative_difference", fmt="{:.1%} loss diff")
-def same_work(ev, spec):
-    limits = tolerances(spec, ev.device)
-    reference = getattr(ev, "reference_label", "baseline")
-    pairs = ev.all_pairs()
-    verdicts = ev.verdicts()
+@check("same_work", needs=(VERDICTS,), key="relative_difference", fmt="{:.1%} loss diff", thresholded=False)
+def same_work(evidence, spec):
+    """trains the same model on the same samples and ends at the baseline's loss"""
+    limits = tolerances(spec, evidence.device)
+    reference = evidence.reference
+    pairs = evidence.pairs
+    verdicts = evidence.verdicts
     evidence: list[str] = []
     distances, worst_layers, base_losses, cand_losses = [], [], [], []
     for index, (baseline, candidate) in enumerate(pairs):

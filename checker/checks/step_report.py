@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from checker.checks import FAILED, PASSED, check, result
+from checker.checks import FAILED, PASSED, RUN, check, result
 
 KNOWN = ("steps", "p50_ms", "p90_ms", "mean_ms")
 PERCENTILES = {"p50_ms": 0.5, "p90_ms": 0.9}
@@ -99,44 +99,46 @@ def _summary(truth: dict[str, float]) -> str:
             f"mean {truth['mean_ms']:.3f} ms")
 
 
-@check("step_time_report", key="worst_ratio", fmt="{:.2f}x off")
-def step_time_report(ev, spec):
-    tolerance = float(spec.threshold_for(ev.device))
-    run = ev.candidate_run()
+@check("step_time_report", needs=(RUN,), key="worst_ratio", fmt="{:.2f}x off")
+def step_time_report(evidence, spec):
+    """the lab's p50 and p90 step times agree with the grader's own stamps of the same steps"""
+    tolerance = float(spec.threshold_for(evidence.device))
+    run = evidence.candidate_run
     truth = grader_times(run)
     if not truth["steps"]:
         return result(spec, FAILED, threshold=tolerance, evidence=["the grader stamped no timed steps in this run"])
     report = read_report(run)
     if report is None:
         return _no_report(spec, tolerance, truth)
-    evidence, ratios = [], []
+    lines, ratios = [], []
     reported_steps = report.get("steps")
     if reported_steps is None or not math.isfinite(reported_steps) or int(reported_steps) != truth["steps"]:
         shown = "no step count" if reported_steps is None else f"{reported_steps:g} steps"
-        evidence.append(f"the report covers {shown}; the grader timed {truth['steps']} (steps {ev.cfg.get('warmup', 0)} "
+        lines.append(f"the report covers {shown}; the grader timed {truth['steps']} (steps {evidence.cfg.get('warmup', 0)} "
                         f"on: the warm-up steps before them pay one-time costs and are not timed)")
     for name, fraction in PERCENTILES.items():
         if name not in report:
-            evidence.append(f"the report has no {name}: the grader's {name[:3]} of the timed steps is "
+            lines.append(f"the report has no {name}: the grader's {name[:3]} of the timed steps is "
                             f"{truth[name]:.3f} ms")
             continue
         band = percentile_band(run.step_ms, fraction)
         off, line = compare(name, report[name], truth[name], tolerance, band)
         ratios.append(off)
         if line:
-            evidence.append(line)
+            lines.append(line)
     measured = {"reported": {k: report[k] for k in KNOWN if k in report}, "grader": truth,
                 "worst_ratio": round(max(ratios), 3) if ratios else None}
-    if evidence:
-        return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=evidence + [_summary(truth)])
+    if lines:
+        return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=lines + [_summary(truth)])
     return result(spec, PASSED, measured=measured, threshold=tolerance, evidence=[
         f"p50 {report['p50_ms']:.3f} ms and p90 {report['p90_ms']:.3f} ms reported; " + _summary(truth)])
 
 
-@check("mean_step_report", key="ratio", fmt="{:.2f}x off")
-def mean_step_report(ev, spec):
-    tolerance = float(spec.threshold_for(ev.device))
-    run = ev.candidate_run()
+@check("mean_step_report", needs=(RUN,), key="ratio", fmt="{:.2f}x off")
+def mean_step_report(evidence, spec):
+    """the lab's mean step time agrees with the grader's own clock over the same steps"""
+    tolerance = float(spec.threshold_for(evidence.device))
+    run = evidence.candidate_run
     truth = grader_times(run)
     if not truth["steps"]:
         return result(spec, FAILED, threshold=tolerance, evidence=["the grader stamped no timed steps in this run"])

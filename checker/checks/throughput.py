@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import statistics
 
-from checker.checks import FAILED, PASSED, check, result
+from checker.checks import FAILED, PASSED, TIMED, check, result
 
 
-@check("throughput", key="speedup", fmt="{:.2f}x")
-def throughput(ev, spec):
-    threshold = float(spec.threshold_for(ev.device))
-    ratios, baseline, candidate, samples = ev.speed()  # samples: the slow script's count, not the candidate's
+@check("throughput", needs=(TIMED,), after=("same_work",), key="speedup", fmt="{:.2f}x")
+def throughput(evidence, spec):
+    """runs at least the threshold times the slow script's samples/s, measured side by side"""
+    threshold = float(spec.threshold_for(evidence.device))
+    speed = evidence.speed
+    ratios, baseline, candidate = speed.ratios, speed.baseline_windows, speed.candidate_windows
+    samples = speed.samples  # the slow script's count, not the candidate's
     speedup = statistics.median(ratios)
     measured = {
         "baseline_samples_per_s": round(statistics.median(samples / b for b in baseline), 1),
@@ -29,8 +32,8 @@ def throughput(ev, spec):
         "trials": len(candidate),
         "timed_by": "the grader's clock: window opened -> trained weights arrived",
     }
-    if getattr(ev, "uses_bank", False):
-        measured["baseline_shared"] = ev.bank.summary()
+    if speed.shared is not None:
+        measured["baseline_shared"] = speed.shared
     line = (
         f"{measured['candidate_samples_per_s']:,.0f} vs {measured['baseline_samples_per_s']:,.0f} samples/s: "
         f"{speedup:.2f}x (trials {min(ratios):.2f}x..{max(ratios):.2f}x), threshold {threshold:.2f}x"

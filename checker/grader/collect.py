@@ -31,10 +31,6 @@ OP_COVERAGE_FLOOR = 0.15
 TRAINING_CODE = r"(torch/nn/modules/|torch/optim/|chapters/)"
 
 
-class TraceMismatch(Exception):
-    """A trace that does not show the run the grader stamped: the checks that read it fail."""
-
-
 def trace_problem(trace, run: RunResult, warmup: int, trace_steps: int, device: str,
                   excuse_data_wait: bool = False) -> str | None:
     """Why a trace cannot be the record of ``run``, or None when it can.

@@ -12,16 +12,20 @@ from pathlib import Path
 from typing import Any
 
 from checker import checks
+from checker.base.chapters import Chapter
+from checker.base.errors import WorkbookError
+from checker.base.paths import display_path
+from checker.base.tools import require_tool
+from checker.checks import FAILED, SKIPPED, CheckResult
+from checker.checks.evidence import Evidence, Speed, TraceMismatch
+from checker.checks.same_work import pair_problems, tolerances
 from checker.grader import sandbox
 from checker.grader.baseline import BaselineBank
-from checker.base.chapters import Chapter
-from checker.checks import FAILED, NOT_SELECTED, SKIPPED, CheckResult
-from checker.base.errors import WorkbookError
-from checker.grader.collect import TraceMismatch, ask_referee as judge, trace_problem
-from checker.base.paths import display_path
-from checker.grader.scan import refuse_probes
+from checker.grader.collect import ask_referee, trace_problem
+from checker.grader.ncu import profile_kernel
+from checker.grader.plan import Plan, make_plan
 from checker.grader.runs import IncompleteWork, RunResult, describe_phases, run_script
-from checker.base.tools import find_tool
+from checker.grader.scan import refuse_probes
 
 TRACE_TOOLS = ("torch", "nsys")
 
@@ -83,7 +87,10 @@ class Report:
 
 
 class Evaluation:
-    """The runs a chapter's checks share, made once each, and what the grader makes of them.
+    """One candidate graded in four steps: the plan (which runs the checks need, checker.grader.plan), the runs
+    (each in a private, isolated process, checker.grader.runs), the evidence (traces believed only when they match
+    the grader's stamps, the referee's verdicts, Nsight Compute: one frozen Evidence), and the checks (pure
+    functions of it, checker.checks).
 
     Every run trains under a fresh secret (seed and window key, see checker.base.workloads). Runs come in pairs,
     a baseline and a candidate run under the same secret, so that the referee can compare their weights:
@@ -107,30 +114,22 @@ class Evaluation:
         if trace_tool == "nsys":
             if device != "cuda":
                 raise WorkbookError("--trace-tool nsys traces CUDA work; use it with --device cuda, or use --trace-tool torch")
-            if find_tool("nsys") is None:
-                raise WorkbookError("--trace-tool nsys: nsys not found on PATH; install Nsight Systems, set WORKBOOK_NSYS=/path/to/nsys, or use --trace-tool torch")
+            require_tool("nsys", "--trace-tool nsys", "use --trace-tool torch")
         if not candidate.is_file():
             raise WorkbookError(f"{candidate}: no such file")
         refuse_probes(candidate, display_path(candidate))
         self.chapter, self.candidate, self.device, self.trace_tool = chapter, candidate, device, trace_tool
-        self.with_ncu = with_ncu  # checks that need Nsight Compute run only when asked (they take minutes)
         self.cfg = chapter.config(device)
         self.only = only
+        self.plan = make_plan(chapter, device, only, with_ncu)
         self.workdir = sandbox.check_folder()
-        self.timed = any(c.name == "throughput" and c.threshold_for(device) is not None
-                         and c.skip_reason_for(device) is None and (not only or c.name in only)
-                         for c in chapter.checks)
         # a chapter about loading data: a CPU trace's time spent waiting for a batch is the lesson, not hidden work
         self.loads_data = any(c.name in ("data_wait", "loader_settings") for c in chapter.checks)
-        self._pairs: list[tuple[RunResult, RunResult]] | None = None
-        self._traced_pair: tuple[RunResult, RunResult] | None = None
-        self._traces: dict[str, Any] = {}
-        self._verdicts: dict[int, dict] | None = None
+        self.timed_pairs: list[tuple[RunResult, RunResult]] = []
+        self.traced: tuple[RunResult, RunResult] | None = None
         self.keep_traces = keep_traces  # where to copy each trace a check read (--keep-traces)
         self.progress = progress  # called with one line before each run of a script (the CLI prints it on a terminal)
         self.notes: list[str] = [f"isolation: each run {sandbox.isolation()[1]}"]
-        wanted = [spec.name for spec in chapter.checks if not only or spec.name in only]
-        self.needs_baseline_trace = any(name in checks.NEEDS_BASELINE_TRACE for name in wanted)
         self.bank = bank
         self._reference_noted = False
         self.timings: list[dict[str, Any]] = []
@@ -146,7 +145,7 @@ class Evaluation:
         slow = self.chapter.slow_script
         if self.bank is None:
             return slow
-        if self.needs_baseline_trace:
+        if self.plan.trace_baseline:
             self.notes.append("baseline: each student's runs are paired with the slow script's: "
                               f"{self.chapter.id}'s checks compare counts with its trace")
             return slow
@@ -157,14 +156,15 @@ class Evaluation:
             return slow
         return solution
 
-    def is_log_step(self, step: int) -> bool:
-        log_every = int(self.cfg.get("log_every", 0))
-        return bool(log_every) and (step + 1) % log_every == 0
-
     def say(self, line: str) -> None:
         if self.progress is not None:
             self.progress(line)
 
+    def _timing(self, kind: str, what: str, began: float, **extra) -> None:
+        self.timings.append({"kind": kind, "what": what, "start_s": round(began - self._t0, 2),
+                             "wall_s": round(time.perf_counter() - began, 2), **extra})
+
+    # ---- runs ---------------------------------------------------------------------------------------------
     def _run(self, script: Path, what: str, secret: tuple[int, int], **kwargs) -> RunResult:
         shown = display_path(script)
         self.say(f"{what}: {shown}")
@@ -172,7 +172,8 @@ class Evaluation:
         began = time.perf_counter()
         run = run_script(self.chapter, script, self.device, workdir=self.workdir, seed=seed, window_key=key,
                          display=shown, **kwargs)
-        self._timing("run", what, began, script=shown, trace=kwargs.get("trace"), phases=run.phases_s)
+        self._timing("run", what, began, script=shown, trace=kwargs.get("trace") or kwargs.get("profiler") and "ncu",
+                     phases=run.phases_s)
         self.say(f"  {sum(run.phases_s.values()):.1f} s: {describe_phases(run.phases_s)}")
         if run.survivors:
             left = "1 process" if run.survivors == 1 else f"{run.survivors} processes"
@@ -180,36 +181,46 @@ class Evaluation:
                               "killed them")
         return run
 
-    def _timing(self, kind: str, what: str, began: float, **extra) -> None:
-        self.timings.append({"kind": kind, "what": what, "start_s": round(began - self._t0, 2),
-                             "wall_s": round(time.perf_counter() - began, 2), **extra})
-
     @staticmethod
     def _secret() -> tuple[int, int]:
         return secrets.randbelow(2**31 - 1) + 1, secrets.randbelow(2**31 - 1) + 1
 
-    def pairs(self) -> list[tuple[RunResult, RunResult]]:
-        """The (baseline, candidate) pairs whose speed is compared: the timed pairs, or where this device does
-        not grade speed, the traced pair."""
-        if not self.timed:
-            return [self.traced_pair()]
-        if self._pairs is None:
-            trials = int(self.cfg.get("trials", 3))
-            baseline = self.reference_script
-            if self.uses_bank:
-                self._measure_bank(trials)
-            self._pairs = []
-            for trial in range(trials):
-                what = f"timed run, trial {trial + 1} of {trials}"
-                secret = self._secret()
-                if trial % 2 == 0:
-                    b = self._run(baseline, what, secret)
-                    c = self._run(self.candidate, what, secret)
-                else:
-                    c = self._run(self.candidate, what, secret)
-                    b = self._run(baseline, what, secret)
-                self._pairs.append((b, c))
-        return self._pairs
+    def _traced_steps(self) -> int:
+        return traced_steps(self.cfg)
+
+    def make_runs(self) -> None:
+        """Every run the plan asks for, before the first check, so that the referee judges them all."""
+        if self.plan.timed:
+            self._timed_runs(self.plan.trials)
+        if self.plan.traced:
+            self._traced_runs()
+
+    def _timed_runs(self, trials: int) -> None:
+        baseline = self.reference_script
+        if self.uses_bank:
+            self._measure_bank(trials)
+        for trial in range(trials):
+            what = f"timed run, trial {trial + 1} of {trials}"
+            secret = self._secret()
+            if trial % 2 == 0:
+                b = self._run(baseline, what, secret)
+                c = self._run(self.candidate, what, secret)
+            else:
+                c = self._run(self.candidate, what, secret)
+                b = self._run(baseline, what, secret)
+            self.timed_pairs.append((b, c))
+
+    def _traced_runs(self) -> None:
+        steps = self._traced_steps()
+        trace_baseline = self.plan.trace_baseline  # then the reference is the slow script (_reference_script)
+        if self.uses_bank and not self.timed_pairs:
+            self._ensure_reference_checked()
+        secret = self._secret()
+        tool = f"traced run ({self.trace_tool})"
+        b = self._run(self.reference_script, tool if trace_baseline else f"{self.reference_label} run", secret,
+                      steps=steps, trace=self.trace_tool if trace_baseline else None)
+        c = self._run(self.candidate, tool, secret, steps=steps, trace=self.trace_tool)
+        self.traced = (b, c)
 
     def _measure_bank(self, trials: int) -> None:
         """The slow script's timed runs this worker still owes: ``trials`` of them for its first student, then
@@ -242,11 +253,9 @@ class Evaluation:
 
     def _check_reference(self, slow: RunResult) -> None:
         """Train the reference solution under the slow run's secret; the referee must find the same work."""
-        from checker.checks.same_work import pair_problems, tolerances
-
         reference = self._run(self.reference_script, "the reference solution, under the same secret",
                               (slow.seed, slow.window_key), steps=slow.steps or None)
-        judged = judge(self.chapter, self.device, [(slow, reference)], self.workdir)[0]
+        judged = ask_referee(self.chapter, self.device, [(slow, reference)], self.workdir)[0]
         spec = next((c for c in self.chapter.checks if c.name == "same_work"), None)
         problems, distance = pair_problems(judged, tolerances(spec, self.device), "slow script")
         self.bank.reference = {"agrees": not problems, "distance": round(distance, 4), "problems": problems,
@@ -254,110 +263,78 @@ class Evaluation:
                                        f"slow script's work ({'; '.join(problems)}): no student can be judged "
                                        "against it; restore it (git checkout) and grade again")}
 
-    def _traced_steps(self) -> int:
-        return int(self.cfg["warmup"]) + int(self.cfg.get("trace_steps", 10))
-
-    def speed(self) -> tuple[list[float], list[float], list[float], int]:
-        """(speedup per timed candidate run, the baseline windows it was compared with, the candidate's
-        windows, the slow script's samples per window)."""
-        pairs = self.pairs()
-        candidate = [c.window_s for _, c in pairs]
-        if self.uses_bank:
-            recent = self.bank.recent(len(pairs))
-            baseline = [w["window_s"] for w in recent]
-            middle = statistics.median(baseline)
-            return [middle / c for c in candidate], baseline, candidate, int(recent[-1]["samples"])
-        baseline = [b.window_s for b, _ in pairs]
-        return [b / c for b, c in zip(baseline, candidate)], baseline, candidate, pairs[0][0].samples
-
+    # ---- evidence -----------------------------------------------------------------------------------------
     def all_pairs(self) -> list[tuple[RunResult, RunResult]]:
-        """The pairs whose speed is compared, and the traced pair when it was made: whatever the candidate
-        ran, its work is checked."""
-        pairs = list(self.pairs())
-        if self._traced_pair is not None and self._traced_pair not in pairs:
-            pairs.append(self._traced_pair)
-        return pairs
+        """Every pair made: the timed pairs, then the traced pair (whatever the candidate ran, its work is checked)."""
+        return list(self.timed_pairs) + ([self.traced] if self.traced is not None else [])
 
-    def traced_pair(self) -> tuple[RunResult, RunResult]:
-        if self._traced_pair is None:
-            steps = self._traced_steps()
-            trace_baseline = self.needs_baseline_trace  # then the reference is the slow script (_reference_script)
-            if self.uses_bank and self._pairs is None:
-                self._ensure_reference_checked()
-            secret = self._secret()
-            tool = f"traced run ({self.trace_tool})"
-            b = self._run(self.reference_script, tool if trace_baseline else f"{self.reference_label} run", secret,
-                          steps=steps, trace=self.trace_tool if trace_baseline else None)
-            c = self._run(self.candidate, tool, secret, steps=steps, trace=self.trace_tool)
-            self._traced_pair = (b, c)
-        return self._traced_pair
+    def speed(self) -> Speed:
+        return speed_of(self.timed_pairs, self.bank if self.uses_bank else None)
 
-    def timed_pairs_if_run(self) -> list[tuple[RunResult, RunResult]]:
-        """The timed pairs when a check has already run them, else none (so that --only spares them)."""
-        return self._pairs or []
-
-    def candidate_run(self) -> RunResult:
-        """The candidate's traced run (its trace, its workers, its step times)."""
-        return self.traced_pair()[1]
-
-    def trace(self):
-        """The candidate's steady-state steps, traced with the chosen tool and checked against the steps the
-        grader stamped (a trace that does not line up raises TraceMismatch)."""
-        return self._load_trace("candidate", self.traced_pair()[1])
-
-    def baseline_trace(self):
-        """The slow script's steady-state steps, traced the same way (for checks that compare counts)."""
-        baseline = self.traced_pair()[0]
-        if baseline.trace_file is None:  # the traced pair was made without it (--only); trace it now
-            baseline = self._run(self.chapter.slow_script, f"traced run ({self.trace_tool})", self._secret(),
-                                 steps=int(self.cfg["warmup"]) + int(self.cfg.get("trace_steps", 10)),
-                                 trace=self.trace_tool)
-        return self._load_trace("baseline", baseline)
-
-    def _load_trace(self, role: str, run: RunResult):
-        from checker.trace import load
-
-        if role not in self._traces:
-            trace_file = run.trace_file
-            if self.keep_traces is not None and trace_file is not None:
-                self.keep_traces.mkdir(parents=True, exist_ok=True)
-                suffix = "".join(trace_file.suffixes[-2:]) if trace_file.name.endswith(".gz") else trace_file.suffix
-                shutil.copy(trace_file, self.keep_traces / f"{self.chapter.id}-{role}-{self.trace_tool}{suffix}")
-            began = time.perf_counter()
-            trace = load(trace_file)
-            self._timing("parse", f"{role}'s trace", began)
-            problem = trace_problem(trace, run, int(self.cfg["warmup"]), int(self.cfg.get("trace_steps", 10)), self.device,
-                                    excuse_data_wait=self.loads_data)
-            self._traces[role] = TraceMismatch(f"the {role}'s trace {problem}") if problem else trace
-        found = self._traces[role]
-        if isinstance(found, TraceMismatch):
-            raise found
-        return found
-
-    def verdicts(self) -> dict[int, dict]:
-        """The referee's findings for every pair so far, by index into all_pairs(): the held-out loss of both
-        runs, and how far the candidate's weights are from the baseline's."""
-        pairs = self.all_pairs()
-        if self._verdicts is None or len(self._verdicts) != len(pairs):
+    def collect(self) -> Evidence:
+        """The evidence the checks judge: the runs, the traces the grader believes, the referee's verdicts and
+        Nsight Compute's measurements, frozen."""
+        traces = {}
+        if self.traced is not None:
+            b, c = self.traced
+            traces["candidate"] = self._load_trace("candidate", c)
+            if b.trace_file is not None:
+                traces["baseline"] = self._load_trace("baseline", b)
+        verdicts = {}
+        if self.plan.referee:
             self.say("referee: the trained weights, in a fresh process")
             began = time.perf_counter()
-            self._verdicts = judge(self.chapter, self.device, pairs, self.workdir)
-            self._timing("referee", f"{len(pairs)} pairs' weights", began)
-        return self._verdicts
+            verdicts = ask_referee(self.chapter, self.device, self.all_pairs(), self.workdir)
+            self._timing("referee", f"{len(self.all_pairs())} pairs' weights", began)
+        ncu = {}
+        for name in self.plan.ncu:
+            found = traces.get("candidate")
+            if found is None or isinstance(found, TraceMismatch):
+                continue  # the check fails on the trace itself
+            spec = self.chapter.check(name)
+            target = checks.KINDS[name].ncu_target(found, spec, self.cfg)
+            began = time.perf_counter()
+            ncu[name] = profile_kernel(self, target)
+            self._timing("ncu", f"Nsight Compute for {name}", began)
+        return Evidence(
+            chapter=self.chapter, device=self.device, trace_tool=self.trace_tool, candidate=self.candidate,
+            cfg=self.cfg, timed=tuple(self.timed_pairs), traced=self.traced,
+            speed=self.speed() if self.timed_pairs else None, verdicts=verdicts, traces=traces, ncu=ncu,
+            reference=self.reference_label,
+        )
 
+    def _load_trace(self, role: str, run: RunResult):
+        """A run's trace when it lines up with the steps the grader stamped, else the TraceMismatch that says why."""
+        from checker.trace import load
+
+        trace_file = run.trace_file
+        if self.keep_traces is not None and trace_file is not None:
+            self.keep_traces.mkdir(parents=True, exist_ok=True)
+            suffix = "".join(trace_file.suffixes[-2:]) if trace_file.name.endswith(".gz") else trace_file.suffix
+            shutil.copy(trace_file, self.keep_traces / f"{self.chapter.id}-{role}-{self.trace_tool}{suffix}")
+        began = time.perf_counter()
+        trace = load(trace_file)
+        self._timing("parse", f"{role}'s trace", began)
+        problem = trace_problem(trace, run, int(self.cfg["warmup"]), int(self.cfg.get("trace_steps", 10)), self.device,
+                                excuse_data_wait=self.loads_data)
+        return TraceMismatch(f"the {role}'s trace {problem}") if problem else trace
+
+    # ---- checks -------------------------------------------------------------------------------------------
     def run_checks(self, variant_label: str, only: set[str] | None = None) -> Report:
-        """Run the chapter's checks in order; with ``only``, the others are reported as skipped."""
-        if only:
-            declared = [spec.name for spec in self.chapter.checks]
-            unknown = sorted(set(only) - set(declared))
-            if unknown:
-                raise WorkbookError(f"--only {','.join(unknown)}: {self.chapter.id} has no such check; "
-                                    f"its checks: {', '.join(declared)}")
+        """Plan, runs, evidence, checks; with ``only``, the other checks are reported as skipped."""
         started = time.perf_counter()
         began_ns = time.time_ns()
         wrote_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # the grader changes no file either
         try:
-            results = self._run_all(only)
+            incomplete: IncompleteWork | None = None
+            evidence = None
+            try:
+                self.make_runs()
+            except IncompleteWork as err:
+                incomplete = err
+            if incomplete is None:
+                evidence = self.collect()
+            results = judge(self.chapter, self.plan, evidence, incomplete, self.device)
         finally:
             sys.dont_write_bytecode = wrote_bytecode
         changed = sandbox.changed_since(began_ns, sandbox.trusted_folders())
@@ -372,60 +349,61 @@ class Evaluation:
             timings=self.timings,
         )
 
-    def _static_skip(self, spec, only: set[str] | None) -> str | None:
-        skip = spec.skip_reason_for(self.device)
-        if skip is None and only and spec.name not in only:
-            skip = f"{NOT_SELECTED} (--only {','.join(sorted(only))})"
-        if spec.threshold_for(self.device) is None and spec.name != "same_work" and skip is None:
-            skip = f"no threshold for {self.device} in {self.chapter.id}/chapter.toml"
-        return skip
-
-    def _make_runs(self, selected: list[str]) -> None:
-        """Every run the selected checks read, made before the first check, so that same_work judges them all."""
-        if self.timed and {"throughput", "same_work"} & set(selected):
-            self.pairs()
-        if set(selected) - {"throughput", "same_work"} or not self.timed:
-            self.traced_pair()
-
-    def _run_all(self, only: set[str] | None) -> list[CheckResult]:
-        for spec in self.chapter.checks:
-            if spec.name not in checks.REGISTRY:
-                raise WorkbookError(f"{self.chapter.id}/chapter.toml declares an unknown check '{spec.name}'; "
-                                    f"known: {', '.join(sorted(checks.REGISTRY))}")
-        skips = {spec.name: self._static_skip(spec, only) for spec in self.chapter.checks}
-        incomplete: IncompleteWork | None = None
-        try:
-            self._make_runs([name for name, skip in skips.items() if skip is None])
-        except IncompleteWork as err:
-            incomplete = err
-        results: list[CheckResult] = []
-        failed_first: set[str] = set()
-        for spec in self.chapter.checks:
-            skip = skips[spec.name]
-            if skip is None and "same_work" in failed_first and spec.name == "throughput":
-                skip = "the work differs from the baseline's, so their speeds are not comparable"
-            if skip is None and incomplete is not None and failed_first:
-                skip = "the candidate did not run every step, so nothing else can be measured"
-            if skip is not None:
-                results.append(checks.result(spec, SKIPPED, reason=skip, threshold=spec.threshold_for(self.device)))
-                continue
-            try:
-                if incomplete is not None:
-                    raise incomplete
-                outcome = checks.REGISTRY[spec.name](self, spec)
-            except IncompleteWork as err:
-                incomplete = err
-                outcome = checks.result(spec, FAILED, evidence=[str(err)])
-            except TraceMismatch as err:
-                outcome = checks.result(spec, FAILED, evidence=[str(err)], threshold=spec.threshold_for(self.device))
-            if outcome.status == FAILED:
-                failed_first.add(spec.name)
-                outcome.hint = self.chapter.hint_for(spec.name, outcome.evidence)
-            results.append(outcome)
-        return results
-
     def cleanup(self) -> None:
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def traced_steps(cfg) -> int:
+    """Steps of a traced run: the warm-up, then the traced steps."""
+    return int(cfg["warmup"]) + int(cfg.get("trace_steps", 10))
+
+
+def speed_of(pairs, bank: BaselineBank | None) -> Speed:
+    """The timed pairs' speed: each candidate window against its own pair's baseline, or, when a grading worker
+    shares the slow script's speed (``bank``), against the median of its latest baseline windows."""
+    candidate = tuple(c.window_s for _, c in pairs)
+    if bank is not None:
+        recent = bank.recent(len(pairs))
+        baseline = tuple(w["window_s"] for w in recent)
+        middle = statistics.median(baseline)
+        return Speed(tuple(middle / c for c in candidate), baseline, candidate, int(recent[-1]["samples"]),
+                     shared=bank.summary())
+    baseline = tuple(b.window_s for b, _ in pairs)
+    return Speed(tuple(b / c for b, c in zip(baseline, candidate)), baseline, candidate, pairs[0][0].samples)
+
+
+def judge(chapter: Chapter, plan: Plan, evidence: Evidence | None, incomplete: IncompleteWork | None,
+          device: str) -> list[CheckResult]:
+    """Each of the chapter's checks, in order, on the evidence: skipped as planned, skipped when a check it comes
+    after did not pass, failed with its hint."""
+    results: list[CheckResult] = []
+    status: dict[str, str] = {}
+    failed_first = False
+    for spec in chapter.checks:
+        kind = checks.KINDS[spec.name]
+        threshold = spec.threshold_for(device)
+        skip = plan.skipped.get(spec.name)
+        unmet = [name for name in kind.after if status.get(name) == FAILED]
+        if skip is None and unmet:
+            skip = (f"{', '.join(unmet)} failed, so this is not measured: "
+                    + "; ".join(chapter.check(name).doc for name in unmet))
+        if skip is None and incomplete is not None and failed_first:
+            skip = "the candidate did not run every step, so nothing else can be measured"
+        if skip is not None:
+            outcome = checks.result(spec, SKIPPED, reason=skip, threshold=threshold)
+        elif incomplete is not None:
+            outcome = checks.result(spec, FAILED, evidence=[str(incomplete)])
+        else:
+            try:
+                outcome = kind(evidence, spec)
+            except TraceMismatch as err:
+                outcome = checks.result(spec, FAILED, evidence=[str(err)], threshold=threshold)
+        if outcome.status == FAILED:
+            failed_first = True
+            outcome.hint = chapter.hint_for(spec.name, outcome.evidence)
+        status[spec.name] = outcome.status
+        results.append(outcome)
+    return results
 
 
 def evaluate(chapter: Chapter, *, variant: str = "lab", submission: Path | None = None, device: str | None = None,

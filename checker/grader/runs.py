@@ -29,7 +29,7 @@ from checker.grader import sandbox
 from checker.base.chapters import Chapter
 from checker.base.errors import WorkbookError
 from checker.base.paths import display_path
-from checker.base.tools import find_tool
+from checker.base.tools import require_tool
 from checker.trace.nsys import export_report
 
 OUTPUT_CAP = 16 * 1024 * 1024  # bytes a run may print before it is stopped
@@ -223,11 +223,14 @@ def run_script(
     seed: int = 0,
     window_key: int = 1,
     display: str | None = None,
+    profiler: tuple[str, str, list[str]] | None = None,
 ) -> RunResult:
     """Run ``script`` for ``chapter`` on ``device`` in a fresh, private process, measured from outside.
 
     ``trace`` is None, "torch" (torch.profiler over the window, written by the run) or "nsys" (the process
     runs under ``nsys profile --capture-range=cudaProfilerApi``; the report is exported to SQLite).
+    ``profiler``: ("ncu", path to ncu, its options): the process runs under Nsight Compute, whose report (in the
+    run's folder) becomes the result's ``trace_file``.
     """
     cfg = chapter.config(device)
     total_steps = int(steps if steps is not None else cfg["steps"])
@@ -245,15 +248,18 @@ def run_script(
         trace_file = folder.path / "trace.json.gz"
         command += ["--trace", "torch", "--trace-out", str(trace_file)]
     elif trace == "nsys":
-        nsys = find_tool("nsys")
-        if nsys is None:
-            raise WorkbookError("--trace-tool nsys: nsys not found on PATH; install Nsight Systems or set WORKBOOK_NSYS=/path/to/nsys")
+        nsys = require_tool("nsys", "--trace-tool nsys")
         report = folder.path / "trace"
         command = [
             nsys, "profile", "-t", "cuda,nvtx,osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
             "--force-overwrite=true", "-o", str(report), *command,
         ]
         trace_file = report.with_suffix(".nsys-rep")
+    if profiler is not None:
+        _name, tool, options = profiler
+        report = folder.path / "profile"
+        command = [tool, *options, "-o", str(report), *command]
+        trace_file = report.with_suffix(".ncu-rep")
     command += ["--", *script_args]
     limits = sandbox.Limits(memory_mb=int(cfg.get("memory_mb") or CPU_MEMORY_MB) if device == "cpu" else None)
     sandbox.become_subreaper()

@@ -78,6 +78,11 @@ class TraceAnalysis:
         return bool(self.events["kind"].isin(gpu_idle.GPU_WORK).any())
 
     @cached_property
+    def has_call_lines(self) -> bool:
+        """True when Python frames carry their call lines (torch.profiler >= 2.12 records them)."""
+        return "call_from" in self.events and bool(self.events["call_from"].notna().any())
+
+    @cached_property
     def has_python_frames(self) -> bool:
         return bool((self.events["kind"] == "python").any())
 

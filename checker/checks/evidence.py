@@ -1,0 +1,102 @@
+"""What a check may read: one frozen object the grader fills in before the first check runs.
+
+The grader (checker.grader) makes the runs its plan asks for, reads their traces, has the referee judge the
+weights, and hands the checks an ``Evidence``. A check reads nothing else: no file, no process, no clock.
+
+A run here is the grader's record of one process (``checker.grader.runs.RunResult``): its window and step
+times on the grader's clock, the processes the grader saw under it, what the run reported (untrusted), its
+trace file and phases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+
+class TraceMismatch(Exception):
+    """A trace that does not show the run the grader stamped: the checks that read it fail."""
+
+
+@dataclass(frozen=True)
+class Speed:
+    """The timed pairs' speed, as the grader's clock measured it."""
+
+    ratios: tuple[float, ...]             # baseline window / candidate window, per timed candidate run
+    baseline_windows: tuple[float, ...]   # the windows compared with (the pairs', or a grading worker's shared ones)
+    candidate_windows: tuple[float, ...]
+    samples: int                          # the slow script's samples per window
+    shared: str | None = None             # how a grading worker shares the slow script's speed, when it does
+
+
+@dataclass(frozen=True)
+class NcuTarget:
+    """What a check asks Nsight Compute to profile in the candidate's run: a kernel, in one step."""
+
+    kernel_regex: str
+    step: int
+    sections: tuple[str, ...]
+    metrics: tuple[str, ...] = ()
+    shown: str = ""                  # the kernel's name as a person reads it
+    details: Mapping[str, Any] = field(default_factory=dict)  # what the check wants back about its choice
+    problem: str | None = None       # set instead: why nothing can be profiled (the check fails with it)
+
+
+@dataclass(frozen=True)
+class NcuOutcome:
+    """What Nsight Compute gave back for a target: its raw CSV page, or why it could not profile."""
+
+    target: NcuTarget
+    csv: str = ""                           # `ncu --import <report> --csv --page raw --print-units base`
+    copy_bytes_per_s: float | None = None   # the device-to-device copy bandwidth probed on this GPU
+    skip: str | None = None                 # ncu could not profile on this machine at all
+    failure: str | None = None              # it could, but did not (exit code, no report, no matching kernel)
+    command: str = ""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything the grader measured of one candidate, for the checks to judge."""
+
+    chapter: Any                      # checker.base.chapters.Chapter
+    device: str
+    trace_tool: str
+    candidate: Path                   # the graded script, as the learner knows it
+    cfg: Mapping[str, Any]
+    timed: tuple[tuple[Any, Any], ...] = ()   # (baseline, candidate) runs timed side by side
+    traced: tuple[Any, Any] | None = None     # the traced pair: the candidate traced, its baseline traced when needed
+    speed: Speed | None = None
+    verdicts: Mapping[int, dict] = field(default_factory=dict)  # the referee's, by index into ``pairs``
+    traces: Mapping[str, Any] = field(default_factory=dict)     # role -> TraceAnalysis or TraceMismatch
+    ncu: Mapping[str, NcuOutcome] = field(default_factory=dict)  # by check name
+    reference: str = "baseline"       # what the candidate is compared with: "baseline" or "reference solution"
+
+    def __post_init__(self):
+        for name in ("cfg", "verdicts", "traces", "ncu"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+
+    @property
+    def pairs(self) -> tuple[tuple[Any, Any], ...]:
+        """Every pair whose work is judged: the timed pairs, then the traced pair when it was made."""
+        return self.timed + ((self.traced,) if self.traced is not None and self.traced not in self.timed else ())
+
+    @property
+    def candidate_run(self):
+        """The candidate's traced run when there is one, else its first timed run."""
+        if self.traced is not None:
+            return self.traced[1]
+        return self.timed[0][1]
+
+    def trace(self, role: str = "candidate"):
+        """The candidate's (or the baseline's) steady-state steps as traced, checked against the grader's stamps;
+        a trace that does not line up raises TraceMismatch."""
+        found = self.traces[role]
+        if isinstance(found, TraceMismatch):
+            raise found
+        return found
+
+    def is_log_step(self, step: int) -> bool:
+        log_every = int(self.cfg.get("log_every", 0))
+        return bool(log_every) and (step + 1) % log_every == 0

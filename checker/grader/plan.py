@@ -1,0 +1,83 @@
+"""The plan: which runs a chapter's checks need on this device, computed from what each check declares.
+
+No check is named here. A check that is skipped on this device (chapter.toml's ``skip``), left out by
+``--only``, or has no threshold here needs nothing; the others' ``needs`` (checker.checks) decide:
+
+* timed pairs, when a check needs TIMED: the slow script (or a grading worker's reference) and the candidate,
+  untraced, taking turns, ``trials`` times;
+* the traced pair, when a check needs the candidate's run or trace, or the referee has only it to judge
+  (speed is not graded here): the candidate traced with the chosen tool, its baseline traced too when a
+  check needs BASELINE_TRACE;
+* the referee, when a check needs VERDICTS: every pair's weights, in a fresh process;
+* Nsight Compute, when a check needs NCU and ``--with-ncu`` asked for it (it takes minutes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from checker import checks
+from checker.base.chapters import Chapter
+from checker.base.errors import WorkbookError
+from checker.checks import BASELINE_TRACE, NCU, NOT_SELECTED, RUN, TIMED, TRACE, VERDICTS
+
+
+@dataclass(frozen=True)
+class Plan:
+    selected: tuple[str, ...]           # the checks that run here, in the chapter's order
+    skipped: dict[str, str] = field(default_factory=dict)  # the others: name -> why
+    trials: int = 0                     # timed pairs; 0 where no check grades speed here
+    traced: bool = False                # the traced pair
+    trace_baseline: bool = False        # its baseline traced too
+    referee: bool = False
+    ncu: tuple[str, ...] = ()           # the checks whose NCU target is profiled
+
+    @property
+    def timed(self) -> bool:
+        return self.trials > 0
+
+    def describe(self) -> str:
+        parts = []
+        if self.trials:
+            parts.append(f"{self.trials} timed pair(s)")
+        if self.traced:
+            parts.append("a traced pair" + (" (both traced)" if self.trace_baseline else ""))
+        if self.referee:
+            parts.append("the referee")
+        if self.ncu:
+            parts.append("Nsight Compute")
+        return ", ".join(parts) or "no runs"
+
+
+def static_skip(chapter: Chapter, spec, device: str, only: set[str] | None) -> str | None:
+    """Why ``spec`` cannot run on ``device`` whatever the runs show, or None."""
+    skip = spec.skip_reason_for(device)
+    if skip is None and only and spec.name not in only:
+        skip = f"{NOT_SELECTED} (--only {','.join(sorted(only))})"
+    if skip is None and spec.threshold_for(device) is None and checks.KINDS[spec.name].thresholded:
+        skip = f"no threshold for {device} in {chapter.id}/chapter.toml"
+    return skip
+
+
+def make_plan(chapter: Chapter, device: str, only: set[str] | None = None, with_ncu: bool = False) -> Plan:
+    declared = [spec.name for spec in chapter.checks]
+    for name in declared:
+        if name not in checks.KINDS:
+            raise WorkbookError(f"{chapter.id}/chapter.toml declares an unknown check '{name}'; "
+                                f"known: {', '.join(sorted(checks.KINDS))}")
+    if only:
+        unknown = sorted(set(only) - set(declared))
+        if unknown:
+            raise WorkbookError(f"--only {','.join(unknown)}: {chapter.id} has no such check; "
+                                f"its checks: {', '.join(declared)}")
+    skipped = {spec.name: why for spec in chapter.checks
+               if (why := static_skip(chapter, spec, device, only)) is not None}
+    selected = tuple(name for name in declared if name not in skipped)
+    needs = {name: checks.KINDS[name].needs for name in selected}
+    wanted = set().union(*needs.values()) if needs else set()
+    trials = int(chapter.config(device).get("trials", 3)) if TIMED in wanted else 0
+    # the traced pair: for what only a traced run shows, or as the one pair the referee judges
+    traced = bool(wanted & {RUN, TRACE, BASELINE_TRACE, NCU}) or (VERDICTS in wanted and not trials)
+    ncu = tuple(name for name in selected if NCU in needs[name]) if with_ncu and device == "cuda" else ()
+    return Plan(selected=selected, skipped=skipped, trials=trials, traced=traced,
+                trace_baseline=BASELINE_TRACE in wanted, referee=VERDICTS in wanted, ncu=ncu)

@@ -284,3 +284,22 @@ def test_measured_tables_are_rendered_from_their_runs(source):
     data = json.loads(source.read_text())
     rows = data.pop("rows")
     assert source.with_suffix(".md").read_text() == module.render(data, rows)
+
+
+def test_chapter_titles_are_declared_once_in_chapter_toml():
+    """The navigation, the index table and each page's heading come from chapter.toml (docs/hooks/chapters.py):
+    none of them is typed in mkdocs.yml or a page."""
+    from checker.base.chapters import all_chapters
+    from checker.pages.site import HEADING_MARKER, TABLE_MARKER, chapters_table, nav_entries, page_markdown
+
+    mkdocs_yml = (ROOT / "mkdocs.yml").read_text()
+    index = (ROOT / "docs" / "index.md").read_text()
+    assert TABLE_MARKER in index
+    for chapter in all_chapters():
+        assert chapter.summary, f"chapters/{chapter.id}/chapter.toml: add summary = \"...\" (the index table's pattern)"
+        assert chapter.short_title not in mkdocs_yml and chapter.title not in index
+        page = chapter.docs_page.read_text()
+        assert page.startswith(HEADING_MARKER + "\n") and "\n# " not in page, chapter.docs_page
+        assert page_markdown(f"chapters/{chapter.id}.md", page).startswith(f"# {chapter.heading}\n")
+        assert {f"{chapter.number:02d} {chapter.short_title}": f"chapters/{chapter.id}.md"} in nav_entries()
+        assert f"[{chapter.short_title}](chapters/{chapter.id}.md) | {chapter.summary} |" in chapters_table()

@@ -67,7 +67,8 @@ class Hint:
 class Chapter:
     id: str
     number: int
-    title: str
+    title: str              # "Host syncs: `.item()` in the training loop": the page's heading, the CLI's title
+    summary: str            # the slow pattern in a few words (the index page's table)
     pattern: str
     fix: str
     lab_file: str
@@ -77,6 +78,16 @@ class Chapter:
     recipe: dict[str, str]
     look_for: dict[str, str]
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def short_title(self) -> str:
+        """The title before its colon ("Host syncs"): the site's navigation and the index table."""
+        return self.title.split(":", 1)[0].strip()
+
+    @property
+    def heading(self) -> str:
+        """The chapter page's heading: "01 · Host syncs: `.item()` in the training loop"."""
+        return f"{self.number:02d} · {self.title}"
 
     @property
     def dir(self) -> Path:
@@ -167,6 +178,7 @@ def _parse(path: Path) -> Chapter:
         id=chapter_id,
         number=int(chapter_id.split("_", 1)[0]),
         title=raw["title"],
+        summary=raw.get("summary", "").strip(),
         pattern=raw["pattern"].strip(),
         fix=raw.get("fix", "").strip(),
         lab_file=raw.get("lab_file", "train.py"),

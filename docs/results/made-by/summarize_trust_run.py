@@ -1,6 +1,6 @@
 """Render the GPU verification of the grader's trust boundary from the raw check rows.
 
-    python scripts/summarize_trust_run.py docs/results/history/2026-11-23-h100-trust-*.jsonl \
+    python docs/results/made-by/summarize_trust_run.py docs/results/history/2026-11-23-h100-trust-*.jsonl \
         --env docs/results/history/2026-11-23-h100-trust-1.env.json > docs/results/trust-gpu.md
 
 Each row is one `workbook check` made by scripts/gpu_verify.sh (its checks stage). A solution must pass, a lab

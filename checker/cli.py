@@ -77,14 +77,6 @@ def _progress_printer():
     return show
 
 
-def _candidate(chapter, variant: str, submission: Path | None) -> Path:
-    if submission is None:
-        return chapter.script_for(variant)
-    from checker.grader.evaluate import resolve_candidate
-
-    return resolve_candidate(chapter, variant, submission)
-
-
 def _only(text: str | None) -> set[str] | None:
     return {name.strip() for name in text.split(",") if name.strip()} if text else None
 
@@ -93,9 +85,9 @@ def _check_and_print(chapter, *, variant="lab", submission=None, device=None, tr
                      keep_traces=None, only=None, as_json=False):
     """Compile the candidate first (a syntax error is reported before anything runs), grade it, print the report;
     a check of the learner's own lab is recorded in the progress file."""
-    from checker.grader.evaluate import evaluate
+    from checker.grader.evaluate import evaluate, resolve_candidate
 
-    check_syntax(_candidate(chapter, variant, submission))
+    check_syntax(resolve_candidate(chapter, variant, submission))
     report = evaluate(chapter, variant=variant, submission=submission, device=device, trace_tool=trace_tool,
                       with_ncu=with_ncu, keep_traces=keep_traces, only=only, progress=_progress_printer())
     own_lab = variant == "lab" and submission is None

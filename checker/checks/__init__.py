@@ -36,16 +36,21 @@ CheckFunction = Callable[["Evaluation", "CheckSpec"], CheckResult]
 REGISTRY: dict[str, CheckFunction] = {}
 # check name -> (the key in `measured` that sums it up, a format for it): what results tables show
 KEY_MEASURE: dict[str, tuple[str, str]] = {}
+# check name -> what a failure says in a gradebook cell, from the check's (measured, threshold), for checks that
+# fail on more than one measure: the one that decided, never the key measure when that one was within tolerance
+FAILURE_MEASURE: dict[str, Callable[[dict[str, Any], Any], "str | None"]] = {}
 # checks that compare the candidate's trace with the baseline's (the traced pair then traces both)
 NEEDS_BASELINE_TRACE: set[str] = set()
 
 
-def check(name: str, key: str | None = None, fmt: str = "{:g}",
-          baseline_trace: bool = False) -> Callable[[CheckFunction], CheckFunction]:
+def check(name: str, key: str | None = None, fmt: str = "{:g}", baseline_trace: bool = False,
+          failure: Callable[[dict[str, Any], Any], "str | None"] | None = None
+          ) -> Callable[[CheckFunction], CheckFunction]:
     """Register a check kind under the name chapter.toml uses in [[checks]] name = ...
 
     ``key`` names the entry of ``measured`` that sums the check up in results tables, shown with ``fmt``;
-    ``baseline_trace``: the check reads the baseline's trace too.
+    ``baseline_trace``: the check reads the baseline's trace too; ``failure``: for a check that can fail on
+    another measure than ``key``, what decided a failure (None: it cannot tell, and the cell shows no number).
     """
 
     def register(function: CheckFunction) -> CheckFunction:
@@ -54,6 +59,8 @@ def check(name: str, key: str | None = None, fmt: str = "{:g}",
             NEEDS_BASELINE_TRACE.add(name)
         if key is not None:
             KEY_MEASURE[name] = (key, fmt)
+        if failure is not None:
+            FAILURE_MEASURE[name] = failure
         return function
 
     return register

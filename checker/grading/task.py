@@ -19,15 +19,6 @@ from pathlib import Path
 from checker.grading import processes
 
 
-def _cell(check) -> str:
-    """One gradebook cell: the status and the number that sums the check up."""
-    from checker.checks import KEY_MEASURE
-
-    key, fmt = KEY_MEASURE.get(check.name, (None, None))
-    value = check.measured.get(key) if key else None
-    return check.status if value is None else f"{check.status} ({fmt.format(value)})"
-
-
 def _gpu_name(device: str) -> str:
     if device != "cuda":
         return ""
@@ -46,6 +37,7 @@ def grade(request: dict) -> dict:
     from checker.errors import WorkbookError
     from checker.evaluate import evaluate
     from checker.feedback import format_report
+    from checker.grading.gradebook import cell
 
     chapter = get_chapter(request["chapter"])
     # the slow script's speed this worker measured for the students before (None: pair every run with it)
@@ -60,7 +52,7 @@ def grade(request: dict) -> dict:
             bank.graded_one()
     speedup = next((c.measured.get("speedup") for c in report.checks if c.name == "throughput"), None)
     return {"kind": "report", "verdict": "passed" if report.passed else "failed", "report": report.to_json(),
-            "cells": {c.name: _cell(c) for c in report.checks}, "speedup": speedup,
+            "cells": {c.name: cell(c.to_json()) for c in report.checks}, "speedup": speedup,
             "feedback": format_report(report, chapter) + "\n", "failed_checks": [c.name for c in report.checks
                                                                                   if c.status == "failed"],
             "bank": _bank_back(bank)}

@@ -96,13 +96,15 @@ def _check_and_print(chapter, *, variant="lab", submission=None, device=None, tr
     from checker.evaluate import evaluate
 
     check_syntax(_candidate(chapter, variant, submission))
-    report = evaluate(chapter, variant=variant, submission=submission, device=device, trace_tool=trace_tool,
-                      with_ncu=with_ncu, keep_traces=keep_traces, only=only, progress=_progress_printer())
     own_lab = variant == "lab" and submission is None
     if own_lab:
         from checker import progress
 
-        progress.record_check(report)
+        checked = progress.lab_hash(chapter.id)  # the lab as this check reads it, before any run starts
+    report = evaluate(chapter, variant=variant, submission=submission, device=device, trace_tool=trace_tool,
+                      with_ncu=with_ncu, keep_traces=keep_traces, only=only, progress=_progress_printer())
+    if own_lab:
+        progress.record_check(report, lab_sha256=checked)
     print(json.dumps(report.to_json(), indent=2) if as_json else format_report(report, chapter, learner=own_lab),
           flush=True)
     return report

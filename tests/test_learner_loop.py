@@ -125,6 +125,39 @@ def test_a_pass_names_a_speedup_only_where_the_chapter_measures_one(state):
     assert sorted(p.split(", ")[-1] for p in passes) == ["2.00x", "no speedup measured on cpu"], passes
 
 
+def _lab_changed_since_the_record(state, chapter_id):
+    """What an edit of the lab after its check leaves: a recorded hash that is not the lab's content's now."""
+    saved = json.loads(state.read_text())
+    saved["chapters"][chapter_id]["lab_sha256"] = "0" * 64
+    state.write_text(json.dumps(saved))
+
+
+def test_a_verdict_belongs_to_the_lab_as_it_was_checked(state, workbook):
+    """After a pass, an edited lab (one that no longer compiles, say) is not shown as passed without a word."""
+    import hashlib
+
+    progress.record_check(_report("01"))
+    progress.record_check(_report("02", host_syncs="failed"))
+    lab = get_chapter("01").lab_script
+    assert json.loads(state.read_text())["chapters"]["01_item_syncs"]["lab_sha256"] == \
+        hashlib.sha256(lab.read_bytes()).hexdigest()
+    rows = {row["id"]: row["progress"] for row in json.loads(workbook("list", "--json").stdout)}
+    assert rows["01_item_syncs"].startswith("passed (") and "changed" not in rows["01_item_syncs"]
+    assert "no hint needed" in workbook("hint", "01").stdout
+    _lab_changed_since_the_record(state, "01_item_syncs")
+    _lab_changed_since_the_record(state, "02_pageable_copies")
+    rows = {row["id"]: row["progress"] for row in json.loads(workbook("list", "--json").stdout)}
+    assert rows["01_item_syncs"].startswith("passed (") and rows["01_item_syncs"].endswith(
+        ", but your lab changed since: check again"), rows["01_item_syncs"]
+    assert rows["02_pageable_copies"].startswith("failing: host_syncs") and "changed since" in rows["02_pageable_copies"]
+    assert "but your lab changed since: check again" in workbook("list").stdout
+    hint = workbook("hint", "01")
+    assert hint.returncode == 0 and "no hint needed" not in hint.stdout
+    assert "labs/01_item_syncs/train.py changed since: run `workbook check 01` again" in " ".join(hint.stdout.split())
+    hint = " ".join(workbook("hint", "02").stdout.split())
+    assert "labs/02_pageable_copies/train.py changed since that check" in hint and "1/3 a nudge:" in hint
+
+
 def test_a_check_of_a_variant_or_a_submission_is_not_progress(state, workbook, tmp_path):
     (tmp_path / "train.py").write_text("x = (\n")
     workbook("check", "01", "--submission", str(tmp_path))

@@ -35,16 +35,21 @@ def grade(request: dict) -> dict:
     from checker.baseline import BaselineBank
     from checker.chapters import get_chapter
     from checker.errors import WorkbookError
-    from checker.evaluate import evaluate
+    from checker.evaluate import evaluate, resolve_candidate
     from checker.feedback import format_report
     from checker.grading.gradebook import cell
+    from checker.precheck import ScriptSyntaxError, check_syntax
 
     chapter = get_chapter(request["chapter"])
     # the slow script's speed this worker measured for the students before (None: pair every run with it)
     bank = BaselineBank.from_json(request["bank"]) if request.get("bank") is not None else None
     try:
+        # a submission that does not compile is said in one line (file:line:col: SyntaxError: what), before any run
+        check_syntax(resolve_candidate(chapter, submission=Path(request["submission"])))
         report = evaluate(chapter, submission=Path(request["submission"]), device=request["device"],
                           trace_tool=request["trace_tool"], bank=bank)
+    except ScriptSyntaxError as err:
+        return {"kind": "error", "reason": err.headline, "bank": _bank_back(bank)}
     except WorkbookError as err:
         return {"kind": "error", "reason": " ".join(str(err).split()), "bank": _bank_back(bank)}
     finally:

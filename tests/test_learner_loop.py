@@ -95,10 +95,51 @@ def test_kinetos_no_gpu_noise_is_explained_once(tmp_path, monkeypatch, capsys):
         "sys.stderr.write('a real warning\\n')\n")
     import sys
 
-    assert cli._call_quieting_profiler_noise([sys.executable, str(noisy)], {}) == 0
+    assert cli._call_quieting_noise([sys.executable, str(noisy)], {}, None) == 0
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("note: torch.profiler looked for CUDA GPUs and found none") and "code 35" in err[0]
     assert err[1:] == ["a real warning"]
+
+
+def test_the_pin_memory_warning_of_a_cpu_run_is_explained_once(tmp_path, capsys):
+    """On a machine without a GPU, torch warns at each DataLoader iterator that pin_memory=True finds no accelerator,
+    right after chapter 03's TODO asked for it: `workbook run` says once that it is expected there."""
+    import os
+    import sys
+
+    import torch
+
+    from checker import cli
+
+    if torch.accelerator.is_available():
+        pytest.skip("torch warns about pin_memory only where no accelerator is found")
+    script = tmp_path / "pins.py"
+    script.write_text(
+        "import sys, warnings\n"
+        "from torch.utils.data import DataLoader\n"
+        "warnings.simplefilter('always')\n"
+        "loader = DataLoader(list(range(4)), batch_size=2, pin_memory=True)\n"
+        "for epoch in range(2):\n"
+        "    for batch in loader:\n"
+        "        pass\n"
+        "sys.stderr.write('a real warning\\n')\n")
+    assert cli._call_quieting_noise([sys.executable, str(script)], dict(os.environ), None) == 0
+    assert capsys.readouterr().err.splitlines() == [cli.PIN_MEMORY_NOTE, "a real warning"]
+
+
+def test_workbook_run_explains_torchs_cpu_warnings_and_leaves_a_gpu_run_as_it_was(monkeypatch):
+    from checker import cli
+
+    calls = []
+    monkeypatch.setattr(cli, "_call_quieting_noise", lambda argv, env, cwd: calls.append(("explained", argv)) or 0)
+    monkeypatch.setattr(cli.subprocess, "call", lambda argv, env: calls.append(("as is", argv)) or 0)
+    monkeypatch.setattr(cli, "_has_cuda", lambda: False)
+    for device in ("cpu", None, "cuda"):
+        assert cli.cmd_run(argparse.Namespace(chapter="03", variant="lab", steps=2, device=device)) == 0
+    monkeypatch.setattr(cli, "_has_cuda", lambda: True)
+    assert cli.cmd_run(argparse.Namespace(chapter="03", variant="lab", steps=2, device=None)) == 0
+    assert [how for how, _ in calls] == ["explained", "explained", "as is", "as is"]
+    assert calls[0][1][-4:] == ["--steps", "2", "--device", "cpu"]
 
 
 # -- progress ---------------------------------------------------------------------------------------------

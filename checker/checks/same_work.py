@@ -50,7 +50,8 @@ def _weight_problems(far: dict, limits: dict[str, float], reference: str) -> lis
     if not math.isfinite(far["relative"]) or far["relative"] > limits["weight_tolerance"]:
         problems.append(("weight_distance",
                          f"work differs: its weights are {far['relative']:.2f} of the {reference}'s training away "
-                         f"from the {reference}'s, trained under the same secret (tolerance {limits['weight_tolerance']:g})"))
+                         f"from the {reference}'s, trained under the same secret "
+                         f"(tolerance {limits['weight_tolerance']:g})"))
     elif not math.isfinite(far["worst_tensor"]) or far["worst_tensor"] > limits["layer_tolerance"]:
         problems.append(("worst_layer",
                          f"work differs: {far['worst_tensor_name']} is {far['worst_tensor']:.2f} of its training "

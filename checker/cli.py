@@ -57,7 +57,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.device:
         command += ["--device", args.device]
     env = dict(os.environ, WORKBOOK_ROOT=str(repo_root()))
+    if args.device == "cpu" or (args.device is None and not _has_cuda()):
+        return _call_quieting_noise(command, env, None)  # torch's warnings expected on a CPU, explained
     return subprocess.call(command, env=env)
+
+
+def _has_cuda() -> bool:
+    from checker.grader.evaluate import cuda_available
+
+    return cuda_available()
 
 
 # -- check --------------------------------------------------------------------------------------------
@@ -94,7 +102,11 @@ def _check_and_print(chapter, *, variant="lab", submission=None, device=None, tr
     if own_lab:
         from checker.learner import progress
 
-        progress.record_check(report)
+        checked = progress.lab_hash(chapter.id)  # the lab as this check reads it, before any run starts
+    report = evaluate(chapter, variant=variant, submission=submission, device=device, trace_tool=trace_tool,
+                      with_ncu=with_ncu, keep_traces=keep_traces, only=only, progress=_progress_printer())
+    if own_lab:
+        progress.record_check(report, lab_sha256=checked)
     print(json.dumps(report.to_json(), indent=2) if as_json else format_report(report, chapter, learner=own_lab),
           flush=True)
     return report
@@ -245,7 +257,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     check_syntax(script)
     out_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, WORKBOOK_ROOT=str(repo_root()))
-    code = _call_quieting_profiler_noise(argv, env)
+    code = _call_quieting_noise(argv, env, repo_root())
     if code == 0:
         made = sorted(p for p in out_dir.glob(f"{out.name}*"))
         print("wrote " + ", ".join(display_path(p) for p in made) if made else "the tool wrote no report")
@@ -256,14 +268,31 @@ def cmd_profile(args: argparse.Namespace) -> int:
 # a machine without a usable CUDA driver its probe for GPUs (code 35: cudaErrorInsufficientDriver).
 _MARKER = re.compile(r"^USDT:.*\] profiler_(start|stop)\s*$")
 _NO_GPU = re.compile(r"^ERROR:.*gpuGetDeviceCount failed with code (\d+)\s*$")
+# The DataLoader's warning on a machine without a GPU, when the lab pins its batches (as chapters 02 and 03 teach);
+# Python prints the warning's line, then the source line it came from (indented).
+_PIN_MEMORY = re.compile(r"UserWarning: 'pin_memory' argument is set as true but no accelerator is found")
+PIN_MEMORY_NOTE = ("note: torch warns that pin_memory=True finds no accelerator: expected on a CPU, where there is "
+                   "no GPU to copy batches to; on a GPU the same setting is what makes the copies asynchronous")
 
 
-def _call_quieting_profiler_noise(argv: list[str], env: dict[str, str]) -> int:
-    """Run the profiler's command; pass its output through, less Kineto's noise, which is explained once."""
-    proc = subprocess.Popen(argv, cwd=repo_root(), env=env, stderr=subprocess.PIPE, text=True, errors="replace")
+def _call_quieting_noise(argv: list[str], env: dict[str, str], cwd: Path | None) -> int:
+    """Run a command under a profiler or on a machine's CPU, in ``cwd`` (None: here); pass its output through, less
+    Kineto's noise and the DataLoader's pin_memory warning, each explained once."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True, errors="replace")
     explained = False
+    pinned = skip_source = False
     try:
         for line in proc.stderr:
+            if skip_source and line.startswith((" ", "\t")):  # the warning's source line
+                skip_source = False
+                continue
+            skip_source = False
+            if _PIN_MEMORY.search(line):
+                if not pinned:
+                    print(PIN_MEMORY_NOTE, file=sys.stderr, flush=True)
+                    pinned = True
+                skip_source = True
+                continue
             if _MARKER.match(line):
                 continue
             no_gpu = _NO_GPU.match(line)

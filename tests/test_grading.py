@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gradinglib import grade_command, grade_env, tree_state
+from gradinglib import GOOD, grade_command, grade_env, make_class, make_tiny_root, read_gradebook, run_grade, tree_state
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "submissions"
@@ -52,6 +52,20 @@ def test_grade_a_real_class_of_chapter_01_with_relative_paths(tmp_path, pristine
     assert "grading 0 of 4" in again.stderr and again.returncode == 3
     assert [r["graded_at"] for r in csv.DictReader((out / "gradebook.csv").open())] == [
         rows[name]["graded_at"] for name in sorted(rows)]
+
+
+def test_a_submission_that_does_not_compile_is_one_clean_line(tmp_path):
+    """The reason says where and what as the compiler does, once: not `dave/train.py failed at dave/train.py:38:28:
+    SyntaxError: unmatched ']' (train.py, line 38)`, what a run of it used to report (grading now compiles it first)."""
+    root = make_tiny_root(tmp_path)
+    broken = "\n" * 37 + "weights = [[0.1, 0.2], [0.3, 0.4]]]\n" + GOOD
+    submissions = make_class(tmp_path / "class", {"dave": broken})
+    proc = run_grade("90", submissions, tmp_path / "grades", "--device", "cpu", root=root, timeout=300)
+    assert proc.returncode == 3, proc.stderr
+    (row,) = read_gradebook(tmp_path / "grades" / "gradebook.csv")
+    assert row["verdict"] == "error" and row["reason"] == "dave/train.py:38:35: SyntaxError: unmatched ']'", row
+    feedback = (tmp_path / "grades" / "feedback" / "dave.md").read_text()
+    assert "could not be graded: dave/train.py:38:35: SyntaxError: unmatched ']'\n" in feedback
 
 
 def test_grade_needs_a_folder_of_submissions(workbook, tmp_path):

@@ -8,10 +8,12 @@ import pytest
 
 from checker.base.chapters import get_chapter
 from checker.base.errors import WorkbookError
+from checker.checks.evidence import Evidence
 from checker.grading import ledger
 from checker.grading.classroom import plan_slots
 from checker.grading.files import write_atomic
-from checker.grading.gradebook import Summary, rebuild, row_for
+from checker.checks.same_work import same_work
+from checker.grading.gradebook import Summary, rebuild, row_for, table
 from checker.grading.slurm import shares
 from checker.grading.submission import copy_submission, submission_hash
 
@@ -71,6 +73,43 @@ def test_exit_code_says_whether_every_submission_got_a_verdict():
     assert Summary.of([passed, error, pending]).exit_code == 4
     assert Summary.of([passed, failed, error, pending]).line == (
         "4 submissions: 1 passed, 1 failed, 1 could not be graded, 1 not graded yet")
+
+
+class _Run:
+    samples = 512
+
+
+def _judged(relative, worst_tensor, base_loss, cand_loss):
+    """What same_work reads of the grader's evidence: one pair of runs, and the referee's verdict on their weights."""
+    judged = {"baseline": {"eval_loss": base_loss},
+              "candidate": {"eval_loss": cand_loss, "distance": {
+                  "relative": relative, "worst_tensor": worst_tensor, "worst_tensor_name": "fc.weight",
+                  "counts_differ": []}}}
+    return Evidence(chapter=get_chapter("01"), device="cpu", trace_tool="torch", candidate=Path("train.py"), cfg={},
+                    traced=(_Run(), _Run()), verdicts={0: judged})
+
+
+def _same_work_row(relative, worst_tensor, base_loss, cand_loss):
+    chapter = get_chapter("01")
+    spec = next(c for c in chapter.checks if c.name == "same_work")
+    check = same_work(_judged(relative, worst_tensor, base_loss, cand_loss), spec)
+    record = _record("ann", verdict=check.status, cells={}, report={"checks": [check.to_json()]})
+    return chapter, row_for(chapter, "ann", "h", record)
+
+
+def test_a_failed_cell_names_the_measure_that_decided_not_one_within_its_tolerance():
+    """The issue's submission: weights 0.54 of the reference's training away (tolerance 0.1), a held-out loss 2.1%
+    off (inside the 5% tolerance). Its cell used to read `failed (2.1% loss diff)`."""
+    chapter, row = _same_work_row(0.54, 0.6, 1.0, 1.021)
+    assert row["verdict"] == "failed"
+    assert row["same_work"] == "failed (weight distance 0.54 > 0.1)"
+    assert "failed (weight distance 0.54 > 0.1)" in table(chapter, [row])
+    _, row = _same_work_row(0.05, 0.9, 1.0, 1.0)  # one layer trained differently
+    assert row["same_work"] == "failed (one layer's distance 0.90 > 0.25)"
+    _, row = _same_work_row(0.05, 0.06, 1.0, 1.2)  # the loss decided: then it is the number shown
+    assert row["same_work"] == "failed (20.0% loss diff > 5%)"
+    _, row = _same_work_row(0.0, 0.0, 1.0, 1.001)  # a pass still shows the loss difference
+    assert row["same_work"] == "passed (0.1% loss diff)"
 
 
 def test_atomic_write_replaces_the_whole_file(tmp_path):

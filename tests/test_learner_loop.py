@@ -95,10 +95,51 @@ def test_kinetos_no_gpu_noise_is_explained_once(tmp_path, monkeypatch, capsys):
         "sys.stderr.write('a real warning\\n')\n")
     import sys
 
-    assert cli._call_quieting_profiler_noise([sys.executable, str(noisy)], {}) == 0
+    assert cli._call_quieting_noise([sys.executable, str(noisy)], {}, None) == 0
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("note: torch.profiler looked for CUDA GPUs and found none") and "code 35" in err[0]
     assert err[1:] == ["a real warning"]
+
+
+def test_the_pin_memory_warning_of_a_cpu_run_is_explained_once(tmp_path, capsys):
+    """On a machine without a GPU, torch warns at each DataLoader iterator that pin_memory=True finds no accelerator,
+    right after chapter 03's TODO asked for it: `workbook run` says once that it is expected there."""
+    import os
+    import sys
+
+    import torch
+
+    from checker import cli
+
+    if torch.accelerator.is_available():
+        pytest.skip("torch warns about pin_memory only where no accelerator is found")
+    script = tmp_path / "pins.py"
+    script.write_text(
+        "import sys, warnings\n"
+        "from torch.utils.data import DataLoader\n"
+        "warnings.simplefilter('always')\n"
+        "loader = DataLoader(list(range(4)), batch_size=2, pin_memory=True)\n"
+        "for epoch in range(2):\n"
+        "    for batch in loader:\n"
+        "        pass\n"
+        "sys.stderr.write('a real warning\\n')\n")
+    assert cli._call_quieting_noise([sys.executable, str(script)], dict(os.environ), None) == 0
+    assert capsys.readouterr().err.splitlines() == [cli.PIN_MEMORY_NOTE, "a real warning"]
+
+
+def test_workbook_run_explains_torchs_cpu_warnings_and_leaves_a_gpu_run_as_it_was(monkeypatch):
+    from checker import cli
+
+    calls = []
+    monkeypatch.setattr(cli, "_call_quieting_noise", lambda argv, env, cwd: calls.append(("explained", argv)) or 0)
+    monkeypatch.setattr(cli.subprocess, "call", lambda argv, env: calls.append(("as is", argv)) or 0)
+    monkeypatch.setattr(cli, "_has_cuda", lambda: False)
+    for device in ("cpu", None, "cuda"):
+        assert cli.cmd_run(argparse.Namespace(chapter="03", variant="lab", steps=2, device=device)) == 0
+    monkeypatch.setattr(cli, "_has_cuda", lambda: True)
+    assert cli.cmd_run(argparse.Namespace(chapter="03", variant="lab", steps=2, device=None)) == 0
+    assert [how for how, _ in calls] == ["explained", "explained", "as is", "as is"]
+    assert calls[0][1][-4:] == ["--steps", "2", "--device", "cpu"]
 
 
 # -- progress ---------------------------------------------------------------------------------------------
@@ -123,6 +164,39 @@ def test_a_pass_names_a_speedup_only_where_the_chapter_measures_one(state):
     assert progress.describe("01_item_syncs").endswith(", no speedup measured on cpu)")
     passes = progress.describe("04_eager_microops").removeprefix("passed (").removesuffix(")").split("; ")
     assert sorted(p.split(", ")[-1] for p in passes) == ["2.00x", "no speedup measured on cpu"], passes
+
+
+def _lab_changed_since_the_record(state, chapter_id):
+    """What an edit of the lab after its check leaves: a recorded hash that is not the lab's content's now."""
+    saved = json.loads(state.read_text())
+    saved["chapters"][chapter_id]["lab_sha256"] = "0" * 64
+    state.write_text(json.dumps(saved))
+
+
+def test_a_verdict_belongs_to_the_lab_as_it_was_checked(state, workbook):
+    """After a pass, an edited lab (one that no longer compiles, say) is not shown as passed without a word."""
+    import hashlib
+
+    progress.record_check(_report("01"))
+    progress.record_check(_report("02", host_syncs="failed"))
+    lab = get_chapter("01").lab_script
+    assert json.loads(state.read_text())["chapters"]["01_item_syncs"]["lab_sha256"] == \
+        hashlib.sha256(lab.read_bytes()).hexdigest()
+    rows = {row["id"]: row["progress"] for row in json.loads(workbook("list", "--json").stdout)}
+    assert rows["01_item_syncs"].startswith("passed (") and "changed" not in rows["01_item_syncs"]
+    assert "no hint needed" in workbook("hint", "01").stdout
+    _lab_changed_since_the_record(state, "01_item_syncs")
+    _lab_changed_since_the_record(state, "02_pageable_copies")
+    rows = {row["id"]: row["progress"] for row in json.loads(workbook("list", "--json").stdout)}
+    assert rows["01_item_syncs"].startswith("passed (") and rows["01_item_syncs"].endswith(
+        ", but your lab changed since: check again"), rows["01_item_syncs"]
+    assert rows["02_pageable_copies"].startswith("failing: host_syncs") and "changed since" in rows["02_pageable_copies"]
+    assert "but your lab changed since: check again" in workbook("list").stdout
+    hint = workbook("hint", "01")
+    assert hint.returncode == 0 and "no hint needed" not in hint.stdout
+    assert "labs/01_item_syncs/train.py changed since: run `workbook check 01` again" in " ".join(hint.stdout.split())
+    hint = " ".join(workbook("hint", "02").stdout.split())
+    assert "labs/02_pageable_copies/train.py changed since that check" in hint and "1/3 a nudge:" in hint
 
 
 def test_a_check_of_a_variant_or_a_submission_is_not_progress(state, workbook, tmp_path):

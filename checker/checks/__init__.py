@@ -81,12 +81,19 @@ KINDS: dict[str, CheckKind] = {}
 REGISTRY = KINDS  # the name older code and tests use
 # check name -> (the key in `measured` that sums it up, a format for it): what results tables show
 KEY_MEASURE: dict[str, tuple[str, str]] = {}
+# check name -> what a failure says in a gradebook cell, from the check's (measured, threshold), for checks that
+# fail on more than one measure: the one that decided, never the key measure when that one was within tolerance
+FAILURE_MEASURE: dict[str, Callable[[dict[str, Any], Any], "str | None"]] = {}
 
 
 def check(name: str, *, needs: tuple[str, ...], after: tuple[str, ...] = (), key: str | None = None,
-          fmt: str = "{:g}", ncu_target: Callable | None = None,
-          thresholded: bool = True) -> Callable[[CheckFunction], CheckKind]:
-    """Register a check kind under the name chapter.toml uses in [[checks]] name = ..."""
+          fmt: str = "{:g}", ncu_target: Callable | None = None, thresholded: bool = True,
+          failure: Callable[[dict[str, Any], Any], "str | None"] | None = None) -> Callable[[CheckFunction], CheckKind]:
+    """Register a check kind under the name chapter.toml uses in [[checks]] name = ...
+
+    ``failure``: for a check that can fail on another measure than ``key``, what decided a failure (None: it
+    cannot tell, and a gradebook cell shows no number).
+    """
     unknown = set(needs) - set(NEEDS)
     if unknown:
         raise ValueError(f"check {name}: unknown needs {sorted(unknown)}; known: {', '.join(NEEDS)}")
@@ -96,6 +103,8 @@ def check(name: str, *, needs: tuple[str, ...], after: tuple[str, ...] = (), key
         KINDS[name] = kind
         if key is not None:
             KEY_MEASURE[name] = (key, fmt)
+        if failure is not None:
+            FAILURE_MEASURE[name] = failure
         return kind
 
     return register

@@ -44,20 +44,28 @@ def tolerances(spec, device: str) -> dict[str, float]:
             "layer_tolerance": _tolerance(spec, "layer_tolerance", device, 2.5 * weight)}
 
 
+def _weight_problems(far: dict, limits: dict[str, float], reference: str) -> list[tuple[str, str]]:
+    """(the measure that differs, its evidence line) for one candidate's weights against the reference's."""
+    problems = []
+    if not math.isfinite(far["relative"]) or far["relative"] > limits["weight_tolerance"]:
+        problems.append(("weight_distance",
+                         f"work differs: its weights are {far['relative']:.2f} of the {reference}'s training away "
+                         f"from the {reference}'s, trained under the same secret "
+                         f"(tolerance {limits['weight_tolerance']:g})"))
+    elif not math.isfinite(far["worst_tensor"]) or far["worst_tensor"] > limits["layer_tolerance"]:
+        problems.append(("worst_layer",
+                         f"work differs: {far['worst_tensor_name']} is {far['worst_tensor']:.2f} of its training "
+                         f"away from the {reference}'s (tolerance {limits['layer_tolerance']:g}): a layer trained "
+                         "differently"))
+    if far["counts_differ"]:
+        problems.append(("batch_counts", f"work differs: {', '.join(far['counts_differ'][:3])} differ from the "
+                                         f"{reference}'s (BatchNorm counts the batches it saw)"))
+    return problems
+
+
 def weight_differences(far: dict, limits: dict[str, float], reference: str = "baseline") -> list[str]:
     """Evidence lines for one candidate's weights against the reference's (the referee's ``distance``)."""
-    lines = []
-    if not math.isfinite(far["relative"]) or far["relative"] > limits["weight_tolerance"]:
-        lines.append(f"work differs: its weights are {far['relative']:.2f} of the {reference}'s training away "
-                     f"from the {reference}'s, trained under the same secret (tolerance {limits['weight_tolerance']:g})")
-    elif not math.isfinite(far["worst_tensor"]) or far["worst_tensor"] > limits["layer_tolerance"]:
-        lines.append(f"work differs: {far['worst_tensor_name']} is {far['worst_tensor']:.2f} of its training "
-                     f"away from the {reference}'s (tolerance {limits['layer_tolerance']:g}): a layer trained "
-                     "differently")
-    if far["counts_differ"]:
-        lines.append(f"work differs: {', '.join(far['counts_differ'][:3])} differ from the {reference}'s "
-                     "(BatchNorm counts the batches it saw)")
-    return lines
+    return [line for _, line in _weight_problems(far, limits, reference)]
 
 
 def loss_difference(base_loss: float, cand_loss: float, limits: dict[str, float],
@@ -84,14 +92,31 @@ def pair_problems(judged: dict, limits: dict[str, float], reference: str) -> tup
     return problems + ([line] if line else []), far["relative"]
 
 
-@check("same_work", needs=(VERDICTS,), key="relative_difference", fmt="{:.1%} loss diff", thresholded=False)
+def failure_measure(measured: dict, threshold) -> str | None:
+    """What decided a failed same_work, for its gradebook cell: the measure beyond its tolerance (``failed_on``),
+    never the loss difference when the weights decided and the loss was within its tolerance."""
+    threshold = threshold or {}
+    failed_on = measured.get("failed_on")
+    if failed_on == "weight_distance":
+        return f"weight distance {measured['weight_distance']:.2f} > {threshold['weight_tolerance']:g}"
+    if failed_on == "worst_layer":
+        return f"one layer's distance {measured['worst_layer']:.2f} > {threshold['layer_tolerance']:g}"
+    if failed_on == "relative_difference":
+        return f"{measured['relative_difference']:.1%} loss diff > {threshold['rel_tolerance']:.0%}"
+    return {"batch_counts": "BatchNorm counts differ", "load": "weights do not fit the model",
+            "samples": "samples in the window differ"}.get(failed_on)
+
+
+@check("same_work", needs=(VERDICTS,), key="relative_difference", fmt="{:.1%} loss diff", thresholded=False,
+       failure=failure_measure)
 def same_work(evidence, spec):
     """trains the same model on the same samples and ends at the baseline's loss"""
     limits = tolerances(spec, evidence.device)
     reference = evidence.reference
     pairs = evidence.pairs
     verdicts = evidence.verdicts
-    evidence: list[str] = []
+    lines: list[str] = []
+    failed_on: list[str] = []  # the measure behind each line of evidence, in the same order
     distances, worst_layers, base_losses, cand_losses = [], [], [], []
     for index, (baseline, candidate) in enumerate(pairs):
         judged = verdicts[index]
@@ -99,15 +124,18 @@ def same_work(evidence, spec):
             raise RuntimeError(f"the {reference}'s weights did not load: {judged['baseline']['load_error']}")
         cand = judged["candidate"]
         if "load_error" in cand:
-            evidence.append(f"work differs: the weights it sent back do not fit the chapter's model "
+            lines.append(f"work differs: the weights it sent back do not fit the chapter's model "
                             f"({cand['load_error']})")
+            failed_on.append("load")
             continue
         base_losses.append(judged["baseline"]["eval_loss"])
         cand_losses.append(cand["eval_loss"])
         far = cand["distance"]
         distances.append(far["relative"])
         worst_layers.append(far["worst_tensor"])
-        evidence.extend(weight_differences(far, limits, reference))
+        for measure, line in _weight_problems(far, limits, reference):
+            failed_on.append(measure)
+            lines.append(line)
     measured: dict = {"pairs": len(pairs)}
     if base_losses:
         base_loss, cand_loss = statistics.median(base_losses), statistics.median(cand_losses)
@@ -120,15 +148,18 @@ def same_work(evidence, spec):
         if reference != "baseline":
             measured["compared_with"] = reference
         if line:
-            evidence.append(line)
+            lines.append(line)
+            failed_on.append("relative_difference")
     samples = {(b.samples, c.samples) for b, c in pairs}
     if any(b != c for b, c in samples):
         b, c = next(iter(samples))
-        evidence.append(f"work differs: the run reported {c} samples in the window, the {reference} {b}")
+        lines.append(f"work differs: the run reported {c} samples in the window, the {reference} {b}")
+        failed_on.append("samples")
     threshold = {k: limits[k] for k in ("weight_tolerance", "layer_tolerance", "rel_tolerance")}
-    if not evidence:
-        evidence.append(f"weights within {max(distances):.2f} of the {reference}'s training (tolerance "
+    if not lines:
+        lines.append(f"weights within {max(distances):.2f} of the {reference}'s training (tolerance "
                         f"{limits['weight_tolerance']:g}), held-out loss {measured['candidate_eval_loss']:.4f} vs "
                         f"{measured['baseline_eval_loss']:.4f}, over {len(pairs)} pair(s)")
-        return result(spec, PASSED, measured=measured, threshold=threshold, evidence=evidence)
-    return result(spec, FAILED, measured=measured, threshold=threshold, evidence=evidence)
+        return result(spec, PASSED, measured=measured, threshold=threshold, evidence=lines)
+    measured["failed_on"] = failed_on[0]
+    return result(spec, FAILED, measured=measured, threshold=threshold, evidence=lines)

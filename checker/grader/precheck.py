@@ -12,6 +12,11 @@ from checker.base.paths import display_path
 class ScriptSyntaxError(WorkbookError):
     """The script does not compile: the message is the place, the line and a caret under the fault."""
 
+    @property
+    def headline(self) -> str:
+        """The message's first line, file:line:col: Kind: what (a gradebook's reason, one line)."""
+        return str(self).splitlines()[0]
+
 
 def _caret(line: str, start: int, end: int | None) -> str:
     """Spaces (tabs kept, so the caret lines up) up to column ``start`` (1-based), then ^ to ``end``."""

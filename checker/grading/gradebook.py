@@ -36,13 +36,37 @@ def current_record(latest: dict[tuple, dict], chapter_id: str, student: str, sha
                                   "device": device, "trace_tool": trace_tool}))
 
 
+def cell(check: dict[str, Any]) -> str:
+    """One check's gradebook cell from its report (CheckResult.to_json()): the status and the number that sums
+    it up; for a failure, the measure that decided it, such as `failed (weight distance 0.54 > 0.1)`."""
+    from checker.checks import FAILED, FAILURE_MEASURE, KEY_MEASURE
+
+    status, measured = check["status"], check.get("measured") or {}
+    if status == FAILED and check["name"] in FAILURE_MEASURE:
+        decided = FAILURE_MEASURE[check["name"]](measured, check.get("threshold"))
+        return status if decided is None else f"{status} ({decided})"
+    key, fmt = KEY_MEASURE.get(check["name"], (None, None))
+    value = measured.get(key) if key else None
+    return status if value is None else f"{status} ({fmt.format(value)})"
+
+
+def cells_of(record: dict[str, Any]) -> dict[str, str]:
+    """The cells of a graded record, from its report when it has one (so that a rebuilt gradebook says what
+    decided each verdict even for students graded before the cells did), else as recorded."""
+    checks = (record.get("report") or {}).get("checks")
+    if checks:
+        return {c["name"]: cell(c) for c in checks}
+    return record.get("cells", {})
+
+
 def row_for(chapter, student: str, sha: str, record: dict[str, Any] | None) -> dict[str, Any]:
     row = dict.fromkeys(columns(chapter), "")
     row.update(student=student, submission_sha256=sha)
     if record is None:
         row.update(verdict=PENDING, reason=PENDING_REASON)
         return row
-    row.update({name: record.get("cells", {}).get(name, "") for name in (c.name for c in chapter.checks)})
+    cells = cells_of(record)
+    row.update({name: cells.get(name, "") for name in (c.name for c in chapter.checks)})
     speedup = record.get("speedup")
     row.update(verdict=record["verdict"], reason=record.get("reason") or "", device=record.get("device", ""),
                gpu_name=record.get("gpu_name") or "", wall_s=f"{record['wall_s']:.1f}",

@@ -19,15 +19,6 @@ from pathlib import Path
 from checker.grading import processes
 
 
-def _cell(check) -> str:
-    """One gradebook cell: the status and the number that sums the check up."""
-    from checker.checks import KEY_MEASURE
-
-    key, fmt = KEY_MEASURE.get(check.name, (None, None))
-    value = check.measured.get(key) if key else None
-    return check.status if value is None else f"{check.status} ({fmt.format(value)})"
-
-
 def _gpu_name(device: str) -> str:
     if device != "cuda":
         return ""
@@ -41,18 +32,24 @@ def _gpu_name(device: str) -> str:
 
 def grade(request: dict) -> dict:
     """Grade one submission; a WorkbookError (a crash, a hang, a missing file) is this student's error."""
-    from checker.grader.baseline import BaselineBank
     from checker.base.chapters import get_chapter
     from checker.base.errors import WorkbookError
-    from checker.grader.evaluate import evaluate
+    from checker.grader.baseline import BaselineBank
+    from checker.grader.evaluate import evaluate, resolve_candidate
+    from checker.grader.precheck import ScriptSyntaxError, check_syntax
+    from checker.grading.gradebook import cell
     from checker.learner.feedback import format_report
 
     chapter = get_chapter(request["chapter"])
     # the slow script's speed this worker measured for the students before (None: pair every run with it)
     bank = BaselineBank.from_json(request["bank"]) if request.get("bank") is not None else None
     try:
+        # a submission that does not compile is said in one line (file:line:col: SyntaxError: what), before any run
+        check_syntax(resolve_candidate(chapter, submission=Path(request["submission"])))
         report = evaluate(chapter, submission=Path(request["submission"]), device=request["device"],
                           trace_tool=request["trace_tool"], bank=bank)
+    except ScriptSyntaxError as err:
+        return {"kind": "error", "reason": err.headline, "bank": _bank_back(bank)}
     except WorkbookError as err:
         return {"kind": "error", "reason": " ".join(str(err).split()), "bank": _bank_back(bank)}
     finally:
@@ -60,7 +57,7 @@ def grade(request: dict) -> dict:
             bank.graded_one()
     speedup = next((c.measured.get("speedup") for c in report.checks if c.name == "throughput"), None)
     return {"kind": "report", "verdict": "passed" if report.passed else "failed", "report": report.to_json(),
-            "cells": {c.name: _cell(c) for c in report.checks}, "speedup": speedup,
+            "cells": {c.name: cell(c.to_json()) for c in report.checks}, "speedup": speedup,
             "feedback": format_report(report, chapter) + "\n", "failed_checks": [c.name for c in report.checks
                                                                                   if c.status == "failed"],
             "bank": _bank_back(bank)}

@@ -34,7 +34,12 @@ def next_hint(chapter: Chapter) -> str:
     if not entry:
         return (f"{chapter.id}: no check of {display_path(chapter.lab_script)} recorded yet. Run `workbook check "
                 f"{number}` (or `workbook watch {number}`) first: the hint follows what the failing check found.")
+    changed = progress.lab_changed(chapter.id, entry)
     if entry.get("status") == progress.PASSED:
+        if changed:
+            return (f"{chapter.id}: your lab passed its check of {entry.get('date')}, but "
+                    f"{display_path(chapter.lab_script)} changed since: run `workbook check {number}` again; "
+                    f"the hint follows what that check finds.")
         return (f"{chapter.id}: your lab passed its last check; no hint needed. "
                 f"`workbook solution {number}` shows the reference solution beside your lab.")
     check = _failing_check(chapter, entry)
@@ -47,6 +52,9 @@ def next_hint(chapter: Chapter) -> str:
     shown = min(shown + 1, len(HINT_LEVELS))
     progress.update(chapter.id, hint={"key": key, "steps": shown})
     lines = [f"{chapter.id}: {check} failed in your last check ({entry.get('date')}, on {entry.get('device')})", ""]
+    if changed:
+        lines[-1:-1] = [f"{display_path(chapter.lab_script)} changed since that check: `workbook check {number}` "
+                        f"again to see what fails now."]
     for step, (label, text) in enumerate(hint.steps[:shown], 1):
         lines.append(textwrap.fill(f"{step}/{len(HINT_LEVELS)} {label}: {text}", 100, subsequent_indent="    "))
     lines.append("")

@@ -8,6 +8,7 @@ default variant, or ``workbook watch``) are recorded; a variant, a submission or
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import platform
@@ -15,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from checker.base.errors import WorkbookError
 from checker.base.paths import repo_root
 
 NOT_STARTED, FAILING, PASSED = "not started", "failing", "passed"
@@ -71,8 +73,25 @@ def device_name(device: str) -> str:
     return f"CPU ({platform.machine()})" if platform.machine() else "CPU"
 
 
-def record_check(report) -> dict[str, Any]:
-    """Record one check of the learner's lab: its verdict, the failing checks with their evidence, the speedup."""
+def lab_hash(chapter_id: str) -> str | None:
+    """The sha256 of the lab's content as it is now (None: it cannot be read): a verdict belongs to one content."""
+    from checker.base.chapters import get_chapter
+
+    try:
+        return hashlib.sha256(get_chapter(chapter_id).lab_script.read_bytes()).hexdigest()
+    except (OSError, WorkbookError):
+        return None
+
+
+def lab_changed(chapter_id: str, entry: dict[str, Any] | None = None) -> bool:
+    """Whether the lab's content differs from the one its last recorded check saw (False when not recorded)."""
+    entry = chapter_state(chapter_id) if entry is None else entry
+    return "lab_sha256" in entry and entry["lab_sha256"] != lab_hash(chapter_id)
+
+
+def record_check(report, lab_sha256: str | None = None) -> dict[str, Any]:
+    """Record one check of the learner's lab: its verdict, the failing checks with their evidence, the speedup,
+    and the hash of the lab it checked (``lab_sha256``, taken before the check ran; else now)."""
     checks = {c.name: c for c in report.checks}
     failed = [c.name for c in report.checks if c.status == "failed"]
     selected_all = not any((c.reason or "").startswith("not selected") for c in report.checks)
@@ -88,6 +107,7 @@ def record_check(report) -> dict[str, Any]:
         "machine": machine(),
         "date": _dt.date.today().isoformat(),
         "speedup": (speed.measured or {}).get("speedup") if speed and speed.status != "skipped" else None,
+        "lab_sha256": lab_sha256 or lab_hash(report.chapter),
     }
     if not failed and selected_all:
         passes = dict(previous.get("passes") or {})
@@ -114,11 +134,19 @@ def _measures_speed(chapter_id: str) -> bool:
         return True
 
 
+CHANGED_SINCE = ", but your lab changed since: check again"
+
+
 def describe(chapter_id: str) -> str:
-    """One phrase for `workbook list`: not started / failing (which check) / passed (device, date, speedup)."""
+    """One phrase for `workbook list`: not started / failing (which check) / passed (device, date, speedup), and
+    whether the lab changed since that verdict."""
     entry = chapter_state(chapter_id)
     if not entry:
         return NOT_STARTED
+    return _verdict(chapter_id, entry) + (CHANGED_SINCE if lab_changed(chapter_id, entry) else "")
+
+
+def _verdict(chapter_id: str, entry: dict[str, Any]) -> str:
     if entry.get("status") == FAILING:
         return f"failing: {', '.join(entry.get('failed') or ['?'])} (on {entry.get('device')}, {entry.get('date')})"
     passes = entry.get("passes") or {}

@@ -262,6 +262,17 @@ def test_reported_workers_that_the_grader_never_saw_fail():
     assert any("the grader saw 0 worker process(es)" in line for line in outcome.evidence)
 
 
+def test_a_loader_without_workers_is_told_each_problem_once():
+    """num_workers=0 and no persistent workers are two problems: the grader's view of the (absent) workers adds
+    no third and fourth line about the same thing."""
+    settings = dict(REPORTED, num_workers=0, persistent_workers=False)
+    run = FakeRun(loader=settings, workers=(), steps=80)
+    outcome = loader_settings(FakeEvaluation(traced_run=run), spec("loader_settings", WORKERS_REQUIRED))
+    assert outcome.status == FAILED
+    assert outcome.evidence == ["num_workers=0; this chapter needs num_workers >= 2",
+                                "persistent_workers=False; this chapter needs persistent_workers=True"]
+
+
 def test_workers_replaced_at_an_epoch_boundary_are_not_persistent():
     run = FakeRun(loader=REPORTED, workers={11, 12}, lasting={7, 8}, steps=80)  # new pids after step 32
     outcome = loader_settings(FakeEvaluation(traced_run=run), spec("loader_settings", WORKERS_REQUIRED))

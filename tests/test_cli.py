@@ -133,3 +133,10 @@ def test_progress_lines_name_each_run_of_a_script(pristine_lab):
         assert list(parts) == ["start-up", "build", "setup", "warm-up", "timed", "after", "exit"], line
         assert all(float(v) >= 0 for v in parts.values())
         assert abs(sum(float(v) for v in parts.values()) - float(total)) < 0.3
+
+
+def test_fewer_steps_than_the_warm_up_is_one_line_not_a_traceback(workbook):
+    proc = workbook("run", "01", "--steps", "2", "--device", "cpu")
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert "are warm-up, before anything is timed; give --steps" in proc.stderr + proc.stdout

@@ -2,6 +2,7 @@
 progress in `workbook list`, hints in steps, the solution behind a pass, a watch that follows saves."""
 
 import argparse
+import dataclasses
 import json
 import re
 import threading
@@ -13,6 +14,7 @@ import pytest
 
 from checker.learner import progress
 from checker.base.chapters import HINT_LEVELS, all_chapters, get_chapter
+from checker import checks
 from checker.checks import CheckResult
 
 
@@ -309,3 +311,32 @@ def test_watch_checks_again_on_each_save_and_stops_at_a_pass(tmp_path, monkeypat
     assert code == 0 and seen == ["broken = True\n", "fixed = True\n"]
     assert any("saved" in line for line in lines) and "every chapter" in lines[-1]
     assert lab.read_text() == "fixed = True\n"  # the watch never writes the lab
+
+
+def test_a_hint_agrees_with_the_other_checks_evidence():
+    """Chapter 01 on a GPU, the unmodified lab: throughput and host_syncs both fail. throughput's hint says "the
+    syncs are gone", so it is not given beside a failed host_syncs; `workbook hint` starts with host_syncs."""
+    from checker.checks import FAILED, PASSED, result
+    from checker.grader.evaluate import judge
+    from checker.grader.plan import Plan
+
+    chapter = get_chapter("01")
+    assert chapter.first_to_fix({"throughput", "host_syncs"}) == "host_syncs"
+    assert chapter.first_to_fix({"throughput"}) == "throughput"
+    outcomes = {"same_work": PASSED, "throughput": FAILED, "host_syncs": FAILED}
+    evidence = SimpleNamespace()  # the checks are stood in for: judge's hints are what is tested
+
+    def stand_in(name):
+        return lambda ev, spec: result(spec, outcomes[name], evidence=[f"{name} evidence"])
+
+    original = {name: checks.KINDS[name] for name in outcomes}
+    try:
+        for name in outcomes:
+            checks.KINDS[name] = dataclasses.replace(original[name], function=stand_in(name))
+        results = {r.name: r for r in judge(chapter, Plan(selected=tuple(outcomes)), evidence, None, "cuda")}
+    finally:
+        checks.KINDS.update(original)
+    assert "syncs are gone" not in results["throughput"].hint and "host_syncs" in results["throughput"].hint
+    assert results["host_syncs"].hint == chapter.hint_for("host_syncs", ["host_syncs evidence"])
+    outcomes["host_syncs"] = PASSED
+    assert "syncs are gone" in chapter.hint_for("throughput", ["short"], failed=set())

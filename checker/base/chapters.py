@@ -51,6 +51,8 @@ class Hint:
     pattern: str
     match: str | None = None  # a regex over the check's evidence; None: the default hint of that check
     index: int = 0  # its place among the chapter's [[hints]], so that progress can tell hints apart
+    when_passed: tuple[str, ...] = ()  # checks this hint takes for passed ("the syncs are gone but..."): it is
+    #                                    not given while one of them failed in the same check
 
     @property
     def steps(self) -> tuple[tuple[str, str], ...]:
@@ -127,11 +129,12 @@ class Chapter:
                 return spec
         raise KeyError(f"{self.id} declares no check '{name}'")
 
-    def hint_ladder_for(self, check: str, evidence: list[str]) -> Hint | None:
-        """The hint for a failed check: the first whose ``match`` the evidence matches, else the check's default."""
+    def hint_ladder_for(self, check: str, evidence: list[str], failed=()) -> Hint | None:
+        """The hint for a failed check: the first whose ``match`` the evidence matches, else the check's default.
+        A hint that takes a check for passed (``when_passed``) is not given when that check is in ``failed``."""
         default = None
         for hint in self.hints:
-            if hint.check != check:
+            if hint.check != check or set(hint.when_passed) & set(failed):
                 continue
             if hint.match is None:
                 default = default or hint
@@ -139,10 +142,25 @@ class Chapter:
                 return hint
         return default
 
-    def hint_for(self, check: str, evidence: list[str]) -> str | None:
-        """The first step of that hint (what a failed check shows)."""
-        hint = self.hint_ladder_for(check, evidence)
-        return hint.text if hint else None
+    def first_to_fix(self, failed) -> str | None:
+        """Of the failed checks, the one whose hint to follow first: in the chapter's order, skipping a check
+        whose hints all take another failed check for passed (the speedup waits for the syncs to go)."""
+        failed = [spec.name for spec in self.checks if spec.name in set(failed)]
+        for name in failed:
+            if self.hint_ladder_for(name, [], failed) is not None or not any(h.check == name for h in self.hints):
+                return name
+        return failed[0] if failed else None
+
+    def hint_for(self, check: str, evidence: list[str], failed=()) -> str | None:
+        """The first step of that hint (what a failed check shows). When its hints all wait on another failed
+        check, the hint says to fix that one first."""
+        hint = self.hint_ladder_for(check, evidence, failed)
+        if hint is not None:
+            return hint.text
+        waiting = sorted({name for h in self.hints if h.check == check for name in h.when_passed} & set(failed))
+        if waiting:
+            return f"{' and '.join(waiting)} failed too: fix what it shows first; this check depends on it."
+        return None
 
 
 def _parse(path: Path) -> Chapter:
@@ -169,7 +187,7 @@ def _parse(path: Path) -> Chapter:
         if missing or "check" not in h:
             raise WorkbookError(f"{path}: [[hints]] #{index + 1} needs check, nudge, where and pattern "
                                 f"(missing: {', '.join(missing) or 'check'})")
-        hints.append(Hint(check=h["check"], match=h.get("match"), index=index,
+        hints.append(Hint(check=h["check"], match=h.get("match"), index=index, when_passed=tuple(h.get("when_passed", ())),
                           **{key: " ".join(str(h[key]).split()) for key, _ in HINT_LEVELS}))
     hints = tuple(hints)
     recipe = dict(raw.get("recipe", {}))

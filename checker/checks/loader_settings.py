@@ -70,7 +70,10 @@ def loader_settings(evidence, spec):
         unmet.append(f"{settings.get('class')} redefines {', '.join(settings['redefined'])}: a DataLoader subclass "
                      "may set what it reports, not what it does; keep DataLoader's own settings")
     epoch_batches = evidence.cfg.get("epoch_batches")
-    unmet += workers_unseen(candidate, required, int(epoch_batches) if epoch_batches else None)
+    # what the grader saw decides only what the reported settings claim to meet: a loader built with
+    # num_workers=0 is one problem, not also "0 workers seen" and "0 of them lasting"
+    claimed = {key: wanted for key, wanted in required.items() if not unmet_settings(settings, {key: wanted})}
+    unmet += workers_unseen(candidate, claimed, int(epoch_batches) if epoch_batches else None)
     measured = {"settings_unmet": len(unmet), "loader": settings,
                 "workers_seen": {"first_step": len(candidate.workers_at_first_step),
                                  "window_close": len(candidate.workers_at_close),

@@ -400,9 +400,12 @@ def judge(chapter: Chapter, plan: Plan, evidence: Evidence | None, incomplete: I
                 outcome = checks.result(spec, FAILED, evidence=[str(err)], threshold=threshold)
         if outcome.status == FAILED:
             failed_first = True
-            outcome.hint = chapter.hint_for(spec.name, outcome.evidence)
         status[spec.name] = outcome.status
         results.append(outcome)
+    failed = {r.name for r in results if r.status == FAILED}
+    for outcome in results:
+        if outcome.status == FAILED:  # a hint agrees with the other checks' evidence (chapter.toml's when_passed)
+            outcome.hint = chapter.hint_for(outcome.name, outcome.evidence, failed - {outcome.name})
     return results
 
 

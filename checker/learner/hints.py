@@ -18,9 +18,9 @@ class SolutionLocked(WorkbookError):
 
 
 def _failing_check(chapter: Chapter, entry: dict) -> str | None:
-    """The first failed check of the last recorded check, in the chapter's order."""
-    failed = entry.get("failed") or []
-    return next((spec.name for spec in chapter.checks if spec.name in failed), None)
+    """The failed check of the last recorded check to fix first (chapter order; a check whose hints wait on
+    another failed check comes after it)."""
+    return chapter.first_to_fix(entry.get("failed") or [])
 
 
 def next_hint(chapter: Chapter) -> str:
@@ -43,7 +43,8 @@ def next_hint(chapter: Chapter) -> str:
         return (f"{chapter.id}: your lab passed its last check; no hint needed. "
                 f"`workbook solution {number}` shows the reference solution beside your lab.")
     check = _failing_check(chapter, entry)
-    hint = chapter.hint_ladder_for(check, (entry.get("evidence") or {}).get(check, [])) if check else None
+    failed = set(entry.get("failed") or []) - {check}
+    hint = chapter.hint_ladder_for(check, (entry.get("evidence") or {}).get(check, []), failed) if check else None
     if hint is None:
         raise WorkbookError(f"{chapter.id}/chapter.toml has no [[hints]] for check {check!r}; add one")
     key = f"{check}#{hint.index}"

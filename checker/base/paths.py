@@ -49,6 +49,13 @@ def results_dir() -> Path:
     return repo_root() / "docs" / "results"
 
 
+def state_dir() -> Path:
+    """Where the workbook keeps what it remembers on this machine: progress, compile caches. ``.workbook/`` in
+    the checkout (git ignores it), or $WORKBOOK_STATE_DIR."""
+    folder = os.environ.get("WORKBOOK_STATE_DIR")
+    return Path(folder) if folder else repo_root() / ".workbook"
+
+
 def display_path(path: Path | str) -> str:
     """A path as a person reads it: relative to the checkout when inside it."""
     try:

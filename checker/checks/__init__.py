@@ -68,6 +68,7 @@ class CheckKind:
     fmt: str = "{:g}"
     ncu_target: Callable | None = None  # (trace, spec, cfg) -> checker.checks.evidence.NcuTarget, for NCU
     thresholded: bool = True  # it judges against chapter.toml's threshold for the device (none there: skipped)
+    settled: Callable | None = None  # (speed, spec, device) -> bool: for TIMED, no more timed pairs can change it
 
     @property
     def claim(self) -> str:
@@ -88,6 +89,7 @@ FAILURE_MEASURE: dict[str, Callable[[dict[str, Any], Any], "str | None"]] = {}
 
 def check(name: str, *, needs: tuple[str, ...], after: tuple[str, ...] = (), key: str | None = None,
           fmt: str = "{:g}", ncu_target: Callable | None = None, thresholded: bool = True,
+          settled: Callable | None = None,
           failure: Callable[[dict[str, Any], Any], "str | None"] | None = None) -> Callable[[CheckFunction], CheckKind]:
     """Register a check kind under the name chapter.toml uses in [[checks]] name = ...
 
@@ -99,7 +101,7 @@ def check(name: str, *, needs: tuple[str, ...], after: tuple[str, ...] = (), key
         raise ValueError(f"check {name}: unknown needs {sorted(unknown)}; known: {', '.join(NEEDS)}")
 
     def register(function: CheckFunction) -> CheckKind:
-        kind = CheckKind(name, function, frozenset(needs), tuple(after), key, fmt, ncu_target, thresholded)
+        kind = CheckKind(name, function, frozenset(needs), tuple(after), key, fmt, ncu_target, thresholded, settled)
         KINDS[name] = kind
         if key is not None:
             KEY_MEASURE[name] = (key, fmt)

@@ -19,7 +19,7 @@ from checker.base.tools import require_tool
 from checker.checks import FAILED, SKIPPED, CheckResult
 from checker.checks.evidence import Evidence, Speed, TraceMismatch
 from checker.checks.same_work import pair_problems, tolerances
-from checker.grader import sandbox
+from checker.grader import compile_cache, sandbox
 from checker.grader.baseline import BaselineBank
 from checker.grader.collect import ask_referee, trace_problem
 from checker.grader.ncu import profile_kernel
@@ -135,6 +135,7 @@ class Evaluation:
         self.timings: list[dict[str, Any]] = []
         self._t0 = time.perf_counter()
         self.reference_script = self._reference_script()
+        self.compile_store = self._compile_store()
         self.uses_bank = self.reference_script != chapter.slow_script
         self.reference_label = "reference solution" if self.uses_bank else "baseline"
 
@@ -156,6 +157,17 @@ class Evaluation:
             return slow
         return solution
 
+    def _compile_store(self) -> Path | None:
+        """Where torch.compile's caches of the candidate's runs are kept (checker.grader.compile_cache): under the
+        state folder for the next `workbook check` of the same script, only for this check in class grading."""
+        if not compile_cache.enabled():
+            return None
+        if self.bank is not None:
+            store = self.workdir / "compile-store"
+            store.mkdir(exist_ok=True)
+            return store
+        return compile_cache.store_for(self.chapter.id, self.candidate, self.device)
+
     def say(self, line: str) -> None:
         if self.progress is not None:
             self.progress(line)
@@ -170,10 +182,12 @@ class Evaluation:
         self.say(f"{what}: {shown}")
         seed, key = secret
         began = time.perf_counter()
+        if script == self.candidate and self.compile_store is not None:
+            kwargs["compile_cache"] = self.compile_store  # the candidate's own runs only
         run = run_script(self.chapter, script, self.device, workdir=self.workdir, seed=seed, window_key=key,
                          display=shown, **kwargs)
         self._timing("run", what, began, script=shown, trace=kwargs.get("trace") or kwargs.get("profiler") and "ncu",
-                     phases=run.phases_s)
+                     compile_cache="compile_cache" in kwargs, phases=run.phases_s)
         self.say(f"  {sum(run.phases_s.values()):.1f} s: {describe_phases(run.phases_s)}")
         if run.survivors:
             left = "1 process" if run.survivors == 1 else f"{run.survivors} processes"
@@ -196,11 +210,14 @@ class Evaluation:
             self._traced_runs()
 
     def _timed_runs(self, trials: int) -> None:
+        """Timed pairs, taking turns which runs first, until every timed check is settled (at least
+        ``min_trials``) or ``trials`` pairs were made: a clear verdict costs one pair, one near its threshold more."""
         baseline = self.reference_script
+        least = max(1, min(trials, int(self.cfg.get("min_trials", 1))))
         if self.uses_bank:
             self._measure_bank(trials)
         for trial in range(trials):
-            what = f"timed run, trial {trial + 1} of {trials}"
+            what = f"timed run, trial {trial + 1} (of up to {trials})"
             secret = self._secret()
             if trial % 2 == 0:
                 b = self._run(baseline, what, secret)
@@ -209,6 +226,16 @@ class Evaluation:
                 c = self._run(self.candidate, what, secret)
                 b = self._run(baseline, what, secret)
             self.timed_pairs.append((b, c))
+            if len(self.timed_pairs) >= least and self._settled():
+                if len(self.timed_pairs) < trials:
+                    self.say(f"  the speed is clear after {len(self.timed_pairs)} pair(s): no more timed runs")
+                break
+
+    def _settled(self) -> bool:
+        """Whether every timed check says more pairs could not change its verdict."""
+        speed = self.speed()
+        kinds = [(checks.KINDS[name], self.chapter.check(name)) for name in self.plan.timed_checks]
+        return all(kind.settled is not None and kind.settled(speed, spec, self.device) for kind, spec in kinds)
 
     def _traced_runs(self) -> None:
         steps = self._traced_steps()

@@ -4,7 +4,8 @@ No check is named here. A check that is skipped on this device (chapter.toml's `
 ``--only``, or has no threshold here needs nothing; the others' ``needs`` (checker.checks) decide:
 
 * timed pairs, when a check needs TIMED: the slow script (or a grading worker's reference) and the candidate,
-  untraced, taking turns, ``trials`` times;
+  untraced, taking turns, until the timed checks are settled (one pair for a clear verdict) or ``trials`` pairs
+  were made;
 * the traced pair, when a check needs the candidate's run or trace, or the referee has only it to judge
   (speed is not graded here): the candidate traced with the chosen tool, its baseline traced too when a
   check needs BASELINE_TRACE;
@@ -31,6 +32,7 @@ class Plan:
     trace_baseline: bool = False        # its baseline traced too
     referee: bool = False
     ncu: tuple[str, ...] = ()           # the checks whose NCU target is profiled
+    timed_checks: tuple[str, ...] = ()  # the checks that read the timed pairs (they say when there are enough)
 
     @property
     def timed(self) -> bool:
@@ -80,4 +82,5 @@ def make_plan(chapter: Chapter, device: str, only: set[str] | None = None, with_
     traced = bool(wanted & {RUN, TRACE, BASELINE_TRACE, NCU}) or (VERDICTS in wanted and not trials)
     ncu = tuple(name for name in selected if NCU in needs[name]) if with_ncu and device == "cuda" else ()
     return Plan(selected=selected, skipped=skipped, trials=trials, traced=traced,
-                trace_baseline=BASELINE_TRACE in wanted, referee=VERDICTS in wanted, ncu=ncu)
+                trace_baseline=BASELINE_TRACE in wanted, referee=VERDICTS in wanted, ncu=ncu,
+                timed_checks=tuple(name for name in selected if TIMED in needs[name]))

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checker.grader import compile_cache as compile_caches
 from checker.grader import sandbox
 from checker.base.chapters import Chapter
 from checker.base.errors import WorkbookError
@@ -224,13 +225,15 @@ def run_script(
     window_key: int = 1,
     display: str | None = None,
     profiler: tuple[str, str, list[str]] | None = None,
+    compile_cache: Path | None = None,
 ) -> RunResult:
     """Run ``script`` for ``chapter`` on ``device`` in a fresh, private process, measured from outside.
 
     ``trace`` is None, "torch" (torch.profiler over the window, written by the run) or "nsys" (the process
     runs under ``nsys profile --capture-range=cudaProfilerApi``; the report is exported to SQLite).
     ``profiler``: ("ncu", path to ncu, its options): the process runs under Nsight Compute, whose report (in the
-    run's folder) becomes the result's ``trace_file``.
+    run's folder) becomes the result's ``trace_file``. ``compile_cache``: torch.compile's caches of this
+    script's earlier runs (checker.grader.compile_cache), copied in before the run and back after it.
     """
     cfg = chapter.config(device)
     total_steps = int(steps if steps is not None else cfg["steps"])
@@ -240,7 +243,11 @@ def run_script(
     if workdir is None:
         workdir = sandbox.check_folder()
     identity = sandbox.run_identity()
-    folder = sandbox.RunFolder.create(workdir, script, identity)
+    run_cache = None
+    if compile_cache is not None:
+        run_cache = workdir / f"compile-{os.getpid()}-{time.monotonic_ns()}"
+        compile_caches.copy_regular_files(compile_cache, run_cache)
+    folder = sandbox.RunFolder.create(workdir, script, identity, extra=run_cache)
     script_args = ["--device", device, "--steps", str(total_steps)] + list(extra_args or [])
     command = [*sandbox.python_command(), "--channel", str(folder.path), "--script", str(folder.script)]
     trace_file = None
@@ -269,9 +276,12 @@ def run_script(
     evt = os.open(folder.path / "evt", os.O_RDWR | os.O_NONBLOCK)  # RDWR: never an EOF before the run connects
     tail: deque[bytes] = deque()
     tail_bytes = printed = 0
+    env = sandbox.environment(folder)
+    if compile_cache is not None:
+        env.update(compile_caches.environment(folder.extra))
     run.clock["spawn"] = time.monotonic_ns()
     proc = subprocess.Popen(
-        command, cwd=folder.path, env=sandbox.environment(folder), stdin=subprocess.DEVNULL,
+        command, cwd=folder.path, env=env, stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
         preexec_fn=sandbox.preexec(identity, limits, _isolate_network()),
     )
@@ -324,6 +334,8 @@ def run_script(
         if run.ctl is not None:
             os.close(run.ctl)
         folder.close()
+    if compile_cache is not None and failure is None:
+        compile_caches.copy_regular_files(folder.extra, compile_cache)  # regular files only: no link is followed
     if failure is not None:
         raise failure
     output = b"".join(tail).decode(errors="replace")

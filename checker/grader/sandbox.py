@@ -125,9 +125,11 @@ class RunFolder:
     path: Path
     script: Path
     identity: tuple[int, int] | None
+    extra: Path | None = None  # a folder moved in for the run to write (its compile cache), given back after
 
     @classmethod
-    def create(cls, parent: Path, script: Path, identity: tuple[int, int] | None) -> "RunFolder":
+    def create(cls, parent: Path, script: Path, identity: tuple[int, int] | None,
+               extra: Path | None = None) -> "RunFolder":
         path = Path(tempfile.mkdtemp(prefix="run-", dir=parent))
         for name in ("home", "tmp"):
             (path / name).mkdir()
@@ -136,11 +138,19 @@ class RunFolder:
         os.chmod(copy, 0o444)
         for pipe in ("evt", "ctl"):
             os.mkfifo(path / pipe, 0o600)
+        moved = None
+        if extra is not None:
+            moved = path / "compile"
+            shutil.move(str(extra), moved) if extra.exists() else moved.mkdir()
         if identity is not None:
             uid, gid = identity
             for item in [path, *path.iterdir()]:
                 os.chown(item, uid, gid)
-        return cls(path=path, script=copy, identity=identity)
+            if moved is not None:
+                for folder, dirs, files in os.walk(moved):
+                    for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
+                        os.chown(name, uid, gid, follow_symlinks=False)
+        return cls(path=path, script=copy, identity=identity, extra=moved)
 
     def close(self) -> None:
         """Take the folder back from the run (its files stay readable to the grader until the check ends)."""

@@ -17,14 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from checker.base.errors import WorkbookError
-from checker.base.paths import repo_root
+from checker.base.paths import repo_root, state_dir
 
 NOT_STARTED, FAILING, PASSED = "not started", "failing", "passed"
 
 
 def state_file() -> Path:
-    folder = os.environ.get("WORKBOOK_STATE_DIR")
-    return (Path(folder) if folder else repo_root() / ".workbook") / "progress.json"
+    return state_dir() / "progress.json"
 
 
 def machine() -> str:

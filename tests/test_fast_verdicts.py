@@ -1,0 +1,112 @@
+"""A clear speed verdict costs one timed pair; one near its threshold gets more (checker.grader.plan, throughput's
+`settled`). The runs are stood in for: what is tested is when the grader stops timing."""
+
+import pytest
+
+from checker.base.chapters import get_chapter
+from checker.checks.evidence import Speed
+from checker.checks.throughput import settled
+from checker.grader.evaluate import Evaluation
+
+SPEC = get_chapter("01").check("throughput")  # threshold 1.5 on cuda
+
+
+def speed(*ratios):
+    return Speed(ratios=tuple(ratios), baseline_windows=(), candidate_windows=(), samples=1)
+
+
+@pytest.mark.parametrize("ratios, clear", [
+    ((1.80,), True),          # 20% over 1.5: one pair decides
+    ((0.97,), True),          # the unmodified lab: far under
+    ((1.60,), False),         # 7% over: not clear from one pair
+    ((1.60, 1.62), True),     # two pairs, both over, median 7% over
+    ((1.60, 1.45), False),    # on both sides
+    ((1.52, 1.53), False),    # both over, but within 5% of the threshold
+    ((1.40, 1.41), True),     # both under, 6% under
+])
+def test_when_the_speed_is_settled(ratios, clear):
+    assert settled(speed(*ratios), SPEC, "cuda") == clear
+
+
+class Window:
+    def __init__(self, seconds):
+        self.window_s, self.samples = seconds, 100
+
+
+def grade_timed(monkeypatch, windows):
+    """Evaluation._timed_runs with each run answered from ``windows`` (baseline, candidate seconds per pair)."""
+    chapter = get_chapter("01")
+    ev = Evaluation(chapter, chapter.solution_script, "cpu")
+    ev.device, ev.cfg = "cuda", chapter.config("cuda")  # judged as on a GPU; nothing here touches one
+    object.__setattr__(ev.plan, "timed_checks", ("throughput",))
+    answers = iter(windows)
+    made = []
+
+    def run(script, what, secret, **kwargs):
+        made.append(script)
+        return Window(next(answers))
+
+    ev._run = run
+    ev._timed_runs(trials=3)
+    return ev, made
+
+
+def test_a_clear_verdict_costs_one_pair(monkeypatch):
+    ev, made = grade_timed(monkeypatch, [10.0, 5.0, 10.0, 5.0, 10.0, 5.0])  # 2x against 1.5
+    assert len(ev.timed_pairs) == 1 and len(made) == 2
+
+
+def test_a_verdict_near_its_threshold_gets_every_pair(monkeypatch):
+    # trial 1: baseline then candidate; trial 2: candidate then baseline; 1.6x, 1.45x, 1.6x
+    ev, made = grade_timed(monkeypatch, [16.0, 10.0, 10.0, 14.5, 16.0, 10.0])
+    assert len(ev.timed_pairs) == 3 and len(made) == 6
+    assert [round(b.window_s / c.window_s, 2) for b, c in ev.timed_pairs] == [1.6, 1.45, 1.6]
+
+
+# -- torch.compile's caches, kept per candidate script ---------------------------------------------------------
+def test_each_script_has_a_cache_of_its_own(tmp_path, monkeypatch):
+    from checker.grader import compile_cache
+
+    monkeypatch.setenv("WORKBOOK_STATE_DIR", str(tmp_path / "state"))
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("x = 1\n")
+    b.write_text("x = 2\n")
+    store_a = compile_cache.store_for("04_eager_microops", a, "cuda")
+    assert store_a == compile_cache.store_for("04_eager_microops", a, "cuda")  # the same script: the same cache
+    assert store_a != compile_cache.store_for("04_eager_microops", b, "cuda")  # another script: another
+    assert store_a != compile_cache.store_for("04_eager_microops", a, "cpu")
+    monkeypatch.setenv("WORKBOOK_COMPILE_CACHE", "0")
+    assert compile_cache.store_for("04_eager_microops", a, "cuda") is None
+
+
+def test_a_cache_copies_regular_files_and_never_follows_a_link(tmp_path):
+    from checker.grader.compile_cache import copy_regular_files
+
+    source, target, secret = tmp_path / "run", tmp_path / "store", tmp_path / "secret.txt"
+    (source / "fxgraph").mkdir(parents=True)
+    (source / "fxgraph" / "entry").write_text("compiled")
+    secret.write_text("root's own file")
+    (source / "fxgraph" / "link").symlink_to(secret)           # a run's link to a file it cannot read
+    (source / "folder-link").symlink_to(tmp_path, target_is_directory=True)
+    assert copy_regular_files(source, target) == len("compiled")
+    assert (target / "fxgraph" / "entry").read_text() == "compiled"
+    assert not (target / "fxgraph" / "link").exists() and not (target / "folder-link").exists()
+    assert copy_regular_files(source, tmp_path / "small", limit=3) == 0  # over the limit: left out
+
+
+def test_only_the_candidates_runs_get_its_cache(monkeypatch, tmp_path):
+    from checker.grader import evaluate as grader
+
+    monkeypatch.setenv("WORKBOOK_STATE_DIR", str(tmp_path / "state"))
+    chapter = get_chapter("04")
+    ev = Evaluation(chapter, chapter.solution_script, "cpu")
+    seen = {}
+
+    def fake_run_script(chapter_, script, device, **kwargs):
+        seen[script] = kwargs.get("compile_cache")
+        return type("Run", (), {"phases_s": {}, "survivors": 0})()
+
+    monkeypatch.setattr(grader, "run_script", fake_run_script)
+    ev._run(chapter.slow_script, "baseline", (1, 2))
+    ev._run(chapter.solution_script, "candidate", (1, 2))
+    assert seen[chapter.slow_script] is None and seen[chapter.solution_script] == ev.compile_store is not None

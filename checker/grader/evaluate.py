@@ -129,11 +129,13 @@ class Evaluation:
         self.traced: tuple[RunResult, RunResult] | None = None
         self.keep_traces = keep_traces  # where to copy each trace a check read (--keep-traces)
         self.progress = progress  # called with one line before each run of a script (the CLI prints it on a terminal)
-        self.notes: list[str] = [f"isolation: each run {sandbox.isolation()[1]}"]
-        self.bank = bank
-        self._reference_noted = False
         self.timings: list[dict[str, Any]] = []
         self._t0 = time.perf_counter()
+        began = time.perf_counter()
+        self.notes: list[str] = [f"isolation: each run {sandbox.isolation()[1]}"]
+        self._timing("probe", "who can run the candidate (an unprivileged user's interpreter)", began)
+        self.bank = bank
+        self._reference_noted = False
         self.reference_script = self._reference_script()
         self.compile_store = self._compile_store()
         self.uses_bank = self.reference_script != chapter.slow_script
@@ -364,7 +366,9 @@ class Evaluation:
             results = judge(self.chapter, self.plan, evidence, incomplete, self.device)
         finally:
             sys.dont_write_bytecode = wrote_bytecode
+        began = time.perf_counter()
         changed = sandbox.changed_since(began_ns, sandbox.trusted_folders())
+        self._timing("tamper", "the grader's files unchanged", began)
         if changed:
             raise WorkbookError(
                 f"files the grader relies on changed while {display_path(self.candidate)} was graded "

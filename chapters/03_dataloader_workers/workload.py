@@ -6,8 +6,9 @@ torchvision.transforms.v2. It costs up to a millisecond of one CPU core per samp
 second per batch, several times what the GPU needs to train on that batch.
 
 The JPEGs are synthetic (a smooth colour pattern per class, plus noise), encoded once in memory: nothing is
-downloaded. The random choices of each sample are drawn from the sample's own seed, so every variant trains
-on the same pixels whatever the number of worker processes.
+downloaded. The random choices of each sample are drawn from the sample's own seed and its epoch's salt (the
+window key's, once the timed window is open), so every variant trains on the same pixels whatever the number
+of worker processes, and none can make the window's samples before it.
 """
 
 from __future__ import annotations
@@ -65,10 +66,13 @@ class AugmentedJpegs(Dataset):
     def __len__(self) -> int:
         return self.length
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+    def __getitem__(self, item: int | tuple[int, int]) -> tuple[torch.Tensor, int]:
+        # EpochShuffle gives (index, the epoch's salt): the random choices of an epoch that starts after the timed
+        # window opened come from the window key, so none of its samples can be made before the window
+        index, salt = item if isinstance(item, tuple) else (item, self.seed)
         slot = (index * 7919) % len(self.jpegs)
         image = decode_jpeg(self.jpegs[slot])  # uint8, 3 x H x W
-        rng = random.Random(self.seed * 1_000_003 + index)  # this sample's own random choices
+        rng = random.Random(salt * 1_000_003 + index)  # this sample's own random choices
         top, left, height, width = crop_box(image.shape[-2], image.shape[-1], rng)
         image = TF.resized_crop(image, top, left, height, width, [self.crop, self.crop], antialias=True)
         if rng.random() < 0.5:
@@ -97,7 +101,11 @@ def eval_batch(jpegs: list[bytes], labels: list[int], crop: int) -> tuple[torch.
 class EpochShuffle(Sampler):
     """A new shuffle every epoch, drawn when the epoch starts from (seed, epoch), and from (window key,
     epoch) for the epochs that start after the timed window opened: the same order in every variant, however
-    far ahead a DataLoader's workers fetch, and no one can know the window's later epochs before it opens."""
+    far ahead a DataLoader's workers fetch, and no one can know the window's later epochs before it opens.
+
+    Each index comes with its epoch's salt, which the dataset draws the sample's crop and flip from: the
+    pixels of those later epochs cannot be made before the window opens either (decoding and augmenting the
+    whole dataset in set-up, then training from memory, trains on other pixels than the slow script)."""
 
     def __init__(self, size: int, seed: int):
         self.size, self.seed, self.key, self.epoch = size, seed, None, 0
@@ -110,9 +118,10 @@ class EpochShuffle(Sampler):
 
     def __iter__(self):
         base = self.seed if self.key is None else self.key
-        generator = torch.Generator().manual_seed(base * 1_000_003 + self.epoch)
+        salt = base * 1_000_003 + self.epoch
+        generator = torch.Generator().manual_seed(salt)
         self.epoch += 1
-        return iter(torch.randperm(self.size, generator=generator).tolist())
+        return iter([(index, salt) for index in torch.randperm(self.size, generator=generator).tolist()])
 
 
 def build(cfg: dict, device: torch.device) -> Workload:

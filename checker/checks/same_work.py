@@ -22,6 +22,14 @@ import statistics
 from checker.checks import FAILED, PASSED, VERDICTS, check, result
 
 
+# Work moved before the timed window: the candidate's own code runs from the moment the harness says hello (its
+# imports, set-up, the warm-up steps) until the window opens. Those seconds may exceed the baseline's by this
+# factor plus these seconds, by device, unless chapter.toml says otherwise (untimed_factor, untimed_allowance_s):
+# torch.compile and worker processes start there, honestly; a dataset decoded or a model trained there does not
+# belong there. Calibrated on the honest solutions' runs (docs/results/check-phases-*.md, `before_window_s`).
+BEFORE_WINDOW = ("build", "setup", "warm-up")
+DEFAULT_UNTIMED = {"cpu": (2.0, 20.0), "cuda": (2.0, 20.0)}
+
 # How far honest weights land from the baseline's, by device, unless chapter.toml says otherwise. On a CPU the
 # same ops in the same order give the same weights (0.0 for every reference solution); on a GPU, atomics in
 # convolution and reduction kernels, TF32/bf16 and fused kernels make every run differ a little.
@@ -103,6 +111,9 @@ def failure_measure(measured: dict, threshold) -> str | None:
         return f"one layer's distance {measured['worst_layer']:.2f} > {threshold['layer_tolerance']:g}"
     if failed_on == "relative_difference":
         return f"{measured['relative_difference']:.1%} loss diff > {threshold['rel_tolerance']:.0%}"
+    if failed_on == "before_window":
+        seconds = measured["before_window_s"]
+        return f"{seconds['candidate']:.0f} s before the window > {seconds['allowed']:.0f} s"
     return {"batch_counts": "BatchNorm counts differ", "load": "weights do not fit the model",
             "samples": "samples in the window differ"}.get(failed_on)
 
@@ -155,6 +166,12 @@ def same_work(evidence, spec):
         b, c = next(iter(samples))
         lines.append(f"work differs: the run reported {c} samples in the window, the {reference} {b}")
         failed_on.append("samples")
+    moved = work_before_window(pairs, spec, evidence.device, reference)
+    if moved is not None:
+        measured["before_window_s"] = moved["seconds"]
+        if moved["line"]:
+            lines.append(moved["line"])
+            failed_on.append("before_window")
     threshold = {k: limits[k] for k in ("weight_tolerance", "layer_tolerance", "rel_tolerance")}
     if not lines:
         lines.append(f"weights within {max(distances):.2f} of the {reference}'s training (tolerance "
@@ -163,3 +180,33 @@ def same_work(evidence, spec):
         return result(spec, PASSED, measured=measured, threshold=threshold, evidence=lines)
     measured["failed_on"] = failed_on[0]
     return result(spec, FAILED, measured=measured, threshold=threshold, evidence=lines)
+
+
+def before_window_s(run) -> float | None:
+    """Seconds from the harness's hello to the window's opening, on the grader's clock (None: not stamped)."""
+    phases = getattr(run, "phases_s", None) or {}
+    if not all(name in phases for name in BEFORE_WINDOW):
+        return None
+    return sum(phases[name] for name in BEFORE_WINDOW)
+
+
+def work_before_window(pairs, spec, device: str, reference: str) -> dict | None:
+    """The candidate's seconds before the window against the baseline's in the same pairs, and a line when they
+    exceed what honest set-up and warm-up take (None when the runs carry no stamps)."""
+    factor, allowance = DEFAULT_UNTIMED.get(device, (2.0, 20.0))
+    factor = _tolerance(spec, "untimed_factor", device, factor)
+    allowance = _tolerance(spec, "untimed_allowance_s", device, allowance)
+    spans = [(before_window_s(b), before_window_s(c)) for b, c in pairs]
+    spans = [(b, c) for b, c in spans if b is not None and c is not None]
+    if not spans:
+        return None
+    base = statistics.median(b for b, _ in spans)
+    worst = max(c for _, c in spans)
+    allowed = factor * base + allowance
+    seconds = {"candidate": round(worst, 2), "baseline": round(base, 2), "allowed": round(allowed, 2)}
+    line = None
+    if worst > allowed:
+        line = (f"work moved before the timed window: its set-up and warm-up took {worst:.1f} s, "
+                f"{worst / max(base, 1e-9):.1f}x the {reference}'s {base:.1f} s (allowed: {factor:g}x + {allowance:g} s): "
+                "work done before the timed window is not allowed")
+    return {"seconds": seconds, "line": line}

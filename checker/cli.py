@@ -18,7 +18,7 @@ from checker.base.errors import WorkbookError
 from checker.learner.feedback import format_report
 from checker.base.paths import display_path, repo_root
 from checker.grader.precheck import check_syntax
-from checker.base.tools import require_tool
+from checker.base.tools import find_tool, require_tool
 
 
 # -- list ---------------------------------------------------------------------------------------------
@@ -186,6 +186,8 @@ def _grade(args: argparse.Namespace, say) -> int:
 
     # under --slurm the GPUs are on the compute nodes: assume CUDA unless told --device cpu
     device = (args.device or "cuda") if args.slurm else grading.choose_device(args.device, names)
+    if args.trace_tool is None:  # a class's trace claims rest on a trace the grader captures, where it can
+        args.trace_tool = "nsys" if device == "cuda" and find_tool("nsys") is not None else "torch"
     submissions, out = args.submissions.resolve(), args.out.resolve()
     timeout = args.student_timeout or grading.default_student_timeout(chapter, device)
     settings = grading.Settings(chapter=chapter, submissions=submissions, out=out, device=device,
@@ -367,7 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("grades"),
                    help="where ledger.jsonl, gradebook.csv and feedback/ go (default: grades)")
     p.add_argument("--device", choices=("cpu", "cuda"), help=device_help)
-    p.add_argument("--trace-tool", choices=("torch", "nsys"), default="torch", help=trace_help)
+    p.add_argument("--trace-tool", choices=("torch", "nsys"), default=None,
+                   help=trace_help.replace(" (default; any device)", " (any device)") + " (default for a class: nsys on a GPU where nsys is found, whose trace the grader "
+                        "captures out of the student's reach; else torch)")
     p.add_argument("--only", metavar="STUDENT[,STUDENT]", help="grade only these students, again even when unchanged")
     p.add_argument("--force", action="store_true", help="grade every submission again, even unchanged ones")
     p.add_argument("--gpus", metavar="0,1,...", help="the GPUs to grade on, one worker each (default: all visible)")

@@ -265,3 +265,27 @@ def test_a_run_folder_leaves_room_for_worker_sockets_under_a_deep_tmpdir(tmp_pat
         assert len(socket) <= sandbox.SOCKET_PATH_MAX, socket
     finally:
         folder.rmdir()
+
+
+def test_a_profiler_the_grader_runs_starts_the_candidate_as_the_unprivileged_user(tmp_path):
+    """nsys runs as the grader's user and writes its report where only that user can look; what it starts is
+    dropped to the unprivileged user first (sandbox.drop_command), so the candidate cannot rewrite the trace."""
+    import os
+    import stat
+    import subprocess
+    from types import SimpleNamespace
+
+    from checker.grader import sandbox
+
+    folder = SimpleNamespace(path=tmp_path)
+    assert sandbox.drop_command(None, folder) == []  # no user to drop to: nothing to put before the run
+    evidence = sandbox.grader_folder(tmp_path, "nsys-")
+    assert stat.S_IMODE(evidence.stat().st_mode) == 0o700
+    if os.geteuid() != 0:
+        pytest.skip("dropping to another user needs root; the command's shape is tested above")
+    nobody = __import__("pwd").getpwnam("nobody")
+    drop = sandbox.drop_command((nobody.pw_uid, nobody.pw_gid), folder)
+    shown = subprocess.run([*drop, "/usr/bin/id", "-u"], capture_output=True, text=True, timeout=30)
+    assert shown.stdout.strip() == str(nobody.pw_uid), shown.stderr
+    tries = subprocess.run([*drop, "/bin/sh", "-c", f"ls {evidence}"], capture_output=True, text=True, timeout=30)
+    assert tries.returncode != 0 and "Permission denied" in tries.stderr  # the report's folder is out of reach

@@ -251,17 +251,28 @@ def run_script(
     script_args = ["--device", device, "--steps", str(total_steps)] + list(extra_args or [])
     command = [*sandbox.python_command(), "--channel", str(folder.path), "--script", str(folder.script)]
     trace_file = None
+    tool_owned = False  # the profiler runs as the grader's user, the candidate beneath it
     if trace == "torch":
         trace_file = folder.path / "trace.json.gz"
         command += ["--trace", "torch", "--trace-out", str(trace_file)]
     elif trace == "nsys":
         nsys = require_tool("nsys", "--trace-tool nsys")
-        report = folder.path / "trace"
+        # The grader's own evidence: nsys runs as the grader's user and writes its report into a folder only that
+        # user can open; the candidate runs beneath it as the unprivileged user (sandbox.drop_command), so it
+        # cannot reach the report, nsys's files or nsys itself. (Without a user to drop to, both run as one user.)
+        evidence_dir = sandbox.grader_folder(workdir, "nsys-")
+        if os.environ.get("WORKBOOK_NSYS_AS") == "run":  # nsys as the run's own user (the older way)
+            identity_for_nsys, evidence_dir = identity, folder.path
+        else:
+            identity_for_nsys = None
+        report = evidence_dir / "trace"
         command = [
             nsys, "profile", "-t", "cuda,nvtx,osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
-            "--force-overwrite=true", "-o", str(report), *command,
+            "--force-overwrite=true", "-o", str(report),
+            *(sandbox.drop_command(identity, folder) if identity_for_nsys is None else []), *command,
         ]
         trace_file = report.with_suffix(".nsys-rep")
+        tool_owned = identity is not None and identity_for_nsys is None
     if profiler is not None:
         _name, tool, options = profiler
         report = folder.path / "profile"
@@ -279,11 +290,13 @@ def run_script(
     env = sandbox.environment(folder)
     if compile_cache is not None:
         env.update(compile_caches.environment(folder.extra))
+    if tool_owned:
+        env["TMPDIR"] = str(evidence_dir)  # nsys's own temporary files; the candidate's TMPDIR is reset by the drop
     run.clock["spawn"] = time.monotonic_ns()
     proc = subprocess.Popen(
         command, cwd=folder.path, env=env, stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        preexec_fn=sandbox.preexec(identity, limits, _isolate_network()),
+        preexec_fn=sandbox.preexec(None if tool_owned else identity, limits, _isolate_network()),
     )
     run.pid = proc.pid
     out = proc.stdout.fileno()
@@ -359,7 +372,7 @@ def run_script(
         if not trace_file.exists():
             raise WorkbookError(f"nsys wrote no report at {trace_file}; if only a .qdstrm appeared, nsys's importer "
                                 "could not run (on some systems it needs libdw.so.1)")
-        trace_file = export_report(trace_file, folder.path)
+        trace_file = export_report(trace_file, trace_file.parent)
     elif trace == "torch" and not trace_file.exists():
         raise ScriptError(f"{display} wrote no torch.profiler trace (the harness writes it when the window closes)")
     window_ns = run.clock["weights"] - run.clock["open"]

@@ -186,6 +186,30 @@ def environment(folder: RunFolder) -> dict[str, str]:
     return env
 
 
+def grader_folder(parent: Path, prefix: str) -> Path:
+    """A folder only the grader's user can open: where a profiler the grader runs writes its evidence."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    os.chmod(path, 0o700)
+    return path
+
+
+# The command a profiler running as the grader's user starts: it becomes the unprivileged user (with the
+# run's process limit and TMPDIR), then executes the run's interpreter.
+_DROP = ("import os, resource, sys; uid, gid, nproc, tmp = (int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), "
+         "sys.argv[4]); resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc)); os.setgroups([]); "
+         "os.setgid(gid); os.setuid(uid); os.environ['TMPDIR'] = tmp; os.execv(sys.argv[5], sys.argv[5:])")
+
+
+def drop_command(identity: tuple[int, int] | None, folder: "RunFolder") -> list[str]:
+    """What a profiler run as the grader's user puts before the run's command: become the unprivileged user.
+    Empty when there is none to become (the grader's user runs everything)."""
+    if identity is None:
+        return []
+    uid, gid = identity
+    return [sys.executable, "-I", "-S", "-c", _DROP, str(uid), str(gid), str(Limits().processes),
+            str(folder.path / "tmp")]
+
+
 def python_command(module: str = "checker.candidate.launch") -> list[str]:
     """An isolated interpreter running ``module``'s main(), importing the grader's own checker and
     site-packages and nothing else."""

@@ -1,0 +1,47 @@
+"""Cheat (a trace rewritten, GPU): keep chapter 01's three host syncs per step, buy speed elsewhere (bf16
+autocast, channels-last), and when the run ends rewrite the torch.profiler trace the harness wrote into the
+working folder, dropping every sync from it. Against a trace the run writes, host_syncs reads 0 per step;
+against the grader's own nsys trace, the syncs are there."""
+import atexit
+import gzip
+import json
+import os
+
+import torch
+
+from checker.lab import start
+
+
+def scrub():
+    for name in os.listdir("."):
+        if name.endswith(".json.gz"):
+            with gzip.open(name, "rt") as f:
+                trace = json.load(f)
+            hidden = ("Synchronize", "_local_scalar_dense", "aten::item", "aten::is_nonzero")
+            trace["traceEvents"] = [e for e in trace.get("traceEvents", [])
+                                    if not any(h in str(e.get("name", "")) for h in hidden)]
+            with gzip.open(name, "wt") as f:
+                json.dump(trace, f)
+
+
+atexit.register(scrub)
+session = start("01_item_syncs")
+model = session.model.to(memory_format=torch.channels_last)
+optimizer = torch.optim.SGD(model.parameters(), lr=session.cfg["lr"], momentum=0.9)
+running_loss, correct, seen = 0.0, 0, 0
+for step, (images, labels) in session.steps(session.batches):
+    images = images.to(session.device, non_blocking=True).to(memory_format=torch.channels_last)
+    labels = labels.to(session.device, non_blocking=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        logits = model(images)
+    loss = session.loss_fn(logits.float(), labels)
+    running_loss += loss.item()  # the syncs stay
+    if not torch.isfinite(loss):
+        raise FloatingPointError(f"loss is {loss} at step {step}")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    correct += float((logits.argmax(dim=1) == labels).sum())
+    seen += labels.shape[0]
+session.finish()
+scrub()

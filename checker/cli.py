@@ -96,8 +96,6 @@ def _check_and_print(chapter, *, variant="lab", submission=None, device=None, tr
     from checker.grader.evaluate import evaluate, resolve_candidate
 
     check_syntax(resolve_candidate(chapter, variant, submission))
-    report = evaluate(chapter, variant=variant, submission=submission, device=device, trace_tool=trace_tool,
-                      with_ncu=with_ncu, keep_traces=keep_traces, only=only, progress=_progress_printer())
     own_lab = variant == "lab" and submission is None
     if own_lab:
         from checker.learner import progress

@@ -140,3 +140,20 @@ def test_fewer_steps_than_the_warm_up_is_one_line_not_a_traceback(workbook):
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr + proc.stdout
     assert "are warm-up, before anything is timed; give --steps" in proc.stderr + proc.stdout
+
+
+def test_a_check_grades_once(monkeypatch, capsys):
+    """`workbook check` runs the grader once per check (a merge once left it running every run twice)."""
+    from checker import cli
+    from checker.grader import evaluate as grader
+
+    calls = []
+
+    def fake_evaluate(chapter, **kwargs):
+        calls.append(kwargs)
+        return grader.Report(chapter=chapter.id, variant="solution", candidate="x", device="cpu", trace_tool="torch",
+                             checks=[], wall_s=0.0)
+
+    monkeypatch.setattr(grader, "evaluate", fake_evaluate)
+    assert cli.main(["check", "01", "--variant", "solution", "--device", "cpu", "--json"]) == 0
+    assert len(calls) == 1

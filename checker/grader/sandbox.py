@@ -76,7 +76,7 @@ def _find_identity() -> tuple[tuple[int, int] | None, str]:
         return None, f"runs as root: this system has no user '{UNPRIVILEGED_USER}' to drop to"
     identity = (entry.pw_uid, entry.pw_gid)
     try:
-        probe = subprocess.run([*python_command("checker.lab"), "--probe"], capture_output=True, cwd="/",
+        probe = subprocess.run(probe_command(), capture_output=True, cwd="/",
                                preexec_fn=preexec(identity, Limits(), False), timeout=120,
                                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
         failed, said = probe.returncode != 0, probe.stderr.decode(errors="replace")
@@ -208,6 +208,22 @@ def drop_command(identity: tuple[int, int] | None, folder: "RunFolder") -> list[
     uid, gid = identity
     return [sys.executable, "-I", "-S", "-c", _DROP, str(uid), str(gid), str(Limits().processes),
             str(folder.path / "tmp")]
+
+
+# What the unprivileged user must reach to run a candidate: this interpreter, the checkout and torch. Found and
+# read, not imported: importing torch takes seconds, and the first run imports it anyway.
+_PROBE = ("import importlib.util, sys; sys.path[:] = {paths!r}\n"
+          "for name in ('torch', 'checker.lab', 'checker.candidate.launch'):\n"
+          "    spec = importlib.util.find_spec(name)\n"
+          "    if spec is None or spec.origin is None: raise SystemExit(name + ' not found')\n"
+          "    open(spec.origin, 'rb').read(1)\n")
+
+
+def probe_command() -> list[str]:
+    """A quick check, run as the unprivileged user, that it can find and read what a run imports."""
+    boot = python_command()[-1]
+    paths = boot.split("sys.path[:] = ", 1)[1].split(";", 1)[0]
+    return [sys.executable, "-I", "-S", "-B", "-c", _PROBE.format(paths=__import__("ast").literal_eval(paths))]
 
 
 def python_command(module: str = "checker.candidate.launch") -> list[str]:

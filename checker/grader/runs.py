@@ -261,15 +261,20 @@ def run_script(
         # user can open; the candidate runs beneath it as the unprivileged user (sandbox.drop_command), so it
         # cannot reach the report, nsys's files or nsys itself. (Without a user to drop to, both run as one user.)
         evidence_dir = sandbox.grader_folder(workdir, "nsys-")
-        if os.environ.get("WORKBOOK_NSYS_AS") == "run":  # nsys as the run's own user (the older way)
+        shared_tmp = None
+        if os.environ.get("WORKBOOK_NSYS_AS") == "run" or identity is None:  # nsys as the run's own user
             identity_for_nsys, evidence_dir = identity, folder.path
         else:
             identity_for_nsys = None
+            # nsys and the code it injects into the run talk through TMPDIR: a sticky folder both can create
+            # files in, that the run can neither list nor clean; the report goes to evidence_dir (grader only)
+            shared_tmp = sandbox.shared_folder(workdir, "nt-")
         report = evidence_dir / "trace"
         command = [
             nsys, "profile", "-t", "cuda,nvtx,osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
             "--force-overwrite=true", "-o", str(report),
-            *(sandbox.drop_command(identity, folder) if identity_for_nsys is None else []), *command,
+            *(sandbox.drop_command(identity, folder, tmp=shared_tmp) if identity_for_nsys is None else []),
+            *command,
         ]
         trace_file = report.with_suffix(".nsys-rep")
         tool_owned = identity is not None and identity_for_nsys is None
@@ -291,7 +296,7 @@ def run_script(
     if compile_cache is not None:
         env.update(compile_caches.environment(folder.extra))
     if tool_owned:
-        env["TMPDIR"] = str(evidence_dir)  # nsys's own temporary files; the candidate's TMPDIR is reset by the drop
+        env["TMPDIR"] = str(shared_tmp)  # nsys's and its injection's temporary files (see above)
     run.clock["spawn"] = time.monotonic_ns()
     proc = subprocess.Popen(
         command, cwd=folder.path, env=env, stdin=subprocess.DEVNULL,

@@ -200,14 +200,22 @@ _DROP = ("import os, resource, sys; uid, gid, nproc, tmp = (int(sys.argv[1]), in
          "os.setgid(gid); os.setuid(uid); os.environ['TMPDIR'] = tmp; os.execv(sys.argv[5], sys.argv[5:])")
 
 
-def drop_command(identity: tuple[int, int] | None, folder: "RunFolder") -> list[str]:
-    """What a profiler run as the grader's user puts before the run's command: become the unprivileged user.
-    Empty when there is none to become (the grader's user runs everything)."""
+def shared_folder(parent: Path, prefix: str) -> Path:
+    """A folder any user may create files in but none may list, and where none may remove another's files
+    (mode 1733, like /tmp without the listing): where a profiler and the process it watches meet."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    os.chmod(path, 0o1733)
+    return path
+
+
+def drop_command(identity: tuple[int, int] | None, folder: "RunFolder", tmp: Path | None = None) -> list[str]:
+    """What a profiler run as the grader's user puts before the run's command: become the unprivileged user,
+    with TMPDIR ``tmp`` (the run's own by default). Empty when there is none to become."""
     if identity is None:
         return []
     uid, gid = identity
     return [sys.executable, "-I", "-S", "-c", _DROP, str(uid), str(gid), str(Limits().processes),
-            str(folder.path / "tmp")]
+            str(tmp or folder.path / "tmp")]
 
 
 # What the unprivileged user must reach to run a candidate: this interpreter, the checkout and torch. Found and

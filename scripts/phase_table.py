@@ -68,8 +68,10 @@ def main() -> int:
             report = json.loads(line)
             row = row_of(report)
             if row is None:
-                left_out.append(f"{report.get('chapter')} {report.get('variant')}: no report (cut off after "
-                                f"{report.get('wall_s_outer')} s, exit {report.get('exit_code')})")
+                said = (report.get("error") or "").strip().splitlines()
+                why = f"it ended: {said[-1][:200]}" if said else "cut off"
+                left_out.append(f"{report.get('chapter')} {report.get('variant')}: no report after "
+                                f"{report.get('wall_s_outer')} s, exit {report.get('exit_code')} ({why})")
             else:
                 rows.append(row)
     args.out.with_suffix(".json").write_text(json.dumps({"env": env, "label": args.label, "rows": rows,

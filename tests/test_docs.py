@@ -303,3 +303,17 @@ def test_chapter_titles_are_declared_once_in_chapter_toml():
         assert page_markdown(f"chapters/{chapter.id}.md", page).startswith(f"# {chapter.heading}\n")
         assert {f"{chapter.number:02d} {chapter.short_title}": f"chapters/{chapter.id}.md"} in nav_entries()
         assert f"[{chapter.short_title}](chapters/{chapter.id}.md) | {chapter.summary} |" in chapters_table()
+
+
+@pytest.mark.parametrize("table", sorted((ROOT / "docs" / "results").glob("check-phases-*.json")), ids=lambda p: p.stem)
+def test_phase_tables_are_rendered_from_their_rows(table):
+    """docs/results/check-phases-*.md is what scripts/phase_table.py renders from the .json beside it."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("phase_table", ROOT / "scripts" / "phase_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    data = json.loads(table.read_text())
+    assert data["env"]["gpu"] and data["env"]["driver"] and data["env"]["torch"] and data["env"]["date"]
+    assert table.with_suffix(".md").read_text() == module.render(data["env"], data["rows"], data["label"], data["left_out"])

@@ -98,7 +98,7 @@ def test_every_class_of_the_issue_has_two_cheats():
         classes[cheat["class"]] = classes.get(cheat["class"], 0) + 1
     wanted = {"forging measurements", "moving work out of sight", "acting differently when observed",
               "doing less work", "lying to settings checks", "tampering",
-              "work moved before the window"}  # the out-of-sight-evidence issue's class
+              "work moved before the window", "a trace rewritten"}  # the out-of-sight-evidence issue's classes
     assert set(classes) == wanted
     assert all(count >= 2 for count in classes.values()), classes
     assert all((BANK / "cheats" / name / "train.py").is_file() for name in CHEATS)

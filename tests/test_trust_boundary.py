@@ -267,25 +267,25 @@ def test_a_run_folder_leaves_room_for_worker_sockets_under_a_deep_tmpdir(tmp_pat
         folder.rmdir()
 
 
-def test_a_profiler_the_grader_runs_starts_the_candidate_as_the_unprivileged_user(tmp_path):
-    """nsys runs as the grader's user and writes its report where only that user can look; what it starts is
-    dropped to the unprivileged user first (sandbox.drop_command), so the candidate cannot rewrite the trace."""
-    import os
-    import stat
-    import subprocess
-    from types import SimpleNamespace
+@pytest.mark.slow
+def test_the_grader_reads_the_trace_the_harness_sent_not_the_file_left_behind(tmp_path):
+    """A torch.profiler trace reaches the grader over its channel the moment the harness writes it; the run's own
+    file, rewritten afterwards, is not what the checks read (tests/redteam/cheats/rewrite_trace_01 rewrites it)."""
+    import gzip
+    import json
 
-    from checker.grader import sandbox
+    from checker.base.chapters import get_chapter
+    from checker.grader.runs import run_script
+    from checker.grader.sandbox import check_folder
 
-    folder = SimpleNamespace(path=tmp_path)
-    assert sandbox.drop_command(None, folder) == []  # no user to drop to: nothing to put before the run
-    evidence = sandbox.grader_folder(tmp_path, "nsys-")
-    assert stat.S_IMODE(evidence.stat().st_mode) == 0o700
-    if os.geteuid() != 0:
-        pytest.skip("dropping to another user needs root; the command's shape is tested above")
-    nobody = __import__("pwd").getpwnam("nobody")
-    drop = sandbox.drop_command((nobody.pw_uid, nobody.pw_gid), folder)
-    shown = subprocess.run([*drop, "/usr/bin/id", "-u"], capture_output=True, text=True, timeout=30)
-    assert shown.stdout.strip() == str(nobody.pw_uid), shown.stderr
-    tries = subprocess.run([*drop, "/bin/sh", "-c", f"ls {evidence}"], capture_output=True, text=True, timeout=30)
-    assert tries.returncode != 0 and "Permission denied" in tries.stderr  # the report's folder is out of reach
+    chapter = get_chapter("01")
+    cheat = Path(__file__).parent / "redteam" / "cheats" / "rewrite_trace_01" / "train.py"
+    workdir = check_folder()
+    run = run_script(chapter, cheat, "cpu", steps=int(chapter.config("cpu")["warmup"]) + 4, trace="torch",
+                     workdir=workdir, seed=3, window_key=5)
+    left_behind = next(run.copy.parent.glob("*.json.gz"))
+    assert run.trace_file != left_behind and not str(run.trace_file).startswith(str(run.copy.parent))
+    read = json.loads(gzip.open(run.trace_file, "rt").read())
+    rewritten = json.loads(gzip.open(left_behind, "rt").read())
+    names = lambda trace: {str(e.get("name")) for e in trace["traceEvents"]}
+    assert "aten::_local_scalar_dense" in names(read) and "aten::_local_scalar_dense" not in names(rewritten)

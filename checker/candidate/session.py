@@ -301,6 +301,10 @@ class Session:
             self._profiler.export_chrome_trace(str(out))
             self.trace_file = out
             self._profiler = None
+            if _channel() is not None:
+                # the trace goes to the grader as soon as it is written, before the script's code runs again: a
+                # file rewritten later is not what the grader reads
+                self._send({"type": "trace"}, out.read_bytes())
 
     def result(self) -> dict[str, Any]:
         complete = self.window_s is not None and self.steps_done == self.total_steps

@@ -150,6 +150,7 @@ class _Run:
         self.step_stamps: list[int] = []
         self.expected_step = warmup
         self.weights: bytes | None = None
+        self.trace_bytes: bytes | None = None  # the torch.profiler trace, as the harness sent it at export
         self.outcome: dict | None = None
         self.ctl: int | None = None
         self.pid: int | None = None
@@ -192,6 +193,10 @@ class _Run:
             self.workers_at_close = sandbox.descendants(self.pid)
         elif kind == "weights":
             self.weights = payload
+        elif kind == "trace":
+            if "weights" not in self.clock or self.trace_bytes is not None or payload is None:
+                raise self.broken("sent a trace out of turn")
+            self.trace_bytes = payload
         elif kind == "first_step":
             self.workers_at_first_step = sandbox.descendants(self.pid)
         elif kind == "built":
@@ -251,33 +256,20 @@ def run_script(
     script_args = ["--device", device, "--steps", str(total_steps)] + list(extra_args or [])
     command = [*sandbox.python_command(), "--channel", str(folder.path), "--script", str(folder.script)]
     trace_file = None
-    tool_owned = False  # the profiler runs as the grader's user, the candidate beneath it
     if trace == "torch":
         trace_file = folder.path / "trace.json.gz"
         command += ["--trace", "torch", "--trace-out", str(trace_file)]
     elif trace == "nsys":
         nsys = require_tool("nsys", "--trace-tool nsys")
-        # The grader's own evidence: nsys runs as the grader's user and writes its report into a folder only that
-        # user can open; the candidate runs beneath it as the unprivileged user (sandbox.drop_command), so it
-        # cannot reach the report, nsys's files or nsys itself. (Without a user to drop to, both run as one user.)
-        evidence_dir = sandbox.grader_folder(workdir, "nsys-")
-        shared_tmp = None
-        if os.environ.get("WORKBOOK_NSYS_AS") == "run" or identity is None:  # nsys as the run's own user
-            identity_for_nsys, evidence_dir = identity, folder.path
-        else:
-            identity_for_nsys = None
-            # nsys and the code it injects into the run talk through TMPDIR: a sticky folder both can create
-            # files in, that the run can neither list nor clean; the report goes to evidence_dir (grader only)
-            shared_tmp = sandbox.shared_folder(workdir, "nt-")
-        report = evidence_dir / "trace"
+        # nsys runs as the run's own user: started by the grader around the run, it writes its report after the
+        # run's process has ended. (Run as the grader's user with the run dropped beneath it, nsys wrote no report
+        # on an H100 or an H200: docs/results/history/2026-11-25-h100-call4-checks.jsonl.)
+        report = folder.path / "trace"
         command = [
             nsys, "profile", "-t", "cuda,nvtx,osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
-            "--force-overwrite=true", "-o", str(report),
-            *(sandbox.drop_command(identity, folder, tmp=shared_tmp) if identity_for_nsys is None else []),
-            *command,
+            "--force-overwrite=true", "-o", str(report), *command,
         ]
         trace_file = report.with_suffix(".nsys-rep")
-        tool_owned = identity is not None and identity_for_nsys is None
     if profiler is not None:
         _name, tool, options = profiler
         report = folder.path / "profile"
@@ -295,13 +287,11 @@ def run_script(
     env = sandbox.environment(folder)
     if compile_cache is not None:
         env.update(compile_caches.environment(folder.extra))
-    if tool_owned:
-        env["TMPDIR"] = str(shared_tmp)  # nsys's and its injection's temporary files (see above)
     run.clock["spawn"] = time.monotonic_ns()
     proc = subprocess.Popen(
         command, cwd=folder.path, env=env, stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        preexec_fn=sandbox.preexec(None if tool_owned else identity, limits, _isolate_network()),
+        preexec_fn=sandbox.preexec(identity, limits, _isolate_network()),
     )
     run.pid = proc.pid
     out = proc.stdout.fileno()
@@ -377,9 +367,14 @@ def run_script(
         if not trace_file.exists():
             raise WorkbookError(f"nsys wrote no report at {trace_file}; if only a .qdstrm appeared, nsys's importer "
                                 "could not run (on some systems it needs libdw.so.1)")
-        trace_file = export_report(trace_file, trace_file.parent)
-    elif trace == "torch" and not trace_file.exists():
-        raise ScriptError(f"{display} wrote no torch.profiler trace (the harness writes it when the window closes)")
+        trace_file = export_report(trace_file, folder.path)
+    elif trace == "torch":
+        if run.trace_bytes is None:
+            raise ScriptError(f"{display} sent no torch.profiler trace (the harness sends it when the window closes)")
+        # what the harness sent at export, kept where the run cannot reach: the file in the run's folder may
+        # have been rewritten since, and is not read
+        trace_file = sandbox.grader_folder(workdir, "trace-") / "trace.json.gz"
+        trace_file.write_bytes(run.trace_bytes)
     window_ns = run.clock["weights"] - run.clock["open"]
     samples = int(outcome.get("samples") or 0)
     stamps = run.step_stamps

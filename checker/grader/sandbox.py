@@ -193,31 +193,6 @@ def grader_folder(parent: Path, prefix: str) -> Path:
     return path
 
 
-# The command a profiler running as the grader's user starts: it becomes the unprivileged user (with the
-# run's process limit and TMPDIR), then executes the run's interpreter.
-_DROP = ("import os, resource, sys; uid, gid, nproc, tmp = (int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), "
-         "sys.argv[4]); resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc)); os.setgroups([]); "
-         "os.setgid(gid); os.setuid(uid); os.environ['TMPDIR'] = tmp; os.execv(sys.argv[5], sys.argv[5:])")
-
-
-def shared_folder(parent: Path, prefix: str) -> Path:
-    """A folder any user may create files in but none may list, and where none may remove another's files
-    (mode 1733, like /tmp without the listing): where a profiler and the process it watches meet."""
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-    os.chmod(path, 0o1733)
-    return path
-
-
-def drop_command(identity: tuple[int, int] | None, folder: "RunFolder", tmp: Path | None = None) -> list[str]:
-    """What a profiler run as the grader's user puts before the run's command: become the unprivileged user,
-    with TMPDIR ``tmp`` (the run's own by default). Empty when there is none to become."""
-    if identity is None:
-        return []
-    uid, gid = identity
-    return [sys.executable, "-I", "-S", "-c", _DROP, str(uid), str(gid), str(Limits().processes),
-            str(tmp or folder.path / "tmp")]
-
-
 # What the unprivileged user must reach to run a candidate: this interpreter, the checkout and torch. Found and
 # read, not imported: importing torch takes seconds, and the first run imports it anyway.
 _PROBE = ("import importlib.util, sys; sys.path[:] = {paths!r}\n"

@@ -29,7 +29,8 @@ def row_of(report: dict) -> dict | None:
     inside = round(sum(t["wall_s"] for t in timings), 1)
     wall = report.get("wall_s_outer")
     verdict = "passed" if report.get("passed") else "failed"
-    return {"chapter": report.get("chapter"), "variant": report.get("variant"), "verdict": verdict,
+    return {"chapter": report.get("chapter"), "variant": report.get("variant"), "trace": report.get("trace_tool"),
+            "verdict": verdict,
             "check_wall_s": wall, "runs": len(runs), **phases, **spent,
             "outside_timings_s": round(wall - inside, 1) if wall is not None else None,
             "timed_pairs": next((c["measured"].get("trials") for c in report.get("checks", [])
@@ -45,7 +46,7 @@ def render(env: dict, rows: list[dict], label: str, left_out: list[str]) -> str:
             "CUDA's start included; warm-up = untimed steps, torch.compile included; timed = the window; after, exit). "
             "An empty cell: that grader did not time it. `outside` is the command's wall time not in any timing: the `workbook` process's own start (torch "
             "imported, CUDA asked for) and the scan of the source.\n\n")
-    columns = ["chapter", "variant", "verdict", "check_wall_s", "runs", "timed_pairs", *RUN_PHASES, "referee",
+    columns = ["chapter", "variant", "trace", "verdict", "check_wall_s", "runs", "timed_pairs", *RUN_PHASES, "referee",
                "parse", "ncu", "probe", "tamper", "outside_timings_s"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:

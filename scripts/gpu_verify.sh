@@ -161,7 +161,8 @@ if has checks; then
     unset WORKBOOK_NCU_OUT
     # the torch traces the first run of each check read (candidate, and the slow baseline where a check used it)
     if [ "$tool" = torch ] && [ "$rerun" = 1 ]; then
-      for f in $keep/*-candidate-torch.json.gz; do [ -e "$f" ] && mv "$f" "$T/${chapter}-${variant}-torch.json.gz"; done
+      safe=${variant//\//_}  # a cheat's variant names its folder: cheat/gpu/name -> cheat_gpu_name
+      for f in $keep/*-candidate-torch.json.gz; do [ -e "$f" ] && mv "$f" "$T/${chapter}-${safe}-torch.json.gz"; done
       for f in $keep/*-baseline-torch.json.gz; do [ -e "$f" ] && [ ! -e "$T/${chapter}-slow-torch.json.gz" ] && mv "$f" "$T/${chapter}-slow-torch.json.gz"; done
     fi
     python3 - "$chapter" "$variant" "$tool" "$rerun" "$code" "$wall" "$extra" <<'PY' >> "$OUT/checks.jsonl"

@@ -70,7 +70,8 @@ def main() -> int:
             row = row_of(report)
             if row is None:
                 said = (report.get("error") or "").strip().splitlines()
-                why = f"it ended: {said[-1][:200]}" if said else "cut off"
+                said = [line for line in said if line.startswith("workbook:")] or said  # the grader's own line first
+                why = f"it ended: {said[-1][:240]}" if said else "cut off"
                 left_out.append(f"{report.get('chapter')} {report.get('variant')}: no report after "
                                 f"{report.get('wall_s_outer')} s, exit {report.get('exit_code')} ({why})")
             else:

@@ -77,6 +77,10 @@ def test_each_script_has_a_cache_of_its_own(tmp_path, monkeypatch):
     assert store_a != compile_cache.store_for("04_eager_microops", a, "cpu")
     monkeypatch.setenv("WORKBOOK_COMPILE_CACHE", "0")
     assert compile_cache.store_for("04_eager_microops", a, "cuda") is None
+    monkeypatch.delenv("WORKBOOK_COMPILE_CACHE")
+    assert compile_cache.store_for("04_eager_microops", a, "cuda", runs_as_another_user=True) is None  # see enabled()
+    monkeypatch.setenv("WORKBOOK_COMPILE_CACHE", "1")
+    assert compile_cache.store_for("04_eager_microops", a, "cuda", runs_as_another_user=True) is not None
 
 
 def test_a_cache_copies_regular_files_and_never_follows_a_link(tmp_path):
@@ -98,6 +102,7 @@ def test_only_the_candidates_runs_get_its_cache(monkeypatch, tmp_path):
     from checker.grader import evaluate as grader
 
     monkeypatch.setenv("WORKBOOK_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("WORKBOOK_COMPILE_CACHE", "1")
     chapter = get_chapter("04")
     ev = Evaluation(chapter, chapter.solution_script, "cpu")
     seen = {}

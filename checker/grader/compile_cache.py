@@ -10,7 +10,8 @@ secret of its own (the weights and data a cache could hold are of no use to the 
 Where: the grader copies the cache into the run's private folder before the run (``TORCHINDUCTOR_CACHE_DIR``,
 ``TRITON_CACHE_DIR``) and back after it, regular files only (a link the run left there is not followed), at most
 ``MAX_BYTES``. ``workbook check`` keeps it under the state folder (.workbook/compile-cache/) for the next check;
-``WORKBOOK_COMPILE_CACHE=0`` turns it off (every run compiles cold).
+``WORKBOOK_COMPILE_CACHE=0`` turns it off (every run compiles cold). Where runs are dropped to an unprivileged
+user it is off unless ``WORKBOOK_COMPILE_CACHE=1`` (see ``enabled``).
 """
 
 from __future__ import annotations
@@ -28,8 +29,15 @@ MAX_BYTES = 1 << 30
 KEEP = 16  # caches kept under the state folder, newest first
 
 
-def enabled() -> bool:
-    return os.environ.get("WORKBOOK_COMPILE_CACHE", "1") != "0"
+def enabled(runs_as_another_user: bool = False) -> bool:
+    """On unless WORKBOOK_COMPILE_CACHE=0. Off by default where runs are dropped to another user: there, on an
+    H200, a second run of chapter 05's solution could not write an autotuning file its cache held
+    (docs/results/history/2026-11-25-h200-call6-checks.jsonl), a cause not found yet; WORKBOOK_COMPILE_CACHE=1
+    turns it on anyway."""
+    setting = os.environ.get("WORKBOOK_COMPILE_CACHE")
+    if setting is not None:
+        return setting != "0"
+    return not runs_as_another_user
 
 
 def key_for(chapter_id: str, script: Path, device: str) -> str:
@@ -42,9 +50,9 @@ def key_for(chapter_id: str, script: Path, device: str) -> str:
     return digest.hexdigest()[:24]
 
 
-def store_for(chapter_id: str, script: Path, device: str) -> Path | None:
+def store_for(chapter_id: str, script: Path, device: str, runs_as_another_user: bool = False) -> Path | None:
     """The cache folder of this script's runs, made if needed, or None when caching is off."""
-    if not enabled():
+    if not enabled(runs_as_another_user):
         return None
     root = state_dir() / "compile-cache"
     root.mkdir(parents=True, exist_ok=True)

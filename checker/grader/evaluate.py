@@ -162,13 +162,14 @@ class Evaluation:
     def _compile_store(self) -> Path | None:
         """Where torch.compile's caches of the candidate's runs are kept (checker.grader.compile_cache): under the
         state folder for the next `workbook check` of the same script, only for this check in class grading."""
-        if not compile_cache.enabled():
+        dropped = sandbox.run_identity() is not None
+        if not compile_cache.enabled(dropped):
             return None
         if self.bank is not None:
             store = self.workdir / "compile-store"
             store.mkdir(exist_ok=True)
             return store
-        return compile_cache.store_for(self.chapter.id, self.candidate, self.device)
+        return compile_cache.store_for(self.chapter.id, self.candidate, self.device, dropped)
 
     def say(self, line: str) -> None:
         if self.progress is not None:

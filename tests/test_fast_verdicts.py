@@ -1,6 +1,8 @@
 """A clear speed verdict costs one timed pair; one near its threshold gets more (checker.grader.plan, throughput's
 `settled`). The runs are stood in for: what is tested is when the grader stops timing."""
 
+import dataclasses
+
 import pytest
 
 from checker.base.chapters import get_chapter
@@ -38,7 +40,7 @@ def grade_timed(monkeypatch, windows):
     chapter = get_chapter("01")
     ev = Evaluation(chapter, chapter.solution_script, "cpu")
     ev.device, ev.cfg = "cuda", chapter.config("cuda")  # judged as on a GPU; nothing here touches one
-    object.__setattr__(ev.plan, "timed_checks", ("throughput",))
+    ev.plan = dataclasses.replace(ev.plan, timed_checks=("throughput",))
     answers = iter(windows)
     made = []
 

@@ -79,7 +79,6 @@ class CheckKind:
 
 
 KINDS: dict[str, CheckKind] = {}
-REGISTRY = KINDS  # the name older code and tests use
 # check name -> (the key in `measured` that sums it up, a format for it): what results tables show
 KEY_MEASURE: dict[str, tuple[str, str]] = {}
 # check name -> what a failure says in a gradebook cell, from the check's (measured, threshold), for checks that

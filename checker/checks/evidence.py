@@ -41,6 +41,7 @@ class NcuTarget:
     metrics: tuple[str, ...] = ()
     shown: str = ""                  # the kernel's name as a person reads it
     details: Mapping[str, Any] = field(default_factory=dict)  # what the check wants back about its choice
+    skipped: str | None = None       # a hotter kernel it had to pass over, and why, as a person reads it
     problem: str | None = None       # set instead: why nothing can be profiled (the check fails with it)
 
 

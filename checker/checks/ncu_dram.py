@@ -183,13 +183,14 @@ def ncu_target(trace, spec, cfg) -> NcuTarget:
         return NcuTarget("", step, sections, problem="the candidate's trace holds no elementwise kernels to profile")
     target, thread_rule, skipped = pick_kernel(hot)
     details = {"thread_rule": thread_rule, "skipped_hotter_kernels": list(skipped["short"])}
+    passed_over = None
     if not skipped.empty:
         first = skipped.iloc[0]
-        details["skipped_line"] = (f"skipped {first['short']} ({first['ms_per_step']:.2f} ms per step, the hottest "
-                                   "elementwise kernel): it is launched from autograd's backward thread, and ncu's NVTX "
-                                   "filter cannot see kernels launched from autograd's thread")
+        passed_over = (f"skipped {first['short']} ({first['ms_per_step']:.2f} ms per step, the hottest elementwise "
+                       "kernel): it is launched from autograd's backward thread, and ncu's NVTX filter cannot see "
+                       "kernels launched from autograd's thread")
     if target is None:
-        return NcuTarget("", step, sections, details=details, problem=(
+        return NcuTarget("", step, sections, details=details, skipped=passed_over, problem=(
             f"none of the {len(hot)} elementwise kernels in the trace's steps is launched from the thread holding "
             f"the step ranges, so ncu's NVTX filter (step {step}/) would see none of them: nothing to profile"))
     details.update(
@@ -198,7 +199,7 @@ def ncu_target(trace, spec, cfg) -> NcuTarget:
         hot_kernel_step_thread_calls_per_step=(None if pd.isna(target["step_thread_calls_per_step"])
                                                else round(float(target["step_thread_calls_per_step"]), 2)))
     return NcuTarget(kernel_filter(target["name"]), step, sections, EXTRA_METRICS, shown=str(target["short"]),
-                     details=details)
+                     details=details, skipped=passed_over)
 
 
 @check("ncu_dram", needs=(TRACE, NCU), key="fraction_of_copy", fmt="{:.0%} of copy bandwidth", ncu_target=ncu_target)
@@ -215,7 +216,7 @@ def ncu_dram(evidence, spec):
                              "replays the kernel many times; a minute or two)")
     target = outcome.target
     details = dict(target.details)
-    skipped_line = [details.pop("skipped_line")] if "skipped_line" in details else []
+    skipped_line = [target.skipped] if target.skipped else []
     picked = {k: details[k] for k in ("thread_rule", "skipped_hotter_kernels") if k in details}
     if target.problem:
         return result(spec, FAILED, threshold=threshold, measured=picked, evidence=[target.problem])

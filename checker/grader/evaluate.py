@@ -202,9 +202,6 @@ class Evaluation:
     def _secret() -> tuple[int, int]:
         return secrets.randbelow(2**31 - 1) + 1, secrets.randbelow(2**31 - 1) + 1
 
-    def _traced_steps(self) -> int:
-        return traced_steps(self.cfg)
-
     def make_runs(self) -> None:
         """Every run the plan asks for, before the first check, so that the referee judges them all."""
         if self.plan.timed:
@@ -241,7 +238,7 @@ class Evaluation:
         return all(kind.settled is not None and kind.settled(speed, spec, self.device) for kind, spec in kinds)
 
     def _traced_runs(self) -> None:
-        steps = self._traced_steps()
+        steps = traced_steps(self.cfg)
         trace_baseline = self.plan.trace_baseline  # then the reference is the slow script (_reference_script)
         if self.uses_bank and not self.timed_pairs:
             self._ensure_reference_checked()
@@ -268,7 +265,7 @@ class Evaluation:
     def _ensure_reference_checked(self) -> None:
         if self.bank.reference is None:
             run = self._run(self.chapter.slow_script, "the slow script, to check the reference solution against",
-                            self._secret(), steps=self._traced_steps())
+                            self._secret(), steps=traced_steps(self.cfg))
             self.bank.runs += 1
             self._check_reference(run)
         if not self.bank.reference.get("agrees"):
@@ -410,7 +407,6 @@ def judge(chapter: Chapter, plan: Plan, evidence: Evidence | None, incomplete: I
     after did not pass, failed with its hint."""
     results: list[CheckResult] = []
     status: dict[str, str] = {}
-    failed_first = False
     for spec in chapter.checks:
         kind = checks.KINDS[spec.name]
         threshold = spec.threshold_for(device)
@@ -419,7 +415,7 @@ def judge(chapter: Chapter, plan: Plan, evidence: Evidence | None, incomplete: I
         if skip is None and unmet:
             skip = (f"{', '.join(unmet)} failed, so this is not measured: "
                     + "; ".join(chapter.check(name).doc for name in unmet))
-        if skip is None and incomplete is not None and failed_first:
+        if skip is None and incomplete is not None and FAILED in status.values():
             skip = "the candidate did not run every step, so nothing else can be measured"
         if skip is not None:
             outcome = checks.result(spec, SKIPPED, reason=skip, threshold=threshold)
@@ -430,8 +426,6 @@ def judge(chapter: Chapter, plan: Plan, evidence: Evidence | None, incomplete: I
                 outcome = kind(evidence, spec)
             except TraceMismatch as err:
                 outcome = checks.result(spec, FAILED, evidence=[str(err)], threshold=threshold)
-        if outcome.status == FAILED:
-            failed_first = True
         status[spec.name] = outcome.status
         results.append(outcome)
     failed = {r.name for r in results if r.status == FAILED}

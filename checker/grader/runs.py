@@ -7,8 +7,9 @@ The grader's half of the protocol (the candidate's half is ``checker.candidate``
 * stamps every message on its own clock as it arrives: the timed window runs from "the window opens" to
   "the trained weights have arrived", so work moved after the window is still inside it and work done before
   it cannot produce the right weights (they depend on the window key);
-* keeps the weights in memory for the referee (``checker.grader.referee``) and never reads a file the run wrote,
-  except a trace, which the checks only believe when it lines up with the steps stamped here;
+* keeps the weights, and a torch.profiler trace, as the run sent them over the channel: it never reads a file
+  the run wrote (nsys's report is written by nsys, after the run's process ended); the checks believe a trace
+  only when it lines up with the steps stamped here;
 * watches the run: a time limit, an output cap (only the last lines are kept), the worker processes alive
   when the window opens and closes, and every process the run leaves behind, killed and counted.
 """
@@ -248,11 +249,7 @@ def run_script(
     if workdir is None:
         workdir = sandbox.check_folder()
     identity = sandbox.run_identity()
-    run_cache = None
-    if compile_cache is not None:
-        run_cache = workdir / f"compile-{os.getpid()}-{time.monotonic_ns()}"
-        compile_caches.copy_regular_files(compile_cache, run_cache)
-    folder = sandbox.RunFolder.create(workdir, script, identity, extra=run_cache)
+    folder = sandbox.RunFolder.create(workdir, script, identity, seed_extra=compile_cache)
     script_args = ["--device", device, "--steps", str(total_steps)] + list(extra_args or [])
     command = [*sandbox.python_command(), "--channel", str(folder.path), "--script", str(folder.script)]
     trace_file = None

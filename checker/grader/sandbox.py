@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from checker.base.paths import repo_root
+from checker.grader.compile_cache import copy_regular_files
 
 UNPRIVILEGED_USER = "nobody"
 CLONE_NEWNET = 0x40000000
@@ -125,11 +126,13 @@ class RunFolder:
     path: Path
     script: Path
     identity: tuple[int, int] | None
-    extra: Path | None = None  # a folder moved in for the run to write (its compile cache), given back after
+    extra: Path | None = None  # a folder of the run's to write (its compile cache), read back after
 
     @classmethod
     def create(cls, parent: Path, script: Path, identity: tuple[int, int] | None,
-               extra: Path | None = None) -> "RunFolder":
+               seed_extra: Path | None = None) -> "RunFolder":
+        """The folder, owned by the run's user; with ``seed_extra``, an ``extra`` folder in it holding that
+        folder's regular files (checker.grader.compile_cache.copy_regular_files: no link is followed)."""
         path = Path(tempfile.mkdtemp(prefix="run-", dir=parent))
         for name in ("home", "tmp"):
             (path / name).mkdir()
@@ -139,9 +142,10 @@ class RunFolder:
         for pipe in ("evt", "ctl"):
             os.mkfifo(path / pipe, 0o600)
         moved = None
-        if extra is not None:
+        if seed_extra is not None:
             moved = path / "compile"
-            shutil.move(str(extra), moved) if extra.exists() else moved.mkdir()
+            moved.mkdir()
+            copy_regular_files(seed_extra, moved)
         if identity is not None:
             uid, gid = identity
             for item in [path, *path.iterdir()]:
@@ -187,7 +191,7 @@ def environment(folder: RunFolder) -> dict[str, str]:
 
 
 def grader_folder(parent: Path, prefix: str) -> Path:
-    """A folder only the grader's user can open: where a profiler the grader runs writes its evidence."""
+    """A folder only the grader's user can open: where it keeps what a run sent it (a trace)."""
     path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
     os.chmod(path, 0o700)
     return path
@@ -204,20 +208,23 @@ _PROBE = ("import importlib.util, sys; sys.path[:] = {paths!r}\n"
 
 def probe_command() -> list[str]:
     """A quick check, run as the unprivileged user, that it can find and read what a run imports."""
-    boot = python_command()[-1]
-    paths = boot.split("sys.path[:] = ", 1)[1].split(";", 1)[0]
-    return [sys.executable, "-I", "-S", "-B", "-c", _PROBE.format(paths=__import__("ast").literal_eval(paths))]
+    return [sys.executable, "-I", "-S", "-B", "-c", _PROBE.format(paths=_import_paths())]
 
 
-def python_command(module: str = "checker.candidate.launch") -> list[str]:
-    """An isolated interpreter running ``module``'s main(), importing the grader's own checker and
-    site-packages and nothing else."""
+def _import_paths() -> list[str]:
+    """Where a run's interpreter imports from: the grader's own checkout and site-packages, nothing else."""
     paths = [str(repo_root())]
     cwd = os.getcwd()
     for entry in sys.path:
         if entry and entry != cwd and Path(entry).is_absolute() and entry not in paths and os.path.isdir(entry):
             paths.append(entry)
-    boot = (f"import sys; sys.path[:] = {paths!r}; from {module} import main; "
+    return paths
+
+
+def python_command(module: str = "checker.candidate.launch") -> list[str]:
+    """An isolated interpreter running ``module``'s main(), importing the grader's own checker and
+    site-packages and nothing else."""
+    boot = (f"import sys; sys.path[:] = {_import_paths()!r}; from {module} import main; "
             "raise SystemExit(main(sys.argv[1:]))")
     return [sys.executable, "-I", "-B", "-c", boot]
 

@@ -44,11 +44,13 @@ def grade_timed(monkeypatch, windows):
     answers = iter(windows)
     made = []
 
-    def run(script, what, secret, **kwargs):
+    def finish(script):  # a run started by _start (stood in for: the script itself) measured in its turn
         made.append(script)
         return Window(next(answers))
 
-    ev._run = run
+    ev._start = lambda script, what, secret, **kwargs: script
+    ev._finish = finish
+    ev._all_ready = lambda turns: None
     ev._timed_runs(trials=3)
     return ev, made
 
@@ -79,10 +81,36 @@ def test_each_script_has_a_cache_of_its_own(tmp_path, monkeypatch):
     assert store_a != compile_cache.store_for("04_eager_microops", a, "cpu")
     monkeypatch.setenv("WORKBOOK_COMPILE_CACHE", "0")
     assert compile_cache.store_for("04_eager_microops", a, "cuda") is None
-    monkeypatch.delenv("WORKBOOK_COMPILE_CACHE")
-    assert compile_cache.store_for("04_eager_microops", a, "cuda", runs_as_another_user=True) is None  # see enabled()
-    monkeypatch.setenv("WORKBOOK_COMPILE_CACHE", "1")
-    assert compile_cache.store_for("04_eager_microops", a, "cuda", runs_as_another_user=True) is not None
+
+
+def test_every_run_sees_the_cache_at_one_path_held_by_one_check(tmp_path, monkeypatch):
+    """Inductor's cached kernels name the folder they were compiled in: each run of a script must see its cache at
+    the same path, and two checks of the script at once must not share that folder."""
+    from checker.grader import compile_cache
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(compile_cache.tempfile, "tempdir", None)  # tempfile reads TMPDIR again
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "kernel.py").write_text("compiled")
+    first = compile_cache.claim(store)
+    assert first is not None and compile_cache.claim(store) is None  # held: a second check compiles cold
+    first.fill(None)
+    assert (first.place / "kernel.py").read_text() == "compiled"
+    (first.place / "kernel.best_config").write_text("tuned")  # what the run wrote beside it
+    place = first.place
+    first.empty(keep=True)
+    assert not place.exists() and (store / "kernel.best_config").read_text() == "tuned"
+    first.fill(None)
+    assert first.place == place and (place / "kernel.best_config").exists()  # the next run: the same path
+    (place / "partial").write_text("x")
+    first.empty(keep=False)  # a run that failed leaves nothing in the store
+    assert not (store / "partial").exists()
+    first.release()
+    again = compile_cache.claim(store)
+    assert again is not None and again.place == place
+    again.release()
 
 
 def test_a_cache_copies_regular_files_and_never_follows_a_link(tmp_path):
@@ -109,11 +137,11 @@ def test_only_the_candidates_runs_get_its_cache(monkeypatch, tmp_path):
     ev = Evaluation(chapter, chapter.solution_script, "cpu")
     seen = {}
 
-    def fake_run_script(chapter_, script, device, **kwargs):
+    def fake_spawn_run(chapter_, script, device, **kwargs):
         seen[script] = kwargs.get("compile_cache")
-        return type("Run", (), {"phases_s": {}, "survivors": 0})()
+        return type("Pending", (), {"finish": lambda self: type("Run", (), {"phases_s": {}, "survivors": 0})()})()
 
-    monkeypatch.setattr(grader, "run_script", fake_run_script)
+    monkeypatch.setattr(grader, "spawn_run", fake_spawn_run)
     ev._run(chapter.slow_script, "baseline", (1, 2))
     ev._run(chapter.solution_script, "candidate", (1, 2))
     assert seen[chapter.slow_script] is None and seen[chapter.solution_script] == ev.compile_store is not None

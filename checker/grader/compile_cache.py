@@ -7,21 +7,28 @@ one. A candidate can only ever put into it what its own later runs read, so noth
 script's runs or the grader; and nothing in it can make a run do less work, since every run trains under a
 secret of its own (the weights and data a cache could hold are of no use to the next run).
 
-Where: the grader copies the cache into the run's private folder before the run (``TORCHINDUCTOR_CACHE_DIR``,
-``TRITON_CACHE_DIR``) and back after it, regular files only (a link the run left there is not followed), at most
-``MAX_BYTES``. ``workbook check`` keeps it under the state folder (.workbook/compile-cache/) for the next check;
+Where: the grader copies the cache in before the run (``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``) and back
+after it, regular files only (a link the run left there is not followed), at most ``MAX_BYTES``. A run sees it at
+the same path every time (``checkout``): Inductor's cached kernels name the folder they were compiled in, and
+autotuning writes its choices beside them, so a cache moved to a new folder per run sent a later run back to an
+earlier run's folder (on an H200, where that folder was no longer the run's, "Permission denied" on a
+``.best_config`` file). ``workbook check`` keeps it under the state folder (.workbook/compile-cache/) for the next check;
 ``WORKBOOK_COMPILE_CACHE=0`` turns it off (every run compiles cold). Where runs are dropped to an unprivileged
 user it is off unless ``WORKBOOK_COMPILE_CACHE=1`` (see ``enabled``).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import platform
 import shutil
 import stat
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from checker.base.paths import state_dir
 
@@ -50,9 +57,9 @@ def key_for(chapter_id: str, script: Path, device: str) -> str:
     return digest.hexdigest()[:24]
 
 
-def store_for(chapter_id: str, script: Path, device: str, runs_as_another_user: bool = False) -> Path | None:
+def store_for(chapter_id: str, script: Path, device: str) -> Path | None:
     """The cache folder of this script's runs, made if needed, or None when caching is off."""
-    if not enabled(runs_as_another_user):
+    if not enabled():
         return None
     root = state_dir() / "compile-cache"
     root.mkdir(parents=True, exist_ok=True)
@@ -85,3 +92,59 @@ def copy_regular_files(source: Path, target: Path, limit: int = MAX_BYTES) -> in
 
 def environment(run_cache: Path) -> dict[str, str]:
     return {"TORCHINDUCTOR_CACHE_DIR": str(run_cache), "TRITON_CACHE_DIR": str(run_cache / "triton")}
+
+
+@dataclass
+class Claim:
+    """A store held by one check: its runs see the cache at ``place``, the same path every time. Held until
+    ``release`` (a lock), so that a second check of the same script at the same time compiles cold instead."""
+
+    store: Path
+    place: Path
+    lock: IO
+
+    def fill(self, owner: tuple[int, int] | None) -> None:
+        """Before a run: the store's files at ``place``, owned by the run's user."""
+        shutil.rmtree(self.place, ignore_errors=True)
+        self.place.mkdir(mode=0o700)
+        copy_regular_files(self.store, self.place)
+        if owner is not None:
+            uid, gid = owner
+            for folder, dirs, files in os.walk(self.place):
+                for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
+                    os.chown(name, uid, gid, follow_symlinks=False)
+
+    def empty(self, keep: bool) -> None:
+        """After a run: what it left copied back into the store (``keep``: it ended well), ``place`` removed."""
+        try:
+            if keep and self.place.is_dir():
+                copy_regular_files(self.place, self.store)
+        finally:
+            shutil.rmtree(self.place, ignore_errors=True)
+
+    def release(self) -> None:
+        shutil.rmtree(self.place, ignore_errors=True)
+        self.lock.close()
+
+
+def claim(store: Path) -> Claim | None:
+    """Hold ``store`` for one check; its runs will see the cache at ``<tmp>/workbook-compile-<uid>/<key>``, in a
+    folder of the grader's that no run can write. None where another check holds it now, or that folder is not
+    the grader's: the check's runs then compile cold."""
+    parent = Path(tempfile.gettempdir()) / f"workbook-compile-{os.geteuid()}"
+    try:
+        parent.mkdir(mode=0o711)
+    except FileExistsError:
+        pass
+    info = parent.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        return None
+    os.chmod(parent, 0o711)
+    key = hashlib.sha256(str(store.resolve()).encode()).hexdigest()[:24]
+    lock = open(parent / f"{key}.lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        return None
+    return Claim(store=store, place=parent / key, lock=lock)

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from checker.base.paths import repo_root
-from checker.grader.compile_cache import copy_regular_files
 
 UNPRIVILEGED_USER = "nobody"
 CLONE_NEWNET = 0x40000000
@@ -126,13 +125,10 @@ class RunFolder:
     path: Path
     script: Path
     identity: tuple[int, int] | None
-    extra: Path | None = None  # a folder of the run's to write (its compile cache), read back after
 
     @classmethod
-    def create(cls, parent: Path, script: Path, identity: tuple[int, int] | None,
-               seed_extra: Path | None = None) -> "RunFolder":
-        """The folder, owned by the run's user; with ``seed_extra``, an ``extra`` folder in it holding that
-        folder's regular files (checker.grader.compile_cache.copy_regular_files: no link is followed)."""
+    def create(cls, parent: Path, script: Path, identity: tuple[int, int] | None) -> "RunFolder":
+        """The folder, owned by the run's user."""
         path = Path(tempfile.mkdtemp(prefix="run-", dir=parent))
         for name in ("home", "tmp"):
             (path / name).mkdir()
@@ -141,20 +137,11 @@ class RunFolder:
         os.chmod(copy, 0o444)
         for pipe in ("evt", "ctl"):
             os.mkfifo(path / pipe, 0o600)
-        moved = None
-        if seed_extra is not None:
-            moved = path / "compile"
-            moved.mkdir()
-            copy_regular_files(seed_extra, moved)
         if identity is not None:
             uid, gid = identity
             for item in [path, *path.iterdir()]:
                 os.chown(item, uid, gid)
-            if moved is not None:
-                for folder, dirs, files in os.walk(moved):
-                    for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
-                        os.chown(name, uid, gid, follow_symlinks=False)
-        return cls(path=path, script=copy, identity=identity, extra=moved)
+        return cls(path=path, script=copy, identity=identity)
 
     def close(self) -> None:
         """Take the folder back from the run (its files stay readable to the grader until the check ends)."""

@@ -73,11 +73,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch: record the timed window with torch.profiler")
     parser.add_argument("--trace-out", type=Path, default=None, help="where to write the torch.profiler trace")
     parser.add_argument("--channel", type=Path, default=None, help=argparse.SUPPRESS)  # the grader's
+    parser.add_argument("--start-cuda", action="store_true", help=argparse.SUPPRESS)  # the grader's: CUDA before hello
     args, script_args = parser.parse_known_args(argv)
     if script_args[:1] == ["--"]:
         script_args = script_args[1:]
 
-    if args.channel:
+    if args.start_cuda:
         _start_cuda(script_args)
     channel = Channel(args.channel) if args.channel else None
     options = harness.LaunchOptions(trace=None if args.trace == "none" else args.trace, trace_out=args.trace_out,

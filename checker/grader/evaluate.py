@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
 import statistics
@@ -125,6 +126,7 @@ class Evaluation:
         self.workdir = sandbox.check_folder()
         self._pending: list = []  # runs started and not finished (checker.grader.runs.PendingRun)
         self.separated = sandbox.run_identity() is not None  # the candidate's runs are another user than the grader's
+        self.start_ahead = os.environ.get("WORKBOOK_START_AHEAD", "1") != "0"  # runs started ahead of their turn
         # a chapter about loading data: a CPU trace's time spent waiting for a batch is the lesson, not hidden work
         self.loads_data = any(c.name in ("data_wait", "loader_settings") for c in chapter.checks)
         self.timed_pairs: list[tuple[RunResult, RunResult]] = []
@@ -218,7 +220,7 @@ class Evaluation:
         """Whether the second run of a pair may start while the first runs: when the first is the workbook's own
         script, or when the grader's runs and the candidate's are different users (a candidate's process could
         otherwise reach the waiting one: its folder, its memory)."""
-        return first != self.candidate or self.separated
+        return self.start_ahead and (first != self.candidate or self.separated)
 
     @staticmethod
     def _all_ready(turns: list["_Turn"]) -> None:
@@ -272,7 +274,7 @@ class Evaluation:
             b_run, c_run = (baseline, what, secret, {}), (self.candidate, what, secret, {})
             if trial % 2 == 0:
                 ready = None
-                if trial == 0 and traced is not None:
+                if trial == 0 and traced is not None and self.start_ahead:
                     ready = [self._start(*b_run[:3]), self._start(*c_run[:3])]
                     self._all_ready(ready + traced["ahead"])
                 b, c = self._pair(b_run, c_run, ready)
@@ -305,7 +307,8 @@ class Evaluation:
         baseline = (self.reference_script, tool if trace_baseline else f"{self.reference_label} run", secret,
                     {"steps": steps, "trace": self.trace_tool if trace_baseline else None})
         # under nsys a waiting run is nsys's process too: started at its turn, not alongside a timed window
-        ahead = [] if self.trace_tool == "nsys" and self.plan.timed else [self._start(*candidate[:3], **candidate[3])]
+        soon = self.start_ahead and not (self.trace_tool == "nsys" and self.plan.timed)
+        ahead = [self._start(*candidate[:3], **candidate[3])] if soon else []
         if ahead and self.separated:
             ahead.append(self._start(*baseline[:3], **baseline[3]))
         return {"candidate": candidate, "baseline": baseline, "ahead": ahead, "done": False}

@@ -280,6 +280,8 @@ def spawn_run(
 
     script_args = ["--device", device, "--steps", str(total_steps)] + list(extra_args or [])
     command = [*sandbox.python_command(), "--channel", str(folder.path), "--script", str(folder.script)]
+    if device == "cuda" and os.environ.get("WORKBOOK_START_CUDA", "1") != "0":
+        command.append("--start-cuda")
     trace_file = None
     if trace == "torch":
         trace_file = folder.path / "trace.json.gz"

@@ -44,13 +44,11 @@ def grade_timed(monkeypatch, windows):
     answers = iter(windows)
     made = []
 
-    def finish(script):  # a run started by _start (stood in for: the script itself) measured in its turn
+    def run(script, what, secret, **kwargs):
         made.append(script)
         return Window(next(answers))
 
-    ev._start = lambda script, what, secret, **kwargs: script
-    ev._finish = finish
-    ev._all_ready = lambda turns: None
+    ev._run = run
     ev._timed_runs(trials=3)
     return ev, made
 
@@ -137,11 +135,11 @@ def test_only_the_candidates_runs_get_its_cache(monkeypatch, tmp_path):
     ev = Evaluation(chapter, chapter.solution_script, "cpu")
     seen = {}
 
-    def fake_spawn_run(chapter_, script, device, **kwargs):
+    def fake_run_script(chapter_, script, device, **kwargs):
         seen[script] = kwargs.get("compile_cache")
-        return type("Pending", (), {"finish": lambda self: type("Run", (), {"phases_s": {}, "survivors": 0})()})()
+        return type("Run", (), {"phases_s": {}, "survivors": 0})()
 
-    monkeypatch.setattr(grader, "spawn_run", fake_spawn_run)
+    monkeypatch.setattr(grader, "run_script", fake_run_script)
     ev._run(chapter.slow_script, "baseline", (1, 2))
     ev._run(chapter.solution_script, "candidate", (1, 2))
     assert seen[chapter.slow_script] is None and seen[chapter.solution_script] == ev.compile_store is not None

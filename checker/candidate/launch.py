@@ -53,18 +53,6 @@ def _outcome(script: Path, error: dict | None) -> dict:
             "trace_file": result["trace_file"], "device_name": result["device_name"]}
 
 
-def _start_cuda(script_args: list[str]) -> None:
-    """Under the grader, start CUDA before saying hello: a run started ahead of its turn then waits with its
-    context made, and its turn begins with the script's own work. Only the context: no memory is allocated and
-    no library handle made, so the allocator's and the libraries' settings are still the script's to choose."""
-    if "--device" not in script_args or script_args[script_args.index("--device") + 1:][:1] != ["cuda"]:
-        return
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m checker.launch")
     parser.add_argument("--script", required=True, type=Path, help="the chapter script to run")
@@ -73,13 +61,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch: record the timed window with torch.profiler")
     parser.add_argument("--trace-out", type=Path, default=None, help="where to write the torch.profiler trace")
     parser.add_argument("--channel", type=Path, default=None, help=argparse.SUPPRESS)  # the grader's
-    parser.add_argument("--start-cuda", action="store_true", help=argparse.SUPPRESS)  # the grader's: CUDA before hello
     args, script_args = parser.parse_known_args(argv)
     if script_args[:1] == ["--"]:
         script_args = script_args[1:]
 
-    if args.start_cuda:
-        _start_cuda(script_args)
     channel = Channel(args.channel) if args.channel else None
     options = harness.LaunchOptions(trace=None if args.trace == "none" else args.trace, trace_out=args.trace_out,
                                     channel=channel)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 import shutil
 import statistics
@@ -25,7 +24,7 @@ from checker.grader.baseline import BaselineBank
 from checker.grader.collect import ask_referee, trace_problem
 from checker.grader.ncu import profile_kernel
 from checker.grader.plan import Plan, make_plan
-from checker.grader.runs import IncompleteWork, PendingRun, RunResult, describe_phases, spawn_run
+from checker.grader.runs import IncompleteWork, RunResult, describe_phases, run_script
 from checker.grader.scan import refuse_probes
 
 TRACE_TOOLS = ("torch", "nsys")
@@ -124,9 +123,6 @@ class Evaluation:
         self.only = only
         self.plan = make_plan(chapter, device, only, with_ncu)
         self.workdir = sandbox.check_folder()
-        self._pending: list = []  # runs started and not finished (checker.grader.runs.PendingRun)
-        self.separated = sandbox.run_identity() is not None  # the candidate's runs are another user than the grader's
-        self.start_ahead = os.environ.get("WORKBOOK_START_AHEAD", "1") != "0"  # runs started ahead of their turn
         # a chapter about loading data: a CPU trace's time spent waiting for a batch is the lesson, not hidden work
         self.loads_data = any(c.name in ("data_wait", "loader_settings") for c in chapter.checks)
         self.timed_pairs: list[tuple[RunResult, RunResult]] = []
@@ -184,86 +180,38 @@ class Evaluation:
                              "wall_s": round(time.perf_counter() - began, 2), **extra})
 
     # ---- runs ---------------------------------------------------------------------------------------------
-    def _start(self, script: Path, what: str, secret: tuple[int, int], **kwargs) -> "_Turn":
-        """A run's process started now, told its seed when ``_finish`` gives it its turn."""
+    def _run(self, script: Path, what: str, secret: tuple[int, int], **kwargs) -> RunResult:
+        shown = display_path(script)
+        self.say(f"{what}: {shown}")
         seed, key = secret
+        began = time.perf_counter()
         if script == self.candidate and self.compile_store is not None:
             kwargs["compile_cache"] = self.compile_store  # the candidate's own runs only
-        shown = display_path(script)
-        pending = spawn_run(self.chapter, script, self.device, workdir=self.workdir, seed=seed, window_key=key,
-                            display=shown, trusted=script != self.candidate, **kwargs)
-        self._pending.append(pending)
-        return _Turn(pending, script, what, shown, kwargs)
-
-    def _finish(self, turn: "_Turn") -> RunResult:
-        self.say(f"{turn.what}: {turn.shown}")
-        began = time.perf_counter()
-        try:
-            run = turn.pending.finish()
-        finally:
-            self._pending.remove(turn.pending)
-        kwargs = turn.kwargs
-        self._timing("run", turn.what, began, script=turn.shown,
-                     trace=kwargs.get("trace") or kwargs.get("profiler") and "ncu",
+        run = run_script(self.chapter, script, self.device, workdir=self.workdir, seed=seed, window_key=key,
+                         display=shown, **kwargs)
+        self._timing("run", what, began, script=shown, trace=kwargs.get("trace") or kwargs.get("profiler") and "ncu",
                      compile_cache="compile_cache" in kwargs, phases=run.phases_s)
         self.say(f"  {sum(run.phases_s.values()):.1f} s: {describe_phases(run.phases_s)}")
         if run.survivors:
             left = "1 process" if run.survivors == 1 else f"{run.survivors} processes"
-            self.notes.append(f"{turn.shown} left {left} running after it finished; the grader "
+            self.notes.append(f"{shown} left {left} running after it finished; the grader "
                               "killed them")
         return run
-
-    def _run(self, script: Path, what: str, secret: tuple[int, int], **kwargs) -> RunResult:
-        return self._finish(self._start(script, what, secret, **kwargs))
-
-    def _ahead(self, first: Path) -> bool:
-        """Whether the second run of a pair may start while the first runs: when the first is the workbook's own
-        script, or when the grader's runs and the candidate's are different users (a candidate's process could
-        otherwise reach the waiting one: its folder, its memory)."""
-        return self.start_ahead and (first != self.candidate or self.separated)
-
-    @staticmethod
-    def _all_ready(turns: list["_Turn"]) -> None:
-        """Wait until every started run has said hello (or ended): no start-up overlaps a timed window."""
-        for turn in turns:
-            turn.pending.ready(wait_s=120.0)
-
-    def _pair(self, first: tuple, second: tuple, ready: list["_Turn"] | None = None) -> tuple[RunResult, RunResult]:
-        """Two runs in turn, ``first`` and ``second`` each (script, what, secret, kwargs); the second started
-        alongside the first where that is safe (``_ahead``), or already started (``ready``)."""
-        turns = list(ready or [])
-        if not turns:
-            turns.append(self._start(first[0], first[1], first[2], **first[3]))
-            if self._ahead(first[0]):
-                turns.append(self._start(second[0], second[1], second[2], **second[3]))
-            self._all_ready(turns)
-        a = self._finish(turns[0])
-        b = self._finish(turns[1]) if len(turns) > 1 else self._run(second[0], second[1], second[2], **second[3])
-        return a, b
 
     @staticmethod
     def _secret() -> tuple[int, int]:
         return secrets.randbelow(2**31 - 1) + 1, secrets.randbelow(2**31 - 1) + 1
 
     def make_runs(self) -> None:
-        """Every run the plan asks for, before the first check, so that the referee judges them all. The first
-        timed pair and the traced pair start together, so that their start-ups (Python, torch, CUDA) overlap; no
-        script of theirs runs before its turn, and none starts while a timed window is open."""
-        try:
-            traced = self._traced_turns() if self.plan.traced else None
-            if self.plan.timed:
-                self._timed_runs(self.plan.trials, traced)
-            if traced is not None:
-                self._traced_runs(traced)
-        finally:
-            for pending in list(self._pending):  # a run that failed ends the check: nothing started stays
-                pending.abandon()
-            self._pending.clear()
+        """Every run the plan asks for, before the first check, so that the referee judges them all."""
+        if self.plan.timed:
+            self._timed_runs(self.plan.trials)
+        if self.plan.traced:
+            self._traced_runs()
 
-    def _timed_runs(self, trials: int, traced: dict | None = None) -> None:
+    def _timed_runs(self, trials: int) -> None:
         """Timed pairs, taking turns which runs first, until every timed check is settled (at least
-        ``min_trials``) or ``trials`` pairs were made: a clear verdict costs one pair, one near its threshold more.
-        The first pair starts with the traced pair's runs, which run right after it (``traced``)."""
+        ``min_trials``) or ``trials`` pairs were made: a clear verdict costs one pair, one near its threshold more."""
         baseline = self.reference_script
         least = max(1, min(trials, int(self.cfg.get("min_trials", 1))))
         if self.uses_bank:
@@ -271,18 +219,13 @@ class Evaluation:
         for trial in range(trials):
             what = f"timed run, trial {trial + 1} (of up to {trials})"
             secret = self._secret()
-            b_run, c_run = (baseline, what, secret, {}), (self.candidate, what, secret, {})
             if trial % 2 == 0:
-                ready = None
-                if trial == 0 and traced is not None and self.start_ahead:
-                    ready = [self._start(*b_run[:3]), self._start(*c_run[:3])]
-                    self._all_ready(ready + traced["ahead"])
-                b, c = self._pair(b_run, c_run, ready)
+                b = self._run(baseline, what, secret)
+                c = self._run(self.candidate, what, secret)
             else:
-                c, b = self._pair(c_run, b_run)
+                c = self._run(self.candidate, what, secret)
+                b = self._run(baseline, what, secret)
             self.timed_pairs.append((b, c))
-            if trial == 0 and traced is not None:
-                self._traced_runs(traced)  # before more pairs: no run started ahead outlives the first pair
             if len(self.timed_pairs) >= least and self._settled():
                 if len(self.timed_pairs) < trials:
                     self.say(f"  the speed is clear after {len(self.timed_pairs)} pair(s): no more timed runs")
@@ -294,30 +237,16 @@ class Evaluation:
         kinds = [(checks.KINDS[name], self.chapter.check(name)) for name in self.plan.timed_checks]
         return all(kind.settled is not None and kind.settled(speed, spec, self.device) for kind, spec in kinds)
 
-    def _traced_turns(self) -> dict:
-        """The traced pair, the candidate's run first: its process started now (no candidate code has run yet),
-        the baseline's too where the two are different users."""
+    def _traced_runs(self) -> None:
         steps = traced_steps(self.cfg)
         trace_baseline = self.plan.trace_baseline  # then the reference is the slow script (_reference_script)
-        if self.uses_bank and not self.plan.timed:
+        if self.uses_bank and not self.timed_pairs:
             self._ensure_reference_checked()
         secret = self._secret()
         tool = f"traced run ({self.trace_tool})"
-        candidate = (self.candidate, tool, secret, {"steps": steps, "trace": self.trace_tool})
-        baseline = (self.reference_script, tool if trace_baseline else f"{self.reference_label} run", secret,
-                    {"steps": steps, "trace": self.trace_tool if trace_baseline else None})
-        # under nsys a waiting run is nsys's process too: started at its turn, not alongside a timed window
-        soon = self.start_ahead and not (self.trace_tool == "nsys" and self.plan.timed)
-        ahead = [self._start(*candidate[:3], **candidate[3])] if soon else []
-        if ahead and self.separated:
-            ahead.append(self._start(*baseline[:3], **baseline[3]))
-        return {"candidate": candidate, "baseline": baseline, "ahead": ahead, "done": False}
-
-    def _traced_runs(self, traced: dict) -> None:
-        if traced["done"]:
-            return
-        traced["done"] = True
-        c, b = self._pair(traced["candidate"], traced["baseline"], traced["ahead"])
+        b = self._run(self.reference_script, tool if trace_baseline else f"{self.reference_label} run", secret,
+                      steps=steps, trace=self.trace_tool if trace_baseline else None)
+        c = self._run(self.candidate, tool, secret, steps=steps, trace=self.trace_tool)
         self.traced = (b, c)
 
     def _measure_bank(self, trials: int) -> None:
@@ -457,17 +386,6 @@ class Evaluation:
     def cleanup(self) -> None:
         self.release()
         shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-@dataclass
-class _Turn:
-    """A run started and waiting for its turn, with what the progress line and the timings say of it."""
-
-    pending: PendingRun
-    script: Path
-    what: str
-    shown: str
-    kwargs: dict
 
 
 def traced_steps(cfg) -> int:

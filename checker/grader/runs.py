@@ -74,24 +74,19 @@ class RunResult:
 
 # (name, from mark, to mark): where the seconds of one run went, on the grader's clock
 PHASES = (
-    ("start-up", "spawn", "hello"),           # Python, torch and the checker imported, CUDA started (nsys, when tracing)
-    ("waiting", "hello", "go"),               # a run started ahead of its turn, waiting for its seed (see spawn_run)
-    ("build", "go", "built"),                 # the chapter's workload
+    ("start-up", "spawn", "hello"),           # Python, torch and the checker imported (nsys starting, when tracing)
+    ("build", "hello", "built"),              # the chapter's workload
     ("setup", "built", "first_step"),         # the script's own setup (model, optimizer, DataLoader)
     ("warm-up", "first_step", "open"),        # untimed steps: torch.compile, autotuning, workers starting
     ("timed", "open", "weights"),             # the timed window, the trained weights' transfer included
     ("after", "weights", "done"),             # trace export, the rest of the script
-    ("exit", "done", "exit"),                 # the process ending (atexit work, worker pools), nsys's report
+    ("exit", "done", "exit"),                 # the process stopped (or, under nsys or ncu, ending and writing its report)
 )
 
 
 def phases(clock: dict[str, int]) -> dict[str, float]:
-    """Seconds per phase of one run, from the grader's time.monotonic_ns() marks (a run that did not wait has
-    no "waiting")."""
-    found = {name: round((clock[b] - clock[a]) / 1e9, 2) for name, a, b in PHASES if a in clock and b in clock}
-    if not found.get("waiting"):
-        found.pop("waiting", None)
-    return found
+    """Seconds per phase of one run, from the grader's time.monotonic_ns() marks."""
+    return {name: round((clock[b] - clock[a]) / 1e9, 2) for name, a, b in PHASES if a in clock and b in clock}
 
 
 def describe_phases(seconds: dict[str, float]) -> str:
@@ -163,17 +158,6 @@ class _Run:
         self.workers_at_first_step: set[int] = set()
         self.workers_at_close: set[int] = set()
         self.reports: dict[str, float] = {}
-        self.released = False  # the grader's go: the seed is sent once the run is released and has said hello
-
-    def release(self) -> None:
-        self.released = True
-        if "hello" in self.clock and "go" not in self.clock:
-            self._send_seed(time.monotonic_ns())
-
-    def _send_seed(self, now: int) -> None:
-        self.clock["go"] = now
-        self.ctl = os.open(self.folder.path / "ctl", os.O_RDWR)
-        self._answer({"seed": self.seed})
 
     def broken(self, what: str) -> ScriptError:
         return ScriptError(f"{self.display} {what}; the grader stopped it")
@@ -194,8 +178,8 @@ class _Run:
                 raise self.broken(f"said '{kind}' before '{missing[0]}'")
             self.clock[kind] = now
         if kind == "hello":
-            if self.released:
-                self._send_seed(now)
+            self.ctl = os.open(self.folder.path / "ctl", os.O_RDWR)
+            self._answer({"seed": self.seed})
         elif kind == "open":
             self._answer({"window_key": self.window_key})
         elif kind == "step":
@@ -234,13 +218,7 @@ class _Run:
             raise self.broken(f"sent an unknown message '{kind}'")
 
 
-def run_script(chapter: Chapter, script: Path, device: str, **kwargs) -> RunResult:
-    """Run ``script`` for ``chapter`` on ``device`` in a fresh, private process, measured from outside: a run
-    started (``spawn_run``, which documents the arguments) and finished at once."""
-    return spawn_run(chapter, script, device, **kwargs).finish()
-
-
-def spawn_run(
+def run_script(
     chapter: Chapter,
     script: Path,
     device: str,
@@ -254,34 +232,28 @@ def spawn_run(
     display: str | None = None,
     profiler: tuple[str, str, list[str]] | None = None,
     compile_cache: "compile_caches.Claim | None" = None,
-    trusted: bool = False,
-) -> "PendingRun":
-    """Start ``script``'s process; it imports Python, torch and the checker (and starts CUDA), says hello and
-    waits: none of the script's own code runs until ``finish()`` sends its seed. A grader starts a run ahead of
-    its turn this way so that its start-up overlaps other work (checker.grader.evaluate says when that is safe).
+) -> RunResult:
+    """Run ``script`` for ``chapter`` on ``device`` in a fresh, private process, measured from outside.
 
     ``trace`` is None, "torch" (torch.profiler over the window, written by the run) or "nsys" (the process
     runs under ``nsys profile --capture-range=cudaProfilerApi``; the report is exported to SQLite).
     ``profiler``: ("ncu", path to ncu, its options): the process runs under Nsight Compute, whose report (in the
     run's folder) becomes the result's ``trace_file``. ``compile_cache``: torch.compile's caches of this
-    script's earlier runs (checker.grader.compile_cache), put in place when the run's turn comes and copied back
-    after it.
-    ``trusted``: the script is the workbook's own (the slow script, the reference solution), not the candidate's:
-    where the grader is root it runs as root, a user the candidate's runs (dropped to another) cannot reach.
+    script's earlier runs (checker.grader.compile_cache), put in place before the run and copied back after it.
+    A run is stopped as soon as it has said it is done (its exit and its workers' shutdown are not waited for),
+    unless a profiler around it writes its report when the process ends.
     """
     cfg = chapter.config(device)
     total_steps = int(steps if steps is not None else cfg["steps"])
     warmup = min(int(cfg.get("warmup", 0)), total_steps)
+    timeout = float(os.environ.get("WORKBOOK_TIMEOUT_S") or cfg.get("timeout_s", 300))
     display = display or display_path(script)
     if workdir is None:
         workdir = sandbox.check_folder()
-    identity = None if trusted else sandbox.run_identity()
+    identity = sandbox.run_identity()
     folder = sandbox.RunFolder.create(workdir, script, identity)
-
     script_args = ["--device", device, "--steps", str(total_steps)] + list(extra_args or [])
     command = [*sandbox.python_command(), "--channel", str(folder.path), "--script", str(folder.script)]
-    if device == "cuda" and os.environ.get("WORKBOOK_START_CUDA", "1") != "0":
-        command.append("--start-cuda")
     trace_file = None
     if trace == "torch":
         trace_file = folder.path / "trace.json.gz"
@@ -305,11 +277,17 @@ def spawn_run(
     command += ["--", *script_args]
     limits = sandbox.Limits(memory_mb=int(cfg.get("memory_mb") or CPU_MEMORY_MB) if device == "cpu" else None)
     sandbox.become_subreaper()
+    known_children = sandbox.descendants(os.getpid())
     run = _Run(chapter, script, device, total_steps, warmup, seed, window_key, folder, display)
+    protocol = _Protocol(run)
     evt = os.open(folder.path / "evt", os.O_RDWR | os.O_NONBLOCK)  # RDWR: never an EOF before the run connects
+    tail: deque[bytes] = deque()
+    tail_bytes = printed = 0
     env = sandbox.environment(folder)
     if compile_cache is not None:
+        compile_cache.fill(identity)
         env.update(compile_caches.environment(compile_cache.place))
+    stop_at_done = trace != "nsys" and profiler is None
     run.clock["spawn"] = time.monotonic_ns()
     proc = subprocess.Popen(
         command, cwd=folder.path, env=env, stdin=subprocess.DEVNULL,
@@ -317,184 +295,113 @@ def spawn_run(
         preexec_fn=sandbox.preexec(identity, limits, _isolate_network()),
     )
     run.pid = proc.pid
-    os.set_blocking(proc.stdout.fileno(), False)
-    return PendingRun(run, proc, evt, trace, trace_file, profiler is not None, compile_cache, identity, limits,
-                      workdir, cfg)
-
-
-class PendingRun:
-    """A run's process, started; ``ready()`` says whether it has said hello, ``finish()`` releases it and
-    measures it to the end, ``abandon()`` kills it unheard (a check that stopped before its turn)."""
-
-    def __init__(self, run: _Run, proc: subprocess.Popen, evt: int, trace: str | None, trace_file: Path | None,
-                 profiled: bool, cache: "compile_caches.Claim | None", identity, limits, workdir: Path, cfg: dict):
-        self.run, self.proc, self.evt = run, proc, evt
-        self.trace, self.trace_file, self.profiled = trace, trace_file, profiled
-        self.cache, self.identity, self.limits, self.workdir = cache, identity, limits, workdir
-        self.timeout = float(os.environ.get("WORKBOOK_TIMEOUT_S") or cfg.get("timeout_s", 300))
-        self.protocol = _Protocol(run)
-        self.tail: deque[bytes] = deque()
-        self.tail_bytes = self.printed = 0
-        self.open_fds = {evt, proc.stdout.fileno()}
-        self.closed = False
-        self.failure: ScriptError | None = None  # what broke while it was started ahead, reported by finish()
-
-    def _pump(self, wait_s: float) -> bool:
-        """Read what the run sent or printed within ``wait_s``; False once its process has exited and said
-        all it will."""
-        run, out = self.run, self.proc.stdout.fileno()
-        exited = self.proc.poll() is not None
-        ready, _, _ = select.select(list(self.open_fds), [], [], 0 if exited else wait_s)
-        now = time.monotonic_ns()
-        for fd in ready:
-            try:
-                data = os.read(fd, 1 << 20)
-            except BlockingIOError:
-                continue
-            if fd == out:
-                if not data:
-                    self.open_fds.discard(out)
-                    continue
-                self.printed += len(data)
-                self.tail.append(data)
-                self.tail_bytes += len(data)
-                while self.tail_bytes - len(self.tail[0]) >= OUTPUT_TAIL:
-                    self.tail_bytes -= len(self.tail.popleft())
-                if self.printed > OUTPUT_CAP:
-                    raise run.broken(f"printed more than {OUTPUT_CAP // 2**20} MB")
-            elif data:
-                self.protocol.feed(data, now)
-        return not (exited and not ready)
-
-    def ready(self, wait_s: float = 0.0) -> bool:
-        """Whether the process has said hello (or exited: finish() then reports why), reading for up to ``wait_s``."""
-        deadline = time.monotonic() + wait_s
+    out = proc.stdout.fileno()
+    os.set_blocking(out, False)
+    deadline = time.monotonic() + timeout
+    failure: ScriptError | None = None
+    try:
+        open_fds = {evt, out}
         while True:
-            try:
-                alive = self._pump(max(0.0, min(0.25, deadline - time.monotonic())))
-            except ScriptError as err:
-                self.failure = err  # finish() reports it
-                return True
-            if "hello" in self.run.clock or not alive or time.monotonic() >= deadline:
-                return "hello" in self.run.clock or not alive
-
-    def abandon(self) -> None:
-        """Kill the process and everything under it; nothing of it is measured."""
-        if self.closed:
-            return
-        sandbox.kill_group(self.proc.pid)
-        known = sandbox.descendants(os.getpid()) - sandbox.descendants(self.proc.pid) - {self.proc.pid}
-        sandbox.kill_survivors(self.proc.pid, self.proc.pid, known, grace_s=0)
-        self.proc.wait()
-        self._close()
-
-    def _close(self) -> None:
-        self.closed = True
-        self.proc.stdout.close()
-        os.close(self.evt)
-        if self.run.ctl is not None:
-            os.close(self.run.ctl)
-        self.run.folder.close()
-
-    def finish(self) -> RunResult:
-        """Send the seed and measure the run to its end: the window on the grader's clock, the weights, the trace."""
-        run, proc, tail, limits, display = self.run, self.proc, self.tail, self.limits, self.run.display
-        chapter, device, folder = run.chapter, run.device, run.folder
-        # what is under the grader besides this run (runs started ahead of their turn) is not this run's to kill
-        known_children = sandbox.descendants(os.getpid()) - sandbox.descendants(proc.pid) - {proc.pid}
-        if "hello" not in run.clock:
-            run.clock["spawn"] = time.monotonic_ns()  # started ahead but not ready: its start-up counts from here
-        deadline = time.monotonic() + self.timeout
-        # nothing of a run goes on after it said it is done (its exit, its workers' shutdown), unless a profiler
-        # around it writes its report when the process ends
-        stop_at_done = self.trace != "nsys" and not self.profiled
-        failure: ScriptError | None = self.failure
-        try:
-            if failure is None:
-                if self.cache is not None:
-                    self.cache.fill(self.identity)
-                run.release()
-            while failure is None:
-                if time.monotonic() > deadline:
-                    failure = ScriptError(
-                        f"{display} did not finish within {self.timeout:.0f} s on {device} (the limit is timeout_s in "
-                        f"{chapter.id}/chapter.toml); " + _last_words(tail, "it printed nothing"))
-                    break
-                if not self._pump(0.25):
-                    break
-                if stop_at_done and run.outcome is not None:
-                    break
-        except ScriptError as err:
-            failure = err
-        finally:
-            if proc.poll() is None:  # stopped by the grader: nothing of it may go on
-                sandbox.kill_group(proc.pid)
-            survivors = sandbox.kill_survivors(proc.pid, proc.pid, known_children, grace_s=0 if failure else 3.0)
-            proc.wait()
-            run.clock["exit"] = time.monotonic_ns()
-            self._close()
-        if self.cache is not None:
-            self.cache.empty(keep=failure is None)  # regular files only: no link is followed
-        if failure is not None:
-            raise failure
-        return self._result(survivors)
-
-    def _result(self, survivors: int) -> RunResult:
-        run, proc, limits, display, trace = self.run, self.proc, self.limits, self.run.display, self.trace
-        chapter, folder, trace_file = run.chapter, run.folder, self.trace_file
-        output = b"".join(self.tail).decode(errors="replace")
-        outcome = run.outcome or {}
-        if outcome.get("type") == "incomplete" and run.weights is None:
-            raise IncompleteWork(f"work differs: {display} {outcome.get('error')}")
-        if outcome.get("type") == "error":
-            where = _where(outcome.get("where"), folder.script, display)
-            cap = ""
-            if limits.memory_mb and str(outcome.get("error", "")).startswith("MemoryError"):
-                cap = f" (out of memory: each process of a run may use {limits.memory_mb} MB, memory_mb in {chapter.id}/chapter.toml)"
-            raise ScriptError(f"{display} failed{where}: {outcome.get('error')}{cap}")
-        if run.weights is None or outcome.get("type") != "done":
-            code = proc.returncode
-            how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
-            if code in (-9, -11) and limits.memory_mb:
-                how += f" (out of memory? each process of a run may use {limits.memory_mb} MB, memory_mb in {chapter.id}/chapter.toml)"
-            raise ScriptError(f"{display} {how} before the grader had its trained weights; "
-                              + _last_words(self.tail, "it printed nothing"))
-        if trace == "nsys":
-            if not trace_file.exists():
-                raise WorkbookError(f"nsys wrote no report at {trace_file}; if only a .qdstrm appeared, nsys's importer "
-                                    "could not run (on some systems it needs libdw.so.1)")
-            trace_file = export_report(trace_file, folder.path)
-        elif trace == "torch":
-            if run.trace_bytes is None:
-                raise ScriptError(f"{display} sent no torch.profiler trace (the harness sends it when the window closes)")
-            # what the harness sent at export, kept where the run cannot reach: the file in the run's folder may
-            # have been rewritten since, and is not read
-            trace_file = sandbox.grader_folder(self.workdir, "trace-") / "trace.json.gz"
-            trace_file.write_bytes(run.trace_bytes)
-        window_ns = run.clock["weights"] - run.clock["open"]
-        samples = int(outcome.get("samples") or 0)
-        stamps = run.step_stamps
-        return RunResult(
-            script=run.script,
-            samples_per_s=samples / (window_ns / 1e9) if window_ns > 0 else None,
-            samples=samples,
-            window_s=window_ns / 1e9,
-            step_ms=[(b - a) / 1e6 for a, b in zip(stamps, stamps[1:])],
-            seed=run.seed,
-            window_key=run.window_key,
-            weights=run.weights,
-            raw={"loader": outcome.get("loader"), "device_name": outcome.get("device_name"), "samples": samples},
-            trace_file=trace_file,
-            copy=folder.script,
-            phases_s=phases(run.clock),
-            step_stamps_ns=stamps,
-            steps=run.total_steps,
-            workers_at_first_step=run.workers_at_first_step,
-            workers_at_close=run.workers_at_close,
-            survivors=survivors,
-            output_tail=output[-4000:],
-            reports=dict(run.reports),
-        )
+            if time.monotonic() > deadline:
+                failure = ScriptError(
+                    f"{display} did not finish within {timeout:.0f} s on {device} (the limit is timeout_s in "
+                    f"{chapter.id}/chapter.toml); " + _last_words(tail, "it printed nothing"))
+                break
+            exited = proc.poll() is not None
+            ready, _, _ = select.select(list(open_fds), [], [], 0 if exited else 0.25)
+            now = time.monotonic_ns()
+            for fd in ready:
+                try:
+                    data = os.read(fd, 1 << 20)
+                except BlockingIOError:
+                    continue
+                if fd == out:
+                    if not data:
+                        open_fds.discard(out)
+                        continue
+                    printed += len(data)
+                    tail.append(data)
+                    tail_bytes += len(data)
+                    while tail_bytes - len(tail[0]) >= OUTPUT_TAIL:
+                        tail_bytes -= len(tail.popleft())
+                    if printed > OUTPUT_CAP:
+                        raise run.broken(f"printed more than {OUTPUT_CAP // 2**20} MB")
+                elif data:
+                    protocol.feed(data, now)
+            if exited and not ready:
+                break
+            if stop_at_done and run.outcome is not None:
+                break
+    except ScriptError as err:
+        failure = err
+    finally:
+        if proc.poll() is None:  # stopped by the grader: nothing of it may go on
+            sandbox.kill_group(proc.pid)
+        survivors = sandbox.kill_survivors(proc.pid, proc.pid, known_children, grace_s=0 if failure else 3.0)
+        proc.wait()
+        run.clock["exit"] = time.monotonic_ns()
+        proc.stdout.close()
+        os.close(evt)
+        if run.ctl is not None:
+            os.close(run.ctl)
+        folder.close()
+    if compile_cache is not None:
+        compile_cache.empty(keep=failure is None)  # regular files only: no link is followed
+    if failure is not None:
+        raise failure
+    output = b"".join(tail).decode(errors="replace")
+    outcome = run.outcome or {}
+    if outcome.get("type") == "incomplete" and run.weights is None:
+        raise IncompleteWork(f"work differs: {display} {outcome.get('error')}")
+    if outcome.get("type") == "error":
+        where = _where(outcome.get("where"), folder.script, display)
+        cap = ""
+        if limits.memory_mb and str(outcome.get("error", "")).startswith("MemoryError"):
+            cap = f" (out of memory: each process of a run may use {limits.memory_mb} MB, memory_mb in {chapter.id}/chapter.toml)"
+        raise ScriptError(f"{display} failed{where}: {outcome.get('error')}{cap}")
+    if run.weights is None or outcome.get("type") != "done":
+        code = proc.returncode
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
+        if code in (-9, -11) and limits.memory_mb:
+            how += f" (out of memory? each process of a run may use {limits.memory_mb} MB, memory_mb in {chapter.id}/chapter.toml)"
+        raise ScriptError(f"{display} {how} before the grader had its trained weights; "
+                          + _last_words(tail, "it printed nothing"))
+    if trace == "nsys":
+        if not trace_file.exists():
+            raise WorkbookError(f"nsys wrote no report at {trace_file}; if only a .qdstrm appeared, nsys's importer "
+                                "could not run (on some systems it needs libdw.so.1)")
+        trace_file = export_report(trace_file, folder.path)
+    elif trace == "torch":
+        if run.trace_bytes is None:
+            raise ScriptError(f"{display} sent no torch.profiler trace (the harness sends it when the window closes)")
+        # what the harness sent at export, kept where the run cannot reach: the file in the run's folder may
+        # have been rewritten since, and is not read
+        trace_file = sandbox.grader_folder(workdir, "trace-") / "trace.json.gz"
+        trace_file.write_bytes(run.trace_bytes)
+    window_ns = run.clock["weights"] - run.clock["open"]
+    samples = int(outcome.get("samples") or 0)
+    stamps = run.step_stamps
+    return RunResult(
+        script=script,
+        samples_per_s=samples / (window_ns / 1e9) if window_ns > 0 else None,
+        samples=samples,
+        window_s=window_ns / 1e9,
+        step_ms=[(b - a) / 1e6 for a, b in zip(stamps, stamps[1:])],
+        seed=seed,
+        window_key=window_key,
+        weights=run.weights,
+        raw={"loader": outcome.get("loader"), "device_name": outcome.get("device_name"), "samples": samples},
+        trace_file=trace_file,
+        copy=folder.script,
+        phases_s=phases(run.clock),
+        step_stamps_ns=stamps,
+        steps=total_steps,
+        workers_at_first_step=run.workers_at_first_step,
+        workers_at_close=run.workers_at_close,
+        survivors=survivors,
+        output_tail=output[-4000:],
+        reports=dict(run.reports),
+    )
 
 
 def _last_words(tail: deque[bytes], otherwise: str) -> str:

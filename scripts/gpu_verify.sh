@@ -132,6 +132,9 @@ if has checks; then
   fi
   declare -A done_count
   for item in $PLAN; do
+    # an item may end in @NAME=VALUE: that one check runs with NAME=VALUE in its environment (an A/B of a switch)
+    assign=""
+    if [[ "$item" == *@* ]]; then assign=${item#*@}; item=${item%%@*}; fi
     IFS=: read -r kind chapter variant tool only <<< "$item"
     target="--variant $variant"
     if [ "$kind" = cheat ]; then
@@ -147,13 +150,13 @@ if has checks; then
       tool=${tool%+ncu}; extra="--with-ncu"; export WORKBOOK_NCU_OUT=$T/ncu-${chapter}-${variant}
     fi
     [ -n "$only" ] && extra="$extra --only $only"
-    key="$chapter:$variant:$tool$extra"; done_count[$key]=$(( ${done_count[$key]:-0} + 1 )); rerun=${done_count[$key]}
+    key="$chapter:$variant:$tool$extra$assign"; done_count[$key]=$(( ${done_count[$key]:-0} + 1 )); rerun=${done_count[$key]}
     log "check $chapter $variant $tool $extra (run $rerun)"
     keep=/tmp/keep; rm -rf $keep
     start=$(date +%s.%N)
     # never past HARD_STOP (seconds of this script): what ran before it still comes back
     scan=1; [ "$kind" = cheat ] && scan=0
-    WORKBOOK_SCAN=$scan timeout $(( ${HARD_STOP:-100000} - SECONDS )) \
+    env $assign WORKBOOK_SCAN=$scan timeout $(( ${HARD_STOP:-100000} - SECONDS )) \
       python3 -m checker check "$chapter" $target --trace-tool $tool $extra --keep-traces $keep --json > /tmp/check.json 2> /tmp/check.err
     code=$?
     grep -E '^  \[' /tmp/check.err | cut -c1-200
@@ -165,16 +168,16 @@ if has checks; then
       for f in $keep/*-candidate-torch.json.gz; do [ -e "$f" ] && mv "$f" "$T/${chapter}-${safe}-torch.json.gz"; done
       for f in $keep/*-baseline-torch.json.gz; do [ -e "$f" ] && [ ! -e "$T/${chapter}-slow-torch.json.gz" ] && mv "$f" "$T/${chapter}-slow-torch.json.gz"; done
     fi
-    python3 - "$chapter" "$variant" "$tool" "$rerun" "$code" "$wall" "$extra" <<'PY' >> "$OUT/checks.jsonl"
+    python3 - "$chapter" "$variant" "$tool" "$rerun" "$code" "$wall" "$extra" "$assign" <<'PY' >> "$OUT/checks.jsonl"
 import json, sys
-chapter, variant, tool, rerun, code, wall, extra = sys.argv[1:]
+chapter, variant, tool, rerun, code, wall, extra, assign = sys.argv[1:]
 try:
     report = json.load(open("/tmp/check.json"))
 except Exception:
     report = {"error": open("/tmp/check.err").read()[-2000:]}
 report.update(chapter=report.get("chapter") or chapter, variant=variant, trace_tool=tool, with_ncu="--with-ncu" in extra,
               only=extra.split("--only ")[1] if "--only " in extra else None, rerun=int(rerun), exit_code=int(code),
-              wall_s_outer=float(wall))
+              wall_s_outer=float(wall), env_vars=dict([assign.split("=", 1)]) if assign else {})
 print(json.dumps(report))
 PY
     tail -n 1 "$OUT/checks.jsonl" | python3 -c "

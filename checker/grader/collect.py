@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import numpy as np
 from checker.base.chapters import Chapter
 from checker.base.errors import WorkbookError
 from checker.grader.runs import RunResult
-from checker.grader.sandbox import python_command
+from checker.grader import forkserver
 from checker.trace.analyses.counts import top_level_aten_ops
 from checker.trace.intervals import merge
 
@@ -136,9 +135,8 @@ def ask_referee(chapter: Chapter, device: str, pairs: list[tuple[RunResult, RunR
                          "reference": f"baseline{index}" if role == "candidate" else None})
     job = folder / "job.json"
     job.write_text(json.dumps({"chapter": chapter.id, "device": device, "runs": runs, "cfg": cfg or {}}))
-    command = python_command("checker.grader.referee") + [str(job)]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=REFEREE_TIMEOUT_S,
-                          env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    proc = forkserver.run_module("checker.grader.referee", [str(job)], dict(os.environ, PYTHONDONTWRITEBYTECODE="1"),
+                                 timeout=REFEREE_TIMEOUT_S)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise WorkbookError(f"the referee could not judge the weights (exit {proc.returncode}): {last}")

@@ -19,7 +19,7 @@ from checker.base.tools import require_tool
 from checker.checks import FAILED, SKIPPED, CheckResult
 from checker.checks.evidence import Evidence, Speed, TraceMismatch
 from checker.checks.same_work import pair_problems, tolerances
-from checker.grader import compile_cache, sandbox
+from checker.grader import compile_cache, forkserver, sandbox
 from checker.grader.baseline import BaselineBank
 from checker.grader.collect import ask_referee, trace_problem
 from checker.grader.ncu import profile_kernel
@@ -123,6 +123,7 @@ class Evaluation:
         self.only = only
         self.plan = make_plan(chapter, device, only, with_ncu)
         self.workdir = sandbox.check_folder()
+        forkserver.prestart()  # its imports overlap what comes before the first run
         # a chapter about loading data: a CPU trace's time spent waiting for a batch is the lesson, not hidden work
         self.loads_data = any(c.name in ("data_wait", "loader_settings") for c in chapter.checks)
         self.timed_pairs: list[tuple[RunResult, RunResult]] = []
@@ -190,7 +191,10 @@ class Evaluation:
         run = run_script(self.chapter, script, self.device, workdir=self.workdir, seed=seed, window_key=key,
                          display=shown, **kwargs)
         self._timing("run", what, began, script=shown, trace=kwargs.get("trace") or kwargs.get("profiler") and "ncu",
-                     compile_cache="compile_cache" in kwargs, phases=run.phases_s)
+                     compile_cache="compile_cache" in kwargs, phases=run.phases_s, forked=run.forked)
+        refused = forkserver.refused()
+        if refused and not any(note.startswith("fork server") for note in self.notes):
+            self.notes.append(f"fork server not used, each run imported torch itself: {refused}")
         self.say(f"  {sum(run.phases_s.values()):.1f} s: {describe_phases(run.phases_s)}")
         if run.survivors:
             left = "1 process" if run.survivors == 1 else f"{run.survivors} processes"

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from checker.grader import compile_cache as compile_caches
+from checker.grader import forkserver
 from checker.grader import sandbox
 from checker.base.chapters import Chapter
 from checker.base.errors import WorkbookError
@@ -70,6 +71,7 @@ class RunResult:
     survivors: int = 0  # processes the run left behind, killed by the grader
     output_tail: str = ""
     reports: dict[str, float] = field(default_factory=dict)  # numbers the run claimed (session.report): untrusted
+    forked: bool = False  # started by the fork server (its start-up had torch imported already)
 
 
 # (name, from mark, to mark): where the seconds of one run went, on the grader's clock
@@ -253,12 +255,13 @@ def run_script(
     identity = sandbox.run_identity()
     folder = sandbox.RunFolder.create(workdir, script, identity)
     script_args = ["--device", device, "--steps", str(total_steps)] + list(extra_args or [])
-    command = [*sandbox.python_command(), "--channel", str(folder.path), "--script", str(folder.script)]
+    launch_args = ["--channel", str(folder.path), "--script", str(folder.script)]
     trace_file = None
     if trace == "torch":
         trace_file = folder.path / "trace.json.gz"
-        command += ["--trace", "torch", "--trace-out", str(trace_file)]
-    elif trace == "nsys":
+        launch_args += ["--trace", "torch", "--trace-out", str(trace_file)]
+    command = [*sandbox.python_command(), *launch_args]
+    if trace == "nsys":
         nsys = require_tool("nsys", "--trace-tool nsys")
         # nsys runs as the run's own user: started by the grader around the run, it writes its report after the
         # run's process has ended. (Run as the grader's user with the run dropped beneath it, nsys wrote no report
@@ -275,8 +278,11 @@ def run_script(
         command = [tool, *options, "-o", str(report), *command]
         trace_file = report.with_suffix(".ncu-rep")
     command += ["--", *script_args]
+    launch_args += ["--", *script_args]
     limits = sandbox.Limits(memory_mb=int(cfg.get("memory_mb") or CPU_MEMORY_MB) if device == "cpu" else None)
     sandbox.become_subreaper()
+    # a run no profiler must start is forked from a process that has imported torch already (forkserver.py)
+    server = forkserver.server() if trace != "nsys" and profiler is None else None
     known_children = sandbox.descendants(os.getpid())
     run = _Run(chapter, script, device, total_steps, warmup, seed, window_key, folder, display)
     protocol = _Protocol(run)
@@ -289,11 +295,7 @@ def run_script(
         env.update(compile_caches.environment(compile_cache.place))
     stop_at_done = trace != "nsys" and profiler is None
     run.clock["spawn"] = time.monotonic_ns()
-    proc = subprocess.Popen(
-        command, cwd=folder.path, env=env, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        preexec_fn=sandbox.preexec(identity, limits, _isolate_network()),
-    )
+    proc = _start(command, launch_args, folder, env, identity, limits, server)
     run.pid = proc.pid
     out = proc.stdout.fileno()
     os.set_blocking(out, False)
@@ -401,6 +403,26 @@ def run_script(
         survivors=survivors,
         output_tail=output[-4000:],
         reports=dict(run.reports),
+        forked=isinstance(proc, forkserver.ForkedRun),
+    )
+
+
+def _start(command: list[str], launch_args: list[str], folder: sandbox.RunFolder, env: dict[str, str], identity,
+           limits: sandbox.Limits, server: "forkserver.Server | None"):
+    """The run's process: forked by the fork server when there is one that serves, else started afresh."""
+    if server is not None:
+        read, write = os.pipe()
+        try:
+            pid = server.spawn(launch_args, str(folder.path), env, identity, limits, _isolate_network(), write)
+        finally:
+            os.close(write)
+        if pid is not None:
+            return forkserver.ForkedRun(pid, read)
+        os.close(read)
+    return subprocess.Popen(
+        command, cwd=folder.path, env=env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        preexec_fn=sandbox.preexec(identity, limits, _isolate_network()),
     )
 
 

@@ -216,8 +216,10 @@ def python_command(module: str = "checker.candidate.launch") -> list[str]:
     return [sys.executable, "-I", "-B", "-c", boot]
 
 
-def preexec(identity: tuple[int, int] | None, limits: Limits, isolate_network: bool):
-    """What the child does between fork and exec: limits, no network, then the unprivileged user."""
+def preexec(identity: tuple[int, int] | None, limits: Limits, isolate_network: bool, die_with_parent: bool = True):
+    """What the child does between fork and exec: limits, no network, then the unprivileged user (and, unless
+    ``die_with_parent`` is False, death with its parent: a run forked by checker.grader.forkserver sets that
+    once it is the grader's child)."""
 
     def setup() -> None:  # pragma: no cover - runs in the forked child
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -234,7 +236,8 @@ def preexec(identity: tuple[int, int] | None, limits: Limits, isolate_network: b
             os.setgroups([])
             os.setgid(gid)
             os.setuid(uid)
-        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # after setuid, which clears it: dies with the grader
+        if die_with_parent:  # after setuid, which clears it: dies with the grader
+            _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
     return setup
 

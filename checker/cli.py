@@ -93,6 +93,9 @@ def _check_and_print(chapter, *, variant="lab", submission=None, device=None, tr
                      keep_traces=None, only=None, as_json=False):
     """Compile the candidate first (a syntax error is reported before anything runs), grade it, print the report;
     a check of the learner's own lab is recorded in the progress file."""
+    from checker.grader import forkserver
+
+    forkserver.prestart()  # its imports of torch overlap this process's own
     from checker.grader.evaluate import evaluate, resolve_candidate
 
     check_syntax(resolve_candidate(chapter, variant, submission))

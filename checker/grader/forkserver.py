@@ -79,14 +79,14 @@ class ForkedRun:
 class Server:
     """One fork server for this grading process, started on first use."""
 
-    def __init__(self):
+    def __init__(self, preload: tuple[str, ...] = PRELOAD):
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         folder = tempfile.mkdtemp(prefix="wb-forkserver-")
         env = {key: os.environ[key] for key in sandbox._KEEP_ENV if key in os.environ}
         env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
         env.update(HOME=folder, TMPDIR=folder, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
         self.proc = subprocess.Popen(
-            [*sandbox.python_command("checker.grader.forkserver"), str(theirs.fileno())],
+            [*sandbox.python_command("checker.grader.forkserver"), str(theirs.fileno()), *preload],
             pass_fds=(theirs.fileno(),), env=env, cwd=folder, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True,
             preexec_fn=_die_with_parent,
@@ -145,8 +145,8 @@ def server() -> Server | None:
     global _SERVER
     if not enabled():
         return None
-    if _SERVER is not None and _SERVER.proc.poll() is not None:
-        _SERVER = None  # it ended: start another
+    if _SERVER is not None and _SERVER.ready is not False and _SERVER.proc.poll() is not None:
+        _SERVER = None  # it ended while serving: start another (one that refused stays refused)
     if _SERVER is None:
         sandbox.become_subreaper()  # before any run is reparented
         _SERVER = Server()
@@ -228,25 +228,38 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
 
 
 # -- the server's side --------------------------------------------------------------------------------------
-def _cuda_driver_loaded() -> bool:
-    """Whether the CUDA driver library is mapped into this process (a sign CUDA may have started)."""
+CUDA_ERROR_NOT_INITIALIZED = 3
+
+
+def _cuda_started() -> bool:
+    """Whether the CUDA driver was initialized in this process (cuInit), which a forked child could not undo.
+
+    Importing torch maps the driver library (libcuda) without initializing it, and a library mapped is safe to
+    fork. The driver answers cuDeviceGetCount with CUDA_ERROR_NOT_INITIALIZED until cuInit was called, and
+    asking changes nothing."""
+    import ctypes
+
     try:
         with open("/proc/self/maps") as handle:
-            return any("libcuda.so" in line for line in handle)
+            mapped = [line.split()[-1] for line in handle if "libcuda.so" in line]
     except OSError:
         return False
+    if not mapped:
+        return False  # no driver here (a CPU machine), or not loaded: nothing can have started
+    count = ctypes.c_int(0)
+    return ctypes.CDLL(mapped[0]).cuDeviceGetCount(ctypes.byref(count)) != CUDA_ERROR_NOT_INITIALIZED
 
 
 def main(argv: list[str]) -> int:  # pragma: no cover - runs as the server process
     sock = socket.socket(fileno=int(argv[0]))
     why = ""
     try:
-        for name in PRELOAD:
+        for name in argv[1:]:
             importlib.import_module(name)
     except BaseException as err:  # noqa: BLE001 - reported to the grader, which then starts runs itself
         why = f"the fork server could not import {name}: {type(err).__name__}: {err}"
-    if not why and _cuda_driver_loaded():
-        why = "the CUDA driver was loaded while the fork server imported torch"
+    if not why and _cuda_started():
+        why = "CUDA was started while the fork server imported torch"
     sock.send(json.dumps({"ready": not why, "why": why}).encode())
     if why:
         return 1
@@ -313,6 +326,8 @@ def _become_run(request: dict, fds: list[int], middle: int) -> None:  # pragma: 
         os.environ.update(request["env"])
         tempfile.tempdir = None  # TMPDIR is the run's now
         random.seed()  # not the server's state, shared by every run it forked
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
         code = importlib.import_module(request.get("module") or LAUNCH).main(list(request["args"]))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

@@ -1,0 +1,104 @@
+"""Runs forked from a process that has imported torch (checker/grader/forkserver.py): what a run sees and what
+the grader sees are those of a run started afresh; a server that cannot serve leaves runs to start afresh."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+
+import pytest
+
+from checker.base.chapters import get_chapter
+from checker.grader import forkserver, sandbox
+from checker.grader.runs import run_script
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server needs Linux")
+
+
+@pytest.fixture
+def server():
+    started = forkserver.Server(preload=("checker.candidate.launch",))
+    sandbox.become_subreaper()
+    yield started
+    started.close()
+
+
+def spawn_script(server, tmp_path, body: str, env: dict[str, str]) -> tuple[int, str]:
+    script = tmp_path / "probe.py"
+    script.write_text(textwrap.dedent(body))
+    read, write = os.pipe()
+    try:
+        pid = server.spawn(["--script", str(script)], str(tmp_path), env, None, sandbox.Limits(), False, write)
+    finally:
+        os.close(write)
+    assert pid is not None, server.why
+    run = forkserver.ForkedRun(pid, read)
+    output = run.stdout.read().decode()
+    code = run.wait()
+    run.stdout.close()
+    return code, output
+
+
+def test_a_forked_run_is_the_graders_child_with_its_own_environment_and_folder(server, tmp_path):
+    (tmp_path / "tmp").mkdir()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "TMPDIR": str(tmp_path / "tmp"),
+           "MARK": "this run's"}
+    code, output = spawn_script(server, tmp_path, """
+        import json, os, sys, tempfile
+        print(json.dumps({"ppid": os.getppid(), "sid": os.getsid(0) == os.getpid(), "cwd": os.getcwd(),
+                          "tmp": tempfile.gettempdir(), "mark": os.environ.get("MARK"),
+                          "server_home": os.environ.get("HOME"), "torch": "torch" in sys.modules}))
+    """, env)
+    seen = json.loads(output.strip().splitlines()[-1])
+    assert seen["ppid"] == os.getpid()  # reparented to the grader, which waits for it and counts its processes
+    assert seen["sid"]  # a session of its own: the grader kills it by its group
+    assert seen["cwd"] == str(tmp_path) and seen["tmp"] == str(tmp_path / "tmp") and seen["mark"] == "this run's"
+    assert seen["server_home"] == str(tmp_path)
+    # the launcher ran without a channel: no session was started, so it reports an error outcome (exit 3)
+    assert code == 3
+
+
+def test_a_forked_run_that_crashes_reports_its_exit_and_its_words(server, tmp_path):
+    code, output = spawn_script(server, tmp_path, "import os; print('going', flush=True); os._exit(7)\n",
+                                {"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    assert code == 7 and "going" in output
+
+
+def test_a_server_that_cannot_import_refuses_and_says_why():
+    refused = forkserver.Server(preload=("no_such_module_for_the_workbook",))
+    try:
+        assert refused.wait_ready() is False
+        assert "no_such_module_for_the_workbook" in refused.why
+        read, write = os.pipe()
+        assert refused.spawn([], "/", {}, None, sandbox.Limits(), False, write) is None
+        os.close(read), os.close(write)
+    finally:
+        refused.close()
+
+
+@pytest.mark.slow
+def test_runs_start_afresh_where_the_server_refuses(monkeypatch):
+    """The grader's fallback: a refused server leaves every run to be started with its own interpreter."""
+    chapter = get_chapter("01")
+    refused = forkserver.Server(preload=("no_such_module_for_the_workbook",))
+    monkeypatch.setattr(forkserver, "_SERVER", refused)
+    try:
+        run = run_script(chapter, chapter.solution_script, "cpu", seed=3, window_key=5)
+        assert run.forked is False and run.weights
+        assert "no_such_module_for_the_workbook" in (forkserver.refused() or "")
+    finally:
+        refused.close()
+        monkeypatch.setattr(forkserver, "_SERVER", None)
+
+
+@pytest.mark.slow
+def test_a_forked_run_trains_the_same_weights_as_one_started_afresh(monkeypatch):
+    chapter = get_chapter("01")
+    monkeypatch.setenv("WORKBOOK_FORKSERVER", "1")
+    forked = run_script(chapter, chapter.solution_script, "cpu", seed=3, window_key=5)
+    monkeypatch.setenv("WORKBOOK_FORKSERVER", "0")
+    fresh = run_script(chapter, chapter.solution_script, "cpu", seed=3, window_key=5)
+    assert forked.forked and not fresh.forked
+    assert forked.weights == fresh.weights  # on a CPU the same ops in the same order: the same bytes

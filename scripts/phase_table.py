@@ -47,11 +47,15 @@ def render(env: dict, rows: list[dict], label: str, left_out: list[str]) -> str:
             "Python, torch and the checker imported; build = the chapter's workload; setup = the script's own set-up, "
             "CUDA's start included; warm-up = untimed steps, torch.compile included; timed = the window; after, exit). "
             "An empty cell: that grader did not time it. `outside` is the command's wall time not in any timing: the `workbook` process's own start (torch "
-            "imported, CUDA asked for) and the scan of the source. `forked`: runs forked by the fork server "
-            "(checker/grader/forkserver.py), which start with torch imported; `env`: the switch a row ran with.\n\n")
+            "imported, CUDA asked for) and the scan of the source.")
     columns = ["chapter", "variant", "trace", "verdict", "check_wall_s", "runs", "timed_pairs", *RUN_PHASES, "referee",
                "parse", "ncu", "probe", "tamper", "outside_timings_s"]
-    columns += [c for c in ("forked", "env") if any(row.get(c) is not None for row in rows)]  # the fork server's A/B
+    extra = [c for c in ("forked", "env") if any(row.get(c) is not None for row in rows)]  # the fork server's A/B
+    if extra:
+        head += (" `forked`: runs forked by the fork server (checker/grader/forkserver.py), which start with torch "
+                 "imported; `env`: the switch a row ran with.")
+    head += "\n\n"
+    columns += extra
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
         lines.append("| " + " | ".join("" if row.get(c) is None else str(row.get(c)) for c in columns) + " |")

@@ -191,7 +191,7 @@ class Evaluation:
         run = run_script(self.chapter, script, self.device, workdir=self.workdir, seed=seed, window_key=key,
                          display=shown, **kwargs)
         self._timing("run", what, began, script=shown, trace=kwargs.get("trace") or kwargs.get("profiler") and "ncu",
-                     compile_cache="compile_cache" in kwargs, phases=run.phases_s, forked=run.forked)
+                     compile_cache="compile_cache" in kwargs, phases=run.phases_s, forked=getattr(run, "forked", False))
         refused = forkserver.refused()
         if refused and not any(note.startswith("fork server") for note in self.notes):
             self.notes.append(f"fork server not used, each run imported torch itself: {refused}")

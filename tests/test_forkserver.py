@@ -46,8 +46,9 @@ def test_a_forked_run_is_the_graders_child_with_its_own_environment_and_folder(s
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "TMPDIR": str(tmp_path / "tmp"),
            "MARK": "this run's"}
     code, output = spawn_script(server, tmp_path, """
-        import json, os, sys, tempfile
-        print(json.dumps({"ppid": os.getppid(), "sid": os.getsid(0) == os.getpid(), "cwd": os.getcwd(),
+        import ctypes, json, os, sys, tempfile
+        dumpable = ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
+        print(json.dumps({"ppid": os.getppid(), "dumpable": dumpable, "sid": os.getsid(0) == os.getpid(), "cwd": os.getcwd(),
                           "tmp": tempfile.gettempdir(), "mark": os.environ.get("MARK"),
                           "server_home": os.environ.get("HOME"), "torch": "torch" in sys.modules}))
     """, env)
@@ -56,6 +57,7 @@ def test_a_forked_run_is_the_graders_child_with_its_own_environment_and_folder(s
     assert seen["sid"]  # a session of its own: the grader kills it by its group
     assert seen["cwd"] == str(tmp_path) and seen["tmp"] == str(tmp_path / "tmp") and seen["mark"] == "this run's"
     assert seen["server_home"] == str(tmp_path)
+    assert seen["dumpable"] == 1  # as a process started afresh is (the server itself is not)
     # the launcher ran without a channel: no session was started, so it reports an error outcome (exit 3)
     assert code == 3
 
@@ -102,3 +104,14 @@ def test_a_forked_run_trains_the_same_weights_as_one_started_afresh(monkeypatch)
     fresh = run_script(chapter, chapter.solution_script, "cpu", seed=3, window_key=5)
     assert forked.forked and not fresh.forked
     assert forked.weights == fresh.weights  # on a CPU the same ops in the same order: the same bytes
+
+
+def test_a_server_that_does_not_answer_is_given_up(monkeypatch):
+    """A server stuck in its imports must not hang the check: past the wait, runs start afresh."""
+    monkeypatch.setattr(forkserver, "READY_TIMEOUT_S", 0.5)
+    stuck = forkserver.Server(preload=("torch",))  # importing torch takes longer than half a second
+    try:
+        assert stuck.wait_ready() is False and "did not answer" in stuck.why
+        assert stuck.proc.wait(timeout=10) is not None
+    finally:
+        stuck.close()

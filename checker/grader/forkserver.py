@@ -14,7 +14,8 @@ What stays as it was for a run started with ``subprocess``:
   namespace and its unprivileged user (``sandbox.preexec``), then dies with the grader (PR_SET_PDEATHSIG, set
   once it is the grader's child) and takes the run's environment, folder and arguments.
 * Nothing of one run reaches another: each is forked from the server's state right after its imports, and a run
-  dropped to an unprivileged user cannot reach the server, which runs as the grader's user.
+  dropped to an unprivileged user cannot reach the server, which runs as the grader's user; where runs are not
+  dropped, the server is not dumpable, so a run cannot ptrace it or read its memory either.
 * CUDA is never started in the server (a forked process cannot use a CUDA context its parent made): the server
   checks after its imports that no CUDA driver is loaded, and refuses to serve otherwise; the grader then starts
   each run the ordinary way. So does every run under nsys or ncu, which must start the process themselves.
@@ -44,6 +45,8 @@ from checker.grader import sandbox
 PRELOAD = ("torch", "torch._dynamo", "torchvision", "checker.candidate.launch", "checker.lab", "checker.grader.referee")
 LAUNCH = "checker.candidate.launch"  # what a run runs; the referee (checker.grader.referee) is forked here too
 _MAX_MESSAGE = 1 << 20
+READY_TIMEOUT_S = 300.0  # the server's imports (seconds; minutes on a cold disk): past this, runs start afresh
+REPLY_TIMEOUT_S = 60.0  # one fork
 
 
 def enabled() -> bool:
@@ -97,16 +100,22 @@ class Server:
 
     def wait_ready(self) -> bool:
         if self.ready is None:
-            reply = self._receive()
+            reply = self._receive(READY_TIMEOUT_S)
             self.ready = bool(reply.get("ready"))
             self.why = str(reply.get("why", ""))
         return self.ready
 
-    def _receive(self) -> dict:
+    def _receive(self, timeout: float) -> dict:
+        self.sock.settimeout(timeout)
         try:
             data = self.sock.recv(_MAX_MESSAGE)
+        except socket.timeout:
+            self.proc.kill()  # a server that does not answer serves no more
+            return {"ready": False, "why": f"the fork server did not answer within {timeout:.0f} s"}
         except OSError as err:
             return {"ready": False, "why": f"the fork server's socket failed: {err}"}
+        finally:
+            self.sock.settimeout(None)
         if not data:
             return {"ready": False, "why": "the fork server ended"}
         return json.loads(data)
@@ -124,7 +133,7 @@ class Server:
         except OSError:
             self.ready, self.why = False, "the fork server ended"
             return None
-        reply = self._receive()
+        reply = self._receive(REPLY_TIMEOUT_S)
         if not reply.get("pid"):
             self.ready, self.why = False, str(reply.get("why", "the fork server could not start the run"))
             return None
@@ -250,7 +259,13 @@ def _cuda_started() -> bool:
     return ctypes.CDLL(mapped[0]).cuDeviceGetCount(ctypes.byref(count)) != CUDA_ERROR_NOT_INITIALIZED
 
 
+PR_SET_DUMPABLE = 4
+
+
 def main(argv: list[str]) -> int:  # pragma: no cover - runs as the server process
+    # not dumpable: a process of the same user (a run where runs are not dropped to another user) cannot ptrace it
+    # or read its memory; each run it forks is made dumpable again, as a process started afresh is
+    sandbox._LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     sock = socket.socket(fileno=int(argv[0]))
     why = ""
     try:
@@ -319,6 +334,7 @@ def _become_run(request: dict, fds: list[int], middle: int) -> None:  # pragma: 
         while os.getppid() == middle:  # until the middle process has ended and this run is the grader's
             time.sleep(0.001)
         sandbox._LIBC.prctl(sandbox.PR_SET_PDEATHSIG, 9, 0, 0, 0)
+        sandbox._LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         if os.getppid() != int(request["grader"]):
             os._exit(1)  # the grader ended meanwhile
         os.chdir(request["cwd"])

@@ -78,6 +78,7 @@ def test_a_server_that_cannot_import_refuses_and_says_why():
         os.close(read), os.close(write)
     finally:
         refused.close()
+    assert not os.path.exists(refused.folder)  # its HOME and TMPDIR go with it
 
 
 @pytest.mark.slow

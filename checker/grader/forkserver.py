@@ -30,6 +30,7 @@ import importlib
 import json
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -84,7 +85,7 @@ class Server:
 
     def __init__(self, preload: tuple[str, ...] = PRELOAD):
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        folder = tempfile.mkdtemp(prefix="wb-forkserver-")
+        self.folder = folder = tempfile.mkdtemp(prefix="wb-forkserver-")  # its HOME and TMPDIR, removed at close
         env = {key: os.environ[key] for key in sandbox._KEEP_ENV if key in os.environ}
         env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
         env.update(HOME=folder, TMPDIR=folder, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
@@ -144,6 +145,7 @@ class Server:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 _SERVER: Server | None = None

@@ -68,6 +68,21 @@ def test_a_forked_run_that_crashes_reports_its_exit_and_its_words(server, tmp_pa
     assert code == 7 and "going" in output
 
 
+def test_the_server_is_used_only_where_runs_cannot_reach_it(monkeypatch):
+    """A run of the server's own user could rewrite it (tests/redteam/cheats/fork_server_patch): unless asked, runs
+    are forked only where they are dropped to another user."""
+    monkeypatch.delenv("WORKBOOK_FORKSERVER", raising=False)
+    monkeypatch.setattr(sandbox, "run_identity", lambda: None)
+    assert forkserver.enabled() is False and forkserver.server() is None
+    monkeypatch.setattr(sandbox, "run_identity", lambda: (65534, 65534))
+    assert forkserver.enabled() is True
+    monkeypatch.setenv("WORKBOOK_FORKSERVER", "0")
+    assert forkserver.enabled() is False
+    monkeypatch.setattr(sandbox, "run_identity", lambda: None)
+    monkeypatch.setenv("WORKBOOK_FORKSERVER", "1")
+    assert forkserver.enabled() is True
+
+
 def test_a_server_that_cannot_import_refuses_and_says_why():
     refused = forkserver.Server(preload=("no_such_module_for_the_workbook",))
     try:
@@ -85,6 +100,7 @@ def test_a_server_that_cannot_import_refuses_and_says_why():
 def test_runs_start_afresh_where_the_server_refuses(monkeypatch):
     """The grader's fallback: a refused server leaves every run to be started with its own interpreter."""
     chapter = get_chapter("01")
+    monkeypatch.setenv("WORKBOOK_FORKSERVER", "1")  # asked for, even where runs are not dropped (as here, in CI)
     refused = forkserver.Server(preload=("no_such_module_for_the_workbook",))
     monkeypatch.setattr(forkserver, "_SERVER", refused)
     try:

@@ -14,13 +14,17 @@ What stays as it was for a run started with ``subprocess``:
   namespace and its unprivileged user (``sandbox.preexec``), then dies with the grader (PR_SET_PDEATHSIG, set
   once it is the grader's child) and takes the run's environment, folder and arguments.
 * Nothing of one run reaches another: each is forked from the server's state right after its imports, and a run
-  dropped to an unprivileged user cannot reach the server, which runs as the grader's user; where runs are not
-  dropped, the server is not dumpable, so a run cannot ptrace it or read its memory either.
+  dropped to an unprivileged user cannot reach the server, which runs as the grader's user. Where runs are not
+  dropped (the grader is not root, or the unprivileged user cannot run this Python), a run is the server's own
+  user: it could rewrite the server's memory (as root, through /proc/<pid>/mem, whatever the server's dumpable
+  flag) or pin and renice it, and so every process forked after it, the referee and the slow script's runs
+  included (the red team's fork_server_patch in tests/redteam/ passed same_work with half the steps that way).
+  So, unless asked, the server is used only where runs are dropped: on a GPU machine graded as root.
 * CUDA is never started in the server (a forked process cannot use a CUDA context its parent made): the server
   checks after its imports that no CUDA driver is loaded, and refuses to serve otherwise; the grader then starts
   each run the ordinary way. So does every run under nsys or ncu, which must start the process themselves.
 
-``WORKBOOK_FORKSERVER=0`` starts every run the ordinary way.
+``WORKBOOK_FORKSERVER=0`` starts every run the ordinary way; ``=1`` forks even where runs are not dropped.
 """
 
 from __future__ import annotations
@@ -51,7 +55,16 @@ REPLY_TIMEOUT_S = 60.0  # one fork
 
 
 def enabled() -> bool:
-    return os.environ.get("WORKBOOK_FORKSERVER", "1") != "0" and sys.platform.startswith("linux")
+    """Whether runs are forked from a server here. ``WORKBOOK_FORKSERVER``: ``0`` never; ``1`` always (your own
+    lab on your own machine: faster, but a run of your own user can reach the server, so never for grading anyone
+    else); unset, only where the runs are dropped to another user (``sandbox.run_identity()``: the grader is root),
+    whom the server, the grader's own process, is out of reach of."""
+    if not sys.platform.startswith("linux"):
+        return False
+    value = os.environ.get("WORKBOOK_FORKSERVER", "")
+    if value in ("0", "1"):
+        return value == "1"
+    return sandbox.run_identity() is not None
 
 
 # -- the grader's side --------------------------------------------------------------------------------------
@@ -265,8 +278,9 @@ PR_SET_DUMPABLE = 4
 
 
 def main(argv: list[str]) -> int:  # pragma: no cover - runs as the server process
-    # not dumpable: a process of the same user (a run where runs are not dropped to another user) cannot ptrace it
-    # or read its memory; each run it forks is made dumpable again, as a process started afresh is
+    # not dumpable: an unprivileged process of its user cannot ptrace it (root still can, and a process of its
+    # user can still signal, pin or renice it: enabled() keeps runs of its user away); each run it forks is made
+    # dumpable again, as a process started afresh is
     sandbox._LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     sock = socket.socket(fileno=int(argv[0]))
     why = ""

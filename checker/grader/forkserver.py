@@ -21,7 +21,7 @@ What stays as it was for a run started with ``subprocess``:
   included (the red team's fork_server_patch in tests/redteam/ passed same_work with half the steps that way).
   So, unless asked, the server is used only where runs are dropped: on a GPU machine graded as root.
 * CUDA is never started in the server (a forked process cannot use a CUDA context its parent made): the server
-  checks after its imports that no CUDA driver is loaded, and refuses to serve otherwise; the grader then starts
+  asks the driver after its imports whether it was initialized (``_cuda_started``), and refuses to serve if so; the grader then starts
   each run the ordinary way. So does every run under nsys or ncu, which must start the process themselves.
 
 ``WORKBOOK_FORKSERVER=0`` starts every run the ordinary way; ``=1`` forks even where runs are not dropped.
@@ -34,6 +34,7 @@ import importlib
 import json
 import os
 import random
+import select
 import shutil
 import socket
 import subprocess
@@ -99,14 +100,13 @@ class Server:
     def __init__(self, preload: tuple[str, ...] = PRELOAD):
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.folder = folder = tempfile.mkdtemp(prefix="wb-forkserver-")  # its HOME and TMPDIR, removed at close
-        env = {key: os.environ[key] for key in sandbox._KEEP_ENV if key in os.environ}
-        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+        env = sandbox.clean_environment()
         env.update(HOME=folder, TMPDIR=folder, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
         self.proc = subprocess.Popen(
             [*sandbox.python_command("checker.grader.forkserver"), str(theirs.fileno()), *preload],
             pass_fds=(theirs.fileno(),), env=env, cwd=folder, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=sandbox.die_with_parent_process,
         )
         theirs.close()
         self.ready: bool | None = None  # None until the server said whether it serves
@@ -212,8 +212,6 @@ def run_module(module: str, args: list[str], env: dict[str, str], timeout: float
 
 def _collect(pid: int, out_read: int, err_read: int, args: list[str], timeout: float) -> subprocess.CompletedProcess:
     """Read a forked process's stdout and stderr to their end, then wait for it (killed past ``timeout``)."""
-    import select
-
     run = ForkedRun(pid, out_read)
     chunks: dict[int, list[bytes]] = {out_read: [], err_read: []}
     deadline = time.monotonic() + timeout
@@ -245,10 +243,6 @@ def _stop() -> None:
     if _SERVER is not None:
         _SERVER.close()
         _SERVER = None
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    sandbox._LIBC.prctl(sandbox.PR_SET_PDEATHSIG, 9, 0, 0, 0)
 
 
 # -- the server's side --------------------------------------------------------------------------------------
@@ -349,7 +343,7 @@ def _become_run(request: dict, fds: list[int], middle: int) -> None:  # pragma: 
         sandbox.preexec(identity, limits, bool(request["isolate_network"]), die_with_parent=False)()
         while os.getppid() == middle:  # until the middle process has ended and this run is the grader's
             time.sleep(0.001)
-        sandbox._LIBC.prctl(sandbox.PR_SET_PDEATHSIG, 9, 0, 0, 0)
+        sandbox.die_with_parent_process()
         sandbox._LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         if os.getppid() != int(request["grader"]):
             os._exit(1)  # the grader ended meanwhile

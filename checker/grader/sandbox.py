@@ -168,9 +168,15 @@ def check_folder() -> Path:
     return path
 
 
-def environment(folder: RunFolder) -> dict[str, str]:
+def clean_environment() -> dict[str, str]:
+    """What of the grader's environment a process it starts keeps: the paths, the locale, the GPUs to use."""
     env = {key: os.environ[key] for key in _KEEP_ENV if key in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    return env
+
+
+def environment(folder: RunFolder) -> dict[str, str]:
+    env = clean_environment()
     home, tmp = folder.path / "home", folder.path / "tmp"
     env.update(HOME=str(home), TMPDIR=str(tmp), XDG_CACHE_HOME=str(home / ".cache"), PYTHONUNBUFFERED="1",
                WORKBOOK_ROOT=str(repo_root()), PYTHONDONTWRITEBYTECODE="1")
@@ -237,9 +243,14 @@ def preexec(identity: tuple[int, int] | None, limits: Limits, isolate_network: b
             os.setgid(gid)
             os.setuid(uid)
         if die_with_parent:  # after setuid, which clears it: dies with the grader
-            _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            die_with_parent_process()
 
     return setup
+
+
+def die_with_parent_process() -> None:  # pragma: no cover - runs in a child
+    """This process is killed when its parent ends (PR_SET_PDEATHSIG)."""
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _loopback_up() -> None:  # pragma: no cover - runs in the forked child

@@ -272,6 +272,11 @@ class TraceAnalysis:
         """One row per step: step_ns, data_wait_ns, data_wait_fraction, source."""
         return dataloader.data_wait(self.events, self._steps, exclude_steps)
 
+    def get_data_wait_gpu_idle(self, exclude_steps=()) -> pd.DataFrame:
+        """One row per step: data_wait_ns, gpu_idle_ns (the GPU idle through it), after_sync_ns (of that, idle
+        time that began while the host sat in a host sync). Empty for a trace without GPU work."""
+        return dataloader.data_wait_gpu_idle(self.events, self._steps, self._all_syncs, exclude_steps)
+
     # ---- two traces ------------------------------------------------------------------------------
     def get_diff(self, baseline: "TraceAnalysis") -> pd.DataFrame:
         """What changed from baseline to this trace, per step: kind, name, before_per_step,

@@ -15,7 +15,10 @@ when the trace marks none, which ``steps_found`` and the notes say):
 - ``kernels_per_step`` (float), ``launches_per_step`` (float), ``kernel_families``: [{"family", "share",
   "count"}], ``top_kernels``: [{"name", "family", "count", "total_ms", "share"}]
 - ``gpu_idle_fraction`` (float | null: null without GPU work), ``gpu_idle_host_wait_fraction``
-- ``data_wait_fraction`` (float | null: null without data ranges)
+- ``data_wait_fraction`` (float | null: null without data ranges), ``data_wait_gpu_idle_fraction`` (of that
+  wait, the share the GPU had nothing to run; null without GPU work or data ranges),
+  ``data_wait_after_sync_fraction`` (the step time the GPU sat idle in data waits that began while the host
+  was in a host sync: the cost a sync adds by leaving the queue empty while the next batch is prepared)
 - ``top_ops``: [{"name", "count_per_step", "self_ms_per_step", "total_ms_per_step"}], the 15 CPU ops with the
   most self time per step (as torch.profiler's ``key_averages().table(sort_by="self_cpu_time_total")``),
   ``top_ops_by_count``: the same for the 15 most frequent
@@ -87,9 +90,13 @@ def build_summary(trace, exclude_steps=frozenset()) -> dict:
     if len(idle) and idle["window_ns"].sum() > 0:
         idle_fraction = idle["idle_ns"].sum() / idle["window_ns"].sum()
         host_wait_fraction = idle["idle_host_wait_ns"].sum() / idle["window_ns"].sum()
-    data_fraction = None
+    data_fraction = data_idle_fraction = after_sync_fraction = None
     if len(wait) and (wait["source"] != "none").any() and wait["step_ns"].sum() > 0:
         data_fraction = wait["data_wait_ns"].sum() / wait["step_ns"].sum()
+        fed = trace.get_data_wait_gpu_idle(ex)
+        if len(fed) and fed["data_wait_ns"].sum() > 0:
+            data_idle_fraction = fed["gpu_idle_ns"].sum() / fed["data_wait_ns"].sum()
+            after_sync_fraction = fed["after_sync_ns"].sum() / wait["step_ns"].sum()
 
     summary = {
         "format": trace.format,
@@ -122,6 +129,8 @@ def build_summary(trace, exclude_steps=frozenset()) -> dict:
         "gpu_idle_fraction": _num(idle_fraction),
         "gpu_idle_host_wait_fraction": _num(host_wait_fraction),
         "data_wait_fraction": _num(data_fraction),
+        "data_wait_gpu_idle_fraction": _num(data_idle_fraction),
+        "data_wait_after_sync_fraction": _num(after_sync_fraction),
         "top_ops": _ops_rows(top_ops),
         "top_ops_by_count": _ops_rows(top_ops_by_count),
         "notes": notes,
@@ -179,6 +188,11 @@ def _findings(s: dict, syncs, pageable, window_ns: float) -> list[tuple[float, s
             origin = " in ".join(x for x in (src["op"], src["where"]) if x)
             parts.append(f"{_per(src['count'], steps)}/step {src['name']}" + (f" ({origin})" if origin else ""))
         waited = f", waiting {cost:.0%} of step time" if cost >= 0.005 else ""
+        # a sync also costs the GPU the batch preparation that follows it: the queue it emptied stays empty
+        drained = s.get("data_wait_after_sync_fraction") or 0.0
+        if drained >= 0.01:
+            waited += f", then leaving the GPU idle {drained:.0%} of step time while the next batch was prepared"
+        cost += drained
         out.append((max(cost, 1e-6) + 1e-3, f"{s['host_syncs_in_steps']} host syncs {scope} "
                     f"({s['host_syncs_per_step']:g} per step){waited}: " + "; ".join(parts)))
     if len(pageable):
@@ -198,8 +212,18 @@ def _findings(s: dict, syncs, pageable, window_ns: float) -> list[tuple[float, s
         out.append((-1.0 + s["gpu_idle_fraction"], f"GPU idle {s['gpu_idle_fraction']:.0%} of step time "
                     f"({host:.0%} waiting for the host to launch work)"))
     if s["data_wait_fraction"] is not None and s["data_wait_fraction"] >= 0.01:
-        out.append((s["data_wait_fraction"], f"waiting for data {s['data_wait_fraction']:.0%} of step time "
-                    "(the `data` ranges)"))
+        text = f"waiting for data {s['data_wait_fraction']:.0%} of step time (the `data` ranges)"
+        rank = s["data_wait_fraction"]
+        idle = s.get("data_wait_gpu_idle_fraction")
+        if idle is not None:
+            # what a data wait costs is the GPU time it leaves unused; the part a sync left unused is the sync's
+            after_sync = s.get("data_wait_after_sync_fraction") or 0.0
+            text += f"; the GPU was idle through {idle:.0%} of it"
+            if after_sync >= 0.5 * idle * s["data_wait_fraction"] and after_sync >= 0.01:
+                text += (", each time right after a host sync had emptied its queue: without the syncs the GPU "
+                         "runs the previous step's work meanwhile (fix the syncs first)")
+            rank = max(idle * s["data_wait_fraction"] - after_sync, 0.0)
+        out.append((rank, text))
     return out
 
 

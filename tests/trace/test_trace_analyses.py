@@ -256,3 +256,24 @@ def test_where_in_a_module_level_loop_is_the_line_of_the_call():
             host("python", "train.py(20): <module>", 6000, 9000),
             host("cuda_api", "cudaStreamSynchronize", 6100, 6120)]  # no call made yet: the loop's line
     assert analysis(rows).get_host_syncs()["where"].tolist() == ["train.py:41", "train.py:41", "train.py:20"]
+
+
+def test_gpu_idle_in_data_waits_and_the_share_a_host_sync_left_behind():
+    # step 0 ends in a sync that waits for kernel A; step 1 then prepares its batch with nothing queued
+    drained = [host("range", "step 0", 0, 400),
+               host("cuda_api", "cudaLaunchKernel", 10, 20, correlation=1), gpu("kernel", "A", 100, 300, 1),
+               host("cuda_api", "cudaStreamSynchronize", 200, 310),
+               host("range", "step 1", 400, 1000), host("range", "data", 400, 700),
+               host("cuda_api", "cudaLaunchKernel", 710, 720, correlation=2), gpu("kernel", "B", 730, 900, 2)]
+    idle = analysis(drained).get_data_wait_gpu_idle()
+    assert idle.to_dict("records") == [{"step": 0, "data_wait_ns": 0, "gpu_idle_ns": 0, "after_sync_ns": 0},
+                                       {"step": 1, "data_wait_ns": 300, "gpu_idle_ns": 300, "after_sync_ns": 300}]
+    # no sync: kernel A still runs through most of the next batch's preparation
+    overlapped = [host("range", "step 0", 0, 400),
+                  host("cuda_api", "cudaLaunchKernel", 10, 20, correlation=1), gpu("kernel", "A", 100, 600, 1),
+                  host("range", "step 1", 400, 1000), host("range", "data", 400, 700),
+                  host("cuda_api", "cudaLaunchKernel", 710, 720, correlation=2), gpu("kernel", "B", 730, 900, 2)]
+    idle = analysis(overlapped).get_data_wait_gpu_idle(exclude_steps=[0])
+    assert idle.to_dict("records") == [{"step": 1, "data_wait_ns": 300, "gpu_idle_ns": 100, "after_sync_ns": 0}]
+    # a CPU-only trace has no GPU to be idle
+    assert analysis([host("range", "step 0", 0, 400), host("range", "data", 0, 100)]).get_data_wait_gpu_idle().empty

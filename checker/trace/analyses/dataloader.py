@@ -46,3 +46,63 @@ def data_wait(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=()) -> pd
         "data_wait_fraction": np.where(dur > 0, wait / np.maximum(dur, 1), np.nan),
         "source": source,
     }).astype(WAIT_COLUMNS)
+
+
+# how far a GPU's end time and a host call's may disagree in one trace (the two clocks are aligned, not one)
+CLOCK_SLACK_NS = 20_000
+IDLE_COLUMNS = {"step": "int64", "data_wait_ns": "int64", "gpu_idle_ns": "int64", "after_sync_ns": "int64"}
+
+
+def data_wait_gpu_idle(events: pd.DataFrame, steps: pd.DataFrame, syncs: pd.DataFrame,
+                       exclude_steps=()) -> pd.DataFrame:
+    """One row per step: data_wait_ns; gpu_idle_ns, how much of that wait the GPU had nothing to run; and
+    after_sync_ns, how much of that idle time began while the host sat in a host sync (the sync emptied the
+    GPU's queue, then the host went to prepare the next batch with nothing queued behind it).
+
+    A batch prepared while the GPU still runs the previous step's kernels costs no GPU time; one prepared
+    after a sync has drained the queue costs all of it. Empty for a trace without GPU work.
+    """
+    gpu = events[events["kind"].isin(("kernel", "memcpy", "memset"))]
+    if gpu.empty or steps.empty:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in IDLE_COLUMNS.items()})
+    busy_s, busy_e = merge(gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy())
+    sync_s = syncs["start_ns"].to_numpy(dtype=np.int64) if len(syncs) else np.empty(0, np.int64)
+    sync_e = sync_s + (syncs["dur_ns"].to_numpy(dtype=np.int64) if len(syncs) else 0)
+    excluded = {int(x) for x in exclude_steps}
+    host = events[events["device"].isna() & events["step"].notna()]
+    ranges = host[(host["kind"] == "range") & (host["name"] == DATA_RANGE)]
+    by_step = {int(k): g for k, g in ranges.groupby("step")}
+    out = []
+    for step in steps["step"]:
+        step = int(step)
+        if step in excluded:
+            continue
+        wait = idle = after_sync = 0
+        group = by_step.get(step)
+        if group is not None:
+            for d0, d1 in zip(*merge(group["start_ns"].to_numpy(), group["end_ns"].to_numpy())):
+                d0, d1 = int(d0), int(d1)
+                wait += d1 - d0
+                # the GPU's idle gaps inside [d0, d1]: between the busy intervals that overlap it
+                a = int(np.searchsorted(busy_e, d0, side="right"))
+                b = int(np.searchsorted(busy_s, d1, side="left"))
+                cursor = d0
+                gap_opened = int(busy_e[a - 1]) if a > 0 else None  # when the GPU went idle before d0
+                for k in range(a, b + 1):
+                    gap_end = min(int(busy_s[k]), d1) if k < b else d1
+                    if gap_end > cursor:
+                        idle += gap_end - cursor
+                        if gap_opened is not None and _in_a_sync(gap_opened, sync_s, sync_e):
+                            after_sync += gap_end - cursor
+                    if k < b:
+                        cursor = max(cursor, int(busy_e[k]))
+                        gap_opened = int(busy_e[k])
+        out.append((step, wait, idle, after_sync))
+    return pd.DataFrame(out, columns=list(IDLE_COLUMNS)).astype(IDLE_COLUMNS)
+
+
+def _in_a_sync(t: int, sync_s: np.ndarray, sync_e: np.ndarray) -> bool:
+    """Whether the host was inside a host sync when the GPU ran out of work at t (with the clocks' slack)."""
+    if not len(sync_s):
+        return False
+    return bool(((sync_s <= t + CLOCK_SLACK_NS) & (sync_e >= t - CLOCK_SLACK_NS)).any())

@@ -198,14 +198,18 @@ def _findings(s: dict, syncs, pageable, window_ns: float) -> list[tuple[float, s
     if len(pageable):
         cost = float(pageable["cpu_blocked_ns"].sum()) / window_ns if window_ns else 0.0
         mb = s["pageable_h2d_bytes"] / 1e6
-        text = (f"{s['pageable_h2d_copies']} pageable host-to-device copies {scope} "
-                f"({s['pageable_h2d_per_step']:g} per step, {mb / steps:.2f} MB per step) held the CPU for "
-                f"{cost:.0%} of step time; pin the batch (pin_memory=True) and copy with non_blocking=True")
-        if len(pageable) != s["pageable_h2d_copies"]:
-            text += f"; {len(pageable) - s['pageable_h2d_copies']} more copies write pageable memory"
-        if s["non_blocking_pageable_copies"]:
-            text += (f"; {s['non_blocking_pageable_copies']} of them asked for non_blocking=True, which pageable "
-                     "memory cannot give")
+        if s["pageable_h2d_copies"]:
+            text = (f"{s['pageable_h2d_copies']} pageable host-to-device copies {scope} "
+                    f"({s['pageable_h2d_per_step']:g} per step, {mb / steps:.2f} MB per step) held the CPU for "
+                    f"{cost:.0%} of step time; pin the batch (pin_memory=True) and copy with non_blocking=True")
+            if len(pageable) != s["pageable_h2d_copies"]:
+                text += f"; {len(pageable) - s['pageable_h2d_copies']} more copies write pageable memory"
+            if s["non_blocking_pageable_copies"]:
+                text += (f"; {s['non_blocking_pageable_copies']} of them asked for non_blocking=True, which pageable "
+                         "memory cannot give")
+        else:  # only reads back into pageable memory (.cpu(), .tolist(), .item()): there is no batch to pin
+            text = (f"{len(pageable)} device-to-host copies {scope} wrote pageable memory (.item(), .cpu(), "
+                    f".tolist()), holding the CPU {cost:.0%} of step time")
         out.append((max(cost, 1e-6) + 1e-3, text))
     if s["gpu_idle_fraction"] is not None and s["gpu_idle_fraction"] >= 0.05:
         host = s["gpu_idle_host_wait_fraction"] or 0.0

@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from checker.pages.results import assemble, assemble_manifest, read_rows, render_markdown
+from checker.pages.results import assemble, assemble_manifest, chapter_results, read_rows, render_markdown
 
 
 def main() -> int:
@@ -33,7 +33,8 @@ def main() -> int:
         chapters = assemble_manifest(args.manifest)
     else:
         env = json.loads((args.out / "env.json").read_text())
-        chapters = assemble(env, read_rows(args.files or [args.out / "checks.jsonl"], args.drop))
+        built = assemble(env, read_rows(args.files or [args.out / "checks.jsonl"], args.drop))
+        chapters = {chapter_id: chapter_results(chapter_id, [results]) for chapter_id, results in built.items()}
     results_dir = args.out / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
     for chapter_id, results in chapters.items():

@@ -93,9 +93,10 @@ def test_results_markdown_is_rendered_from_its_results_file(chapter):
     source = RESULTS / f"{chapter.id}.json"
     assert source.is_file(), f"add {source} (scripts/summarize_gpu_run.py writes it; empty_results() when none)"
     results = json.loads(source.read_text())
-    if results["runs"]:
-        for key in ("gpu", "driver", "torch", "date"):
-            assert results.get(key), f"{source} lacks {key}"
+    for kind in results["kinds"]:  # one entry per GPU kind measured, each stamped with where and when
+        for key in ("gpu", "driver", "torch", "date", "kind"):
+            assert kind.get(key), f"{source} lacks {key}"
+    assert len({k["kind"] for k in results["kinds"]}) == len(results["kinds"]), f"{source}: one entry per GPU kind"
     assert (RESULTS / f"{chapter.id}.md").read_text() == render_markdown(results)
     page = chapter.docs_page.read_text()
     assert f'--8<-- "docs/results/{chapter.id}.md"' in page, f"{chapter.docs_page} must include its results block"
@@ -201,7 +202,7 @@ def test_results_files_are_rebuilt_from_the_raw_rows_they_claim():
     from checker.base.chapters import all_chapters
 
     committed = {c.id: json.loads((RESULTS / f"{c.id}.json").read_text()) for c in all_chapters()}
-    committed = {chapter_id: results for chapter_id, results in committed.items() if results["runs"]}
+    committed = {chapter_id: results for chapter_id, results in committed.items() if results["kinds"]}
     assert sorted(rebuilt) == sorted(committed)
     for chapter_id, results in rebuilt.items():
         assert results == committed[chapter_id], f"docs/results/{chapter_id}.json differs from what its rows build"

@@ -123,7 +123,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                               keep_traces=args.keep_traces, only=_only(args.only), as_json=args.json)
     if args.ladder or args.ladder_out:
         _ladder(chapter, report.device, args.ladder_out, quiet=args.json)
-    elif "ladder" in chapter.raw and not args.json:
+    elif "ladder" in chapter.raw and not args.json and report.device == "cuda":
         print(f"\nThe reference solution's ladder (each lever's gain, measured here; minutes on a GPU): "
               f"`workbook check {chapter.number:02d} --ladder`.")
     return report.exit_code

@@ -120,3 +120,17 @@ def test_lab_fails_on_a_cpu_naming_each_read_and_the_loader(graded, pristine_lab
     assert "workload.py" not in evidence  # the dataset reads nothing back: every sync is the learner's line
     loader = status["loader_settings"]
     assert loader.status == "failed" and any("num_workers=0" in line for line in loader.evidence)
+
+
+def test_measured_ladders_are_rendered_from_their_runs_and_the_page_says_when_there_are_none():
+    """docs/results/<id>-ladder-<gpu>.md is what its .json renders to, and the page includes it; until a GPU
+    run lands, the page says the ladder is to be measured."""
+    from checker.pages.ladder import render
+
+    page = get_chapter(CHAPTER).docs_page.read_text()
+    measured = sorted((ROOT / "docs" / "results").glob(f"{CHAPTER}-ladder-*.json"))
+    for source in measured:
+        assert source.with_suffix(".md").read_text() == render(json.loads(source.read_text())), source.name
+        assert f'--8<-- "docs/results/{source.with_suffix(".md").name}"' in page
+    if not measured:
+        assert "The ladder measured on an H100 and on an H200: to be measured on H100/H200." in page

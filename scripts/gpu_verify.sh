@@ -14,7 +14,8 @@
 #             RERUNS times each -> $OUT/checks.jsonl; the torch traces the checks read -> $OUT/traces.tar.gz.part-*;
 #             PLAN may also name red-team cheats (cheat:<folder under tests/redteam>:<chapter>:<tool>)
 #   ladder    each LADDERS chapter's [ladder] (default: 07): `workbook check NN --variant solution --only same_work
-#             --ladder`, the slow script then the reference solution one lever at a time -> $OUT/ladder.tar.gz
+#             --ladder --ladder-trials LADDER_TRIALS` (default 1: every rung compiles anew, minutes each), the slow
+#             script then the reference solution one lever at a time -> $OUT/ladder.tar.gz
 #             (<chapter>-ladder-<h100|h200>.json and .md: unpack into docs/results/)
 #   summary   a table of it all -> $OUT/summary.md
 # Needs: .whl/ (the nvtx wheel) and .debs/ (libdw1, libelf1 for nsys's importer), carried.
@@ -199,7 +200,7 @@ if has ladder; then
     id=$(python3 -c "from checker.base.chapters import get_chapter; print(get_chapter('$chapter').id)")
     log "ladder $id on $kind"
     timeout $(( ${HARD_STOP:-100000} - SECONDS )) python3 -m checker check "$chapter" --variant solution --only same_work \
-      --ladder --ladder-out "$L/$id-ladder-$kind" 2>&1 | tail -n 20
+      --ladder --ladder-trials "${LADDER_TRIALS:-1}" --ladder-out "$L/$id-ladder-$kind" 2>&1 | tail -n 20
   done
   ls -la $L; tar -C $L -czf "$OUT/ladder.tar.gz" .
 fi

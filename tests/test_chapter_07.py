@@ -4,7 +4,6 @@ named, the red-team cheats for this chapter are in tests/redteam/bank.toml)."""
 
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import pytest

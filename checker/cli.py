@@ -114,10 +114,41 @@ def _check_and_print(chapter, *, variant="lab", submission=None, device=None, tr
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    report = _check_and_print(get_chapter(args.chapter), variant=args.variant, submission=args.submission,
+    chapter = get_chapter(args.chapter)
+    if args.ladder_trials is not None and args.ladder_trials < 1:
+        raise WorkbookError(f"--ladder-trials {args.ladder_trials}: give 1 or more")
+    if (args.ladder or args.ladder_out or args.ladder_trials) and "ladder" not in chapter.raw:
+        raise WorkbookError(f"--ladder: chapter {chapter.id} declares no [ladder] in chapter.toml; "
+                            "07_capstone_ladder has one")
+    report = _check_and_print(chapter, variant=args.variant, submission=args.submission,
                               device=args.device, trace_tool=args.trace_tool, with_ncu=args.with_ncu,
                               keep_traces=args.keep_traces, only=_only(args.only), as_json=args.json)
+    if args.ladder or args.ladder_out or args.ladder_trials:
+        _ladder(chapter, report.device, args.ladder_out, quiet=args.json, trials=args.ladder_trials)
+    elif "ladder" in chapter.raw and not args.json and report.device == "cuda":
+        print(f"\nThe reference solution's ladder (each lever's gain, measured here; minutes on a GPU): "
+              f"`workbook check {chapter.number:02d} --ladder`.")
     return report.exit_code
+
+
+def _ladder(chapter, device: str, out: Path | None, quiet: bool = False, trials: int | None = None) -> None:
+    """Measure the chapter's ladder on ``device`` and print its table (checker.grader.ladder); with ``out``, also
+    write the measurement (.json) and its table (.md) there. On a device the ladder skips, say why."""
+    from checker.grader.ladder import measure, skip_reason
+    from checker.pages.ladder import render
+
+    stream = sys.stderr if quiet else sys.stdout  # with --json, stdout holds the report alone
+    why = skip_reason(chapter, device)
+    if why is not None:
+        print(f"\nladder: skipped on {device}: {why}", file=stream)
+        return
+    result = measure(chapter, device, trials=trials, progress=_progress_printer())
+    table = render(result)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+        out.with_suffix(".md").write_text(table)
+    print("\nThe ladder: the slow script, then the reference solution one lever at a time\n\n" + table, file=stream)
 
 
 # -- watch, hint, solution ----------------------------------------------------------------------------
@@ -341,6 +372,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=("cpu", "cuda"), help=device_help)
     p.add_argument("--trace-tool", choices=("torch", "nsys"), default="torch", help=trace_help)
     p.add_argument("--with-ncu", action="store_true", help="also run the chapter's Nsight Compute checks (GPU, ncu)")
+    p.add_argument("--ladder", action="store_true",
+                   help="after the checks, measure the reference solution's ladder: the slow script, then one lever "
+                        "more per rung, samples/s and each rung's gain (chapters with a [ladder]; GPU; minutes)")
+    p.add_argument("--ladder-out", type=Path, metavar="PATH",
+                   help="with --ladder: also write the measurement to PATH.json and its table to PATH.md")
+    p.add_argument("--ladder-trials", type=int, metavar="N",
+                   help="with --ladder: trials per rung (default: chapter.toml's [ladder] trials); each compiles anew")
     p.add_argument("--only", metavar="CHECK[,CHECK]",
                    help="run only these checks (e.g. host_syncs): quicker while you work on one; the rest are skipped")
     p.add_argument("--keep-traces", type=Path, metavar="DIR",

@@ -13,6 +13,10 @@
 #   checks    `workbook check` for every chapter: solution, lab and slow, with torch.profiler and nsys,
 #             RERUNS times each -> $OUT/checks.jsonl; the torch traces the checks read -> $OUT/traces.tar.gz.part-*;
 #             PLAN may also name red-team cheats (cheat:<folder under tests/redteam>:<chapter>:<tool>)
+#   ladder    each LADDERS chapter's [ladder] (default: 07): `workbook check NN --variant solution --only same_work
+#             --ladder --ladder-trials LADDER_TRIALS` (default 1: every rung compiles anew, minutes each), the slow
+#             script then the reference solution one lever at a time -> $OUT/ladder.tar.gz
+#             (<chapter>-ladder-<h100|h200>.json and .md: unpack into docs/results/)
 #   summary   a table of it all -> $OUT/summary.md
 # Needs: .whl/ (the nvtx wheel) and .debs/ (libdw1, libelf1 for nsys's importer), carried.
 set -u
@@ -186,6 +190,19 @@ print('   exit', r['exit_code'], 'wall', r['wall_s_outer'], ' '.join(f\"{c['name
   done
   # in pieces under the 16 MB a returned file may have: cat traces.tar.gz.part-* | tar xz
   tar -C $T -czf - . 2>/dev/null | split -b 15M - "$OUT/traces.tar.gz.part-"
+fi
+
+if has ladder; then
+  L=/tmp/ladder; rm -rf $L; mkdir -p $L
+  kind=$(python3 -c "import torch; n = torch.cuda.get_device_name(0); print('h200' if 'H200' in n else 'h100' if 'H100' in n else 'gpu')")
+  for chapter in ${LADDERS:-07}; do
+    if [ "$SECONDS" -ge "${DEADLINE:-100000}" ]; then log "deadline: skipping the ladder of $chapter"; continue; fi
+    id=$(python3 -c "from checker.base.chapters import get_chapter; print(get_chapter('$chapter').id)")
+    log "ladder $id on $kind"
+    timeout $(( ${HARD_STOP:-100000} - SECONDS )) python3 -m checker check "$chapter" --variant solution --only same_work \
+      --ladder --ladder-trials "${LADDER_TRIALS:-1}" --ladder-out "$L/$id-ladder-$kind" 2>&1 | tail -n 20
+  done
+  ls -la $L; tar -C $L -czf "$OUT/ladder.tar.gz" .
 fi
 
 if has summary; then

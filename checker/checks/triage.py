@@ -121,8 +121,8 @@ def triage(evidence, spec):
         given = jobs_answered.get(job) if isinstance(jobs_answered.get(job), dict) else {}
         claimed = str(given.get("wall", "")).strip().lower()
         shown = ", ".join(f"{k} {m[k]:g}" for k in EVIDENCE[device] if m.get(k) is not None)
-        lines.append(f"job {job}: measured {shown}; {rule} -> {wall or 'unconfirmed on a CPU'} "
-                     f"(drawn as {run.design})")
+        lines.append(f"job {job}: measured {shown}; {rule.split('; kernel-bound by elimination')[0]} -> "
+                     f"{wall or 'kernel-bound by elimination, unconfirmed on a CPU'}")
         wrong = []
         if claimed not in WALLS:
             wrong.append(f"wall = {given.get('wall', '')!r}: name one of {', '.join(WALLS)}")

@@ -20,6 +20,7 @@ session = start("08_triage")
 model = session.model
 optimizer = torch.optim.AdamW(model.parameters(), lr=session.cfg["lr"], foreach=False)
 
+# --8<-- [start:loop]
 loader = DataLoader(
     session.dataset,
     batch_size=session.extras["batch_size"],
@@ -36,5 +37,7 @@ for step, (inputs, labels) in session.steps(loader):
     optimizer.step()
     if session.is_log_step(step):
         print(f"step {step:4d}  loss {loss.item():.4f}")  # one read per logging interval: allowed
+
+# --8<-- [end:loop]
 
 session.finish()

@@ -56,6 +56,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         command += ["--steps", str(args.steps)]
     if args.device:
         command += ["--device", args.device]
+    if getattr(args, "job", None):
+        command += ["--job", args.job]
     env = dict(os.environ, WORKBOOK_ROOT=str(repo_root()))
     if args.device == "cpu" or (args.device is None and not _has_cuda()):
         return _call_quieting_noise(command, env, None)  # torch's warnings expected on a CPU, explained
@@ -176,6 +178,25 @@ def cmd_solution(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- assign -----------------------------------------------------------------------------------------
+def cmd_assign(args: argparse.Namespace) -> int:
+    from checker.grader.assignment import PRACTICE_LEARNER, SECRET_ENV, draw
+
+    chapter = get_chapter(args.chapter)
+    if not chapter.raw.get("jobs"):
+        raise WorkbookError(f"chapter {chapter.id} has no mystery jobs to assign")
+    found = draw(chapter, args.learner or PRACTICE_LEARNER)
+    text = found.to_toml()
+    if args.stdout:
+        sys.stdout.write(text)
+        return 0
+    path = chapter.lab_script.parent / "assignment.toml"
+    path.write_text(text)
+    print(f"wrote {display_path(path)}: jobs {', '.join(found.codes)} for learner {found.learner!r}, from the "
+          + ("course secret" if found.secret_kind == "course" else f"public practice secret ({SECRET_ENV} unset)"))
+    return 0
+
+
 # -- grade --------------------------------------------------------------------------------------------
 def cmd_grade(args: argparse.Namespace) -> int:
     import signal
@@ -276,8 +297,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
         raise WorkbookError(f"chapter {chapter.id} has no {args.tool} recipe; it has: {', '.join(chapter.recipe)}")
     script = chapter.script_for(args.variant)
     out_dir = chapter.lab_script.parent / "profiles"
-    out = out_dir / f"{args.variant}-{args.tool}"
+    out = out_dir / (f"{args.variant}-{args.tool}" + (f"-job-{args.job}" if args.job else ""))
     command = chapter.recipe[args.tool].format(script=display_path(script), out=display_path(out))
+    if args.job:  # a chapter of mystery jobs (08): the job of your assignment to run
+        command += f" --job {shlex.quote(args.job)}"
     print(command)
     look_for = chapter.look_for.get(args.tool)
     if look_for and not args.run:
@@ -363,7 +386,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", choices=VARIANTS, default="lab", help=variant_help)
     p.add_argument("--steps", type=int, metavar="N", help="steps to run, warm-up included (default: the chapter's)")
     p.add_argument("--device", choices=("cpu", "cuda"), help=device_help)
+    p.add_argument("--job", metavar="LETTER", help="chapter 08: which job of your assignment to run")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("assign", help="chapter 08: write your mystery jobs (labs/08_triage/assignment.toml)")
+    p.add_argument("chapter", help=chapter_help)
+    p.add_argument("--learner", metavar="ID", help="the learner id the jobs are drawn for (default: practice); "
+                   "with WORKBOOK_COURSE_SECRET set, a class's assignment")
+    p.add_argument("--stdout", action="store_true", help="print it instead of writing the lab's assignment.toml")
+    p.set_defaults(func=cmd_assign)
 
     p = sub.add_parser("check", help="grade a lab: same work, measured speedup, what the trace shows")
     p.add_argument("chapter", help=chapter_help)
@@ -440,6 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="nsys (Nsight Systems timeline), ncu (Nsight Compute, one kernel) or torch (torch.profiler)")
     p.add_argument("--variant", choices=VARIANTS, default="lab", help=variant_help)
     p.add_argument("--run", action="store_true", help="run it; the report goes beside the lab")
+    p.add_argument("--job", metavar="LETTER", help="chapter 08: which job of your assignment to profile")
     p.set_defaults(func=cmd_profile)
 
     try:

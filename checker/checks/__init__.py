@@ -35,7 +35,8 @@ TRACE = "trace"                    # the candidate's traced run and its trace
 BASELINE_TRACE = "baseline_trace"  # the slow script traced the same way, over the same steps
 VERDICTS = "verdicts"              # the referee's judgement of every pair's weights
 NCU = "ncu"                        # Nsight Compute on one kernel the check picks from the candidate's trace
-NEEDS = (TIMED, RUN, TRACE, BASELINE_TRACE, VERDICTS, NCU)
+JOBS = "jobs"                      # the grader's own traced run of every job of the learner's assignment (chapter 08)
+NEEDS = (TIMED, RUN, TRACE, BASELINE_TRACE, VERDICTS, NCU, JOBS)
 
 
 @dataclass

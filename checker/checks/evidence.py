@@ -58,6 +58,30 @@ class NcuOutcome:
 
 
 @dataclass(frozen=True)
+class JobRun:
+    """One mystery job as the grader ran it: its code (from the grader's own draw), the wall its sizes were
+    drawn for, and its trace (or the TraceMismatch saying why the trace is not believed)."""
+
+    code: int
+    design: str
+    trace: Any                        # TraceAnalysis or TraceMismatch
+    step_ms: tuple[float, ...] = ()   # the grader's clock, per traced step
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What a diagnosis is graded on: the learner's assignment as the grader drew it, its jobs as the grader
+    measured them, and the answer file as read (data, never run)."""
+
+    learner: str
+    secret_kind: str                          # "course" or "practice"
+    jobs: Mapping[str, JobRun]
+    answer: Mapping[str, Any] | None          # the parsed answer file; None when it could not be read
+    answer_problem: str | None = None         # why it could not be read
+    fix_job: str | None = None                # the job the candidate's script was run (and timed) as
+
+
+@dataclass(frozen=True)
 class Evidence:
     """Everything the grader measured of one candidate, for the checks to judge."""
 
@@ -73,6 +97,7 @@ class Evidence:
     traces: Mapping[str, Any] = field(default_factory=dict)     # role -> TraceAnalysis or TraceMismatch
     ncu: Mapping[str, NcuOutcome] = field(default_factory=dict)  # by check name
     reference: str = "baseline"       # what the candidate is compared with: "baseline" or "reference solution"
+    diagnosis: Diagnosis | None = None  # a chapter that grades a diagnosis (chapter 08): the jobs as measured
 
     def __post_init__(self):
         for name in ("cfg", "verdicts", "traces", "ncu"):

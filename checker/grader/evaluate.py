@@ -17,8 +17,9 @@ from checker.base.errors import WorkbookError
 from checker.base.paths import display_path
 from checker.base.tools import require_tool
 from checker.checks import FAILED, SKIPPED, CheckResult
-from checker.checks.evidence import Evidence, Speed, TraceMismatch
+from checker.checks.evidence import Diagnosis, Evidence, JobRun, Speed, TraceMismatch
 from checker.checks.same_work import pair_problems, tolerances
+from checker.grader import assignment as assignments
 from checker.grader import compile_cache, forkserver, sandbox
 from checker.grader.baseline import BaselineBank
 from checker.grader.collect import ask_referee, trace_problem
@@ -104,7 +105,7 @@ class Evaluation:
 
     def __init__(self, chapter: Chapter, candidate: Path, device: str, trace_tool: str = "torch", with_ncu: bool = False,
                  keep_traces: Path | None = None, progress=None, only: set[str] | None = None,
-                 bank: BaselineBank | None = None):
+                 bank: BaselineBank | None = None, learner: str | None = None):
         if device not in ("cpu", "cuda"):
             raise WorkbookError(f"--device {device}: choose cpu or cuda")
         if device == "cuda" and not cuda_available():
@@ -125,7 +126,14 @@ class Evaluation:
         self.workdir = sandbox.check_folder()
         forkserver.prestart()  # its imports overlap what comes before the first run
         # a chapter about loading data: a CPU trace's time spent waiting for a batch is the lesson, not hidden work
-        self.loads_data = any(c.name in ("data_wait", "loader_settings") for c in chapter.checks)
+        self.loads_data = any(c.name in ("data_wait", "loader_settings", "triage") for c in chapter.checks)
+        # a chapter that grades a diagnosis (chapter 08): the learner's jobs, drawn here from the grader's secret
+        self.pair_args: list[str] = []
+        self.pair_cfg: dict[str, Any] = {}
+        self.assignment = None
+        self.answer: dict | None = None
+        self.answer_problem: str | None = None
+        self.fix_job: str | None = None
         self.timed_pairs: list[tuple[RunResult, RunResult]] = []
         self.traced: tuple[RunResult, RunResult] | None = None
         self.keep_traces = keep_traces  # where to copy each trace a check read (--keep-traces)
@@ -135,6 +143,8 @@ class Evaluation:
         began = time.perf_counter()
         self.notes: list[str] = [f"isolation: each run {sandbox.isolation()[1]}"]
         self._timing("probe", "who can run the candidate (an unprivileged user's interpreter)", began)
+        if chapter.raw.get("answer_file"):
+            self._draw_assignment(learner)
         self.bank = bank
         self._reference_noted = False
         self.reference_script = self._reference_script()
@@ -142,12 +152,41 @@ class Evaluation:
         self.uses_bank = self.reference_script != chapter.slow_script
         self.reference_label = "reference solution" if self.uses_bank else "baseline"
 
+    def _draw_assignment(self, learner: str | None) -> None:
+        """The learner's jobs from the grader's secret; the answer file beside the candidate, read as data; the job
+        the candidate's fix is run as (the answer's [fix] job, else the first job)."""
+        chapter = self.chapter
+        folder = self.candidate.parent
+        if learner is None:  # a learner checking their own work: the learner id of their assignment file
+            learner = assignments.learner_of(folder, chapter.lab_script.parent)
+        self.assignment = assignments.draw(chapter, learner)
+        path = folder / str(chapter.raw["answer_file"])
+        if not path.is_file():
+            self.answer_problem = f"no answer file: {display_path(path)} is missing"
+        else:
+            try:
+                self.answer = assignments.read_toml(path, "the answer")
+            except WorkbookError as err:
+                self.answer_problem = str(err)
+        jobs = list(self.assignment.codes)
+        wanted = ((self.answer or {}).get("fix") or {}).get("job") if isinstance((self.answer or {}).get("fix"), dict) else None
+        self.fix_job = wanted if wanted in self.assignment.codes else jobs[0]
+        code = self.assignment.codes[self.fix_job]
+        self.pair_args, self.pair_cfg = ["--set", f"job={code}"], {"job": code}
+        self.notes.append(f"assignment: learner {learner!r}, drawn from the {self.assignment.secret_kind} secret"
+                          + (" (set WORKBOOK_COURSE_SECRET to grade a class)" if self.assignment.secret_kind == "practice" else "")
+                          + f"; the fix runs as job {self.fix_job}")
+
     def _reference_script(self) -> Path:
         """The script trained beside each candidate run, under its secret: the slow script, unless a grading
         worker shares the slow script's speed (a BaselineBank), where the chapter's reference solution does the
         same work in less time. Chapters whose checks read the slow script's trace keep the slow script."""
         slow = self.chapter.slow_script
         if self.bank is None:
+            return slow
+        if self.assignment is not None:
+            self.notes.append("baseline: each student's runs are paired with the slow script's: each student's fix "
+                              "runs as a job of their own, whose speed no other student shares")
             return slow
         if self.plan.trace_baseline:
             self.notes.append("baseline: each student's runs are paired with the slow script's: "
@@ -188,6 +227,8 @@ class Evaluation:
         began = time.perf_counter()
         if script == self.candidate and self.compile_store is not None:
             kwargs["compile_cache"] = self.compile_store  # the candidate's own runs only
+        if self.pair_args and "extra_args" not in kwargs:
+            kwargs["extra_args"] = list(self.pair_args)  # the job the fix is for, in both runs of a pair
         run = run_script(self.chapter, script, self.device, workdir=self.workdir, seed=seed, window_key=key,
                          display=shown, **kwargs)
         self._timing("run", what, began, script=shown, trace=kwargs.get("trace") or kwargs.get("profiler") and "ncu",
@@ -212,6 +253,17 @@ class Evaluation:
             self._timed_runs(self.plan.trials)
         if self.plan.traced:
             self._traced_runs()
+        if self.plan.jobs:
+            self._job_runs()
+
+    def _job_runs(self) -> None:
+        """Each job of the learner's assignment, run by the grader as the chapter's own slow script with the
+        code the grader drew (never the learner's copy of the job), traced over the same steps as a traced run."""
+        self.job_runs: dict[str, RunResult] = {}
+        for job, code in self.assignment.codes.items():
+            self.job_runs[job] = self._run(self.chapter.slow_script, f"job {job}, traced ({self.trace_tool})",
+                                           self._secret(), steps=traced_steps(self.cfg), trace=self.trace_tool,
+                                           extra_args=["--set", f"job={code}"])
 
     def _timed_runs(self, trials: int) -> None:
         """Timed pairs, taking turns which runs first, until every timed check is settled (at least
@@ -286,7 +338,7 @@ class Evaluation:
         """Train the reference solution under the slow run's secret; the referee must find the same work."""
         reference = self._run(self.reference_script, "the reference solution, under the same secret",
                               (slow.seed, slow.window_key), steps=slow.steps or None)
-        judged = ask_referee(self.chapter, self.device, [(slow, reference)], self.workdir)[0]
+        judged = ask_referee(self.chapter, self.device, [(slow, reference)], self.workdir, cfg=self.pair_cfg)[0]
         spec = next((c for c in self.chapter.checks if c.name == "same_work"), None)
         problems, distance = pair_problems(judged, tolerances(spec, self.device), "slow script")
         self.bank.reference = {"agrees": not problems, "distance": round(distance, 4), "problems": problems,
@@ -315,7 +367,7 @@ class Evaluation:
         if self.plan.referee:
             self.say("referee: the trained weights, in a fresh process")
             began = time.perf_counter()
-            verdicts = ask_referee(self.chapter, self.device, self.all_pairs(), self.workdir)
+            verdicts = ask_referee(self.chapter, self.device, self.all_pairs(), self.workdir, cfg=self.pair_cfg)
             self._timing("referee", f"{len(self.all_pairs())} pairs' weights", began)
         ncu = {}
         for name in self.plan.ncu:
@@ -331,8 +383,18 @@ class Evaluation:
             chapter=self.chapter, device=self.device, trace_tool=self.trace_tool, candidate=self.candidate,
             cfg=self.cfg, timed=tuple(self.timed_pairs), traced=self.traced,
             speed=self.speed() if self.timed_pairs else None, verdicts=verdicts, traces=traces, ncu=ncu,
-            reference=self.reference_label,
+            reference=self.reference_label, diagnosis=self._diagnosis(),
         )
+
+    def _diagnosis(self) -> Diagnosis | None:
+        if self.assignment is None:
+            return None
+        jobs = {}
+        for job, run in getattr(self, "job_runs", {}).items():
+            jobs[job] = JobRun(code=self.assignment.codes[job], design=self.assignment.designs[job],
+                               trace=self._load_trace(f"job-{job}", run), step_ms=tuple(run.step_ms))
+        return Diagnosis(learner=self.assignment.learner, secret_kind=self.assignment.secret_kind, jobs=jobs,
+                         answer=self.answer, answer_problem=self.answer_problem, fix_job=self.fix_job)
 
     def _load_trace(self, role: str, run: RunResult):
         """A run's trace when it lines up with the steps the grader stamped, else the TraceMismatch that says why."""
@@ -448,12 +510,12 @@ def judge(chapter: Chapter, plan: Plan, evidence: Evidence | None, incomplete: I
 def evaluate(chapter: Chapter, *, variant: str = "lab", submission: Path | None = None, device: str | None = None,
              trace_tool: str = "torch", with_ncu: bool = False, keep: bool = False,
              keep_traces: Path | None = None, only: set[str] | None = None, progress=None,
-             bank: BaselineBank | None = None) -> Report:
+             bank: BaselineBank | None = None, learner: str | None = None) -> Report:
     """Grade one script. ``bank``: the slow script's speed shared by a grading worker's students (see
     checker.grader.baseline); without it, every candidate run is paired with a slow-script run."""
     candidate = resolve_candidate(chapter, variant, submission)
     ev = Evaluation(chapter, candidate, device or default_device(), trace_tool, with_ncu, keep_traces, progress,
-                    only=only, bank=bank)
+                    only=only, bank=bank, learner=learner)
     try:
         return ev.run_checks(str(submission) if submission else variant, only=only)
     finally:

@@ -10,7 +10,9 @@ No check is named here. A check that is skipped on this device (chapter.toml's `
   (speed is not graded here): the candidate traced with the chosen tool, its baseline traced too when a
   check needs BASELINE_TRACE;
 * the referee, when a check needs VERDICTS: every pair's weights, in a fresh process;
-* Nsight Compute, when a check needs NCU and ``--with-ncu`` asked for it (it takes minutes).
+* Nsight Compute, when a check needs NCU and ``--with-ncu`` asked for it (it takes minutes);
+* a traced run of every job of the learner's assignment, the chapter's own slow script with each job's code
+  as the grader drew it, when a check needs JOBS (a diagnosis, chapter 08).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from checker import checks
 from checker.base.chapters import Chapter
 from checker.base.errors import WorkbookError
-from checker.checks import BASELINE_TRACE, NCU, NOT_SELECTED, RUN, TIMED, TRACE, VERDICTS
+from checker.checks import BASELINE_TRACE, JOBS, NCU, NOT_SELECTED, RUN, TIMED, TRACE, VERDICTS
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Plan:
     referee: bool = False
     ncu: tuple[str, ...] = ()           # the checks whose NCU target is profiled
     timed_checks: tuple[str, ...] = ()  # the checks that read the timed pairs (they say when there are enough)
+    jobs: bool = False                  # every job of the learner's assignment, traced by the grader (chapter 08)
 
     @property
     def timed(self) -> bool:
@@ -48,6 +51,8 @@ class Plan:
             parts.append("the referee")
         if self.ncu:
             parts.append("Nsight Compute")
+        if self.jobs:
+            parts.append("a traced run of every assigned job")
         return ", ".join(parts) or "no runs"
 
 
@@ -83,4 +88,4 @@ def make_plan(chapter: Chapter, device: str, only: set[str] | None = None, with_
     ncu = tuple(name for name in selected if NCU in needs[name]) if with_ncu and device == "cuda" else ()
     return Plan(selected=selected, skipped=skipped, trials=trials, traced=traced,
                 trace_baseline=BASELINE_TRACE in wanted, referee=VERDICTS in wanted, ncu=ncu,
-                timed_checks=tuple(name for name in selected if TIMED in needs[name]))
+                timed_checks=tuple(name for name in selected if TIMED in needs[name]), jobs=JOBS in wanted)

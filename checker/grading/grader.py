@@ -238,7 +238,8 @@ class Grader:
         worker_dir = self.scratch_root / f"worker-{abs(hash(slot.label))}"
         worker_dir.mkdir(mode=0o700, exist_ok=True)
         request = {"chapter": s.chapter.id, "submission": str(copy), "device": s.device, "trace_tool": s.trace_tool,
-                   "worker_dir": str(worker_dir), "bank": self.banks.get(slot.label)}
+                   "worker_dir": str(worker_dir), "bank": self.banks.get(slot.label),
+                   "learner": copy.name}  # the student's folder name: whose mystery jobs (chapter 08) are graded
         read_end, write_end = os.pipe()
         env = dict(os.environ, **slot.env, PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", TMPDIR=str(tmp),
                    WORKBOOK_GRADE_RESULT_FD=str(write_end), WORKBOOK_GRADE_PARENT=str(os.getpid()))

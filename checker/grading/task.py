@@ -47,7 +47,8 @@ def grade(request: dict) -> dict:
         # a submission that does not compile is said in one line (file:line:col: SyntaxError: what), before any run
         check_syntax(resolve_candidate(chapter, submission=Path(request["submission"])))
         report = evaluate(chapter, submission=Path(request["submission"]), device=request["device"],
-                          trace_tool=request["trace_tool"], bank=bank)
+                          trace_tool=request["trace_tool"], bank=bank,
+                          learner=request.get("learner") or Path(request["submission"]).name)
     except ScriptSyntaxError as err:
         return {"kind": "error", "reason": err.headline, "bank": _bank_back(bank)}
     except WorkbookError as err:

@@ -19,6 +19,8 @@ when the trace marks none, which ``steps_found`` and the notes say):
   wait, the share the GPU had nothing to run; null without GPU work or data ranges),
   ``data_wait_after_sync_fraction`` (the step time the GPU sat idle in data waits that began while the host
   was in a host sync: the cost a sync adds by leaving the queue empty while the next batch is prepared)
+- ``top_level_ops_per_step`` (float: aten ops called from Python, not from another op; on a GPU each is at
+  least one launch)
 - ``top_ops``: [{"name", "count_per_step", "self_ms_per_step", "total_ms_per_step"}], the 15 CPU ops with the
   most self time per step (as torch.profiler's ``key_averages().table(sort_by="self_cpu_time_total")``),
   ``top_ops_by_count``: the same for the 15 most frequent
@@ -122,6 +124,7 @@ def build_summary(trace, exclude_steps=frozenset()) -> dict:
         "pinned_h2d_copies": int((h2d["src_kind"] == "pinned").sum()),
         "kernels_per_step": _num(per_step["kernels"].sum() / counted),
         "launches_per_step": _num(per_step["launches"].sum() / counted),
+        "top_level_ops_per_step": _num(_top_level_ops(trace, ex) / counted),
         "kernel_families": [{"family": r.family, "share": _num(r.share), "count": int(r.count)}
                             for r in families.itertuples(index=False) if r.count],
         "top_kernels": [{"name": r.name, "family": r.family, "count": int(r.count),
@@ -139,6 +142,16 @@ def build_summary(trace, exclude_steps=frozenset()) -> dict:
     summary["findings"] = [text for _cost, text in sorted(_findings(summary, syncs, pageable_any, window_ns),
                                                           key=lambda f: -f[0])]
     return summary
+
+
+def _top_level_ops(trace, excluded: set) -> int:
+    """Top-level aten ops in the counted steps (the whole trace when it marks none)."""
+    from checker.trace.analyses.counts import top_level_aten_ops
+
+    ops = top_level_aten_ops(trace.events)
+    if trace.has_steps:
+        ops = ops[ops["step"].notna() & ~ops["step"].isin(excluded)]
+    return int(len(ops))
 
 
 def _ops_rows(frame) -> list[dict]:
@@ -265,6 +278,8 @@ def render_text(summary: dict, diff_rows=None, summary_diff=None) -> str:
                      + (f"; GPU time: {fams}" if fams else ""))
         for k in s["top_kernels"][:3]:
             lines.append(f"  {k['share']:.0%} {k['name'][:100]} ({k['count']} calls)")
+    if s.get("top_level_ops_per_step"):
+        lines.append(f"Ops: {s['top_level_ops_per_step']:g} top-level aten ops per step")
     if s.get("top_ops"):
         lines.append("Top CPU ops by self time (per step; `--json` also lists them by count):")
         lines.append(f"  {'self ms':>9} {'total ms':>9} {'calls':>7}  op")

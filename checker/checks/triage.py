@@ -1,0 +1,158 @@
+"""triage: the answer names each mystery job's wall as the grader's own measurements decide it (chapter 08).
+
+The grader runs every job of the learner's assignment itself (the chapter's slow script, with the code the grader
+drew from its secret: checker.grader.assignment), traces it, and reads from the trace engine what the answer is
+asked to quote: the share of the step spent waiting in the `data` range, top-level ops (CPU) or kernel launches
+(GPU) per step, and on a GPU the share of the step the GPU sat idle and the top kernel's share of GPU time.
+
+Then it decides each job's wall by chapter.toml's rules, in order:
+
+1. data-bound: the step waits for its batch at least ``data_wait`` of its time;
+2. launch-bound (overhead): on a GPU, the GPU idles at least ``gpu_idle`` of the step; on a CPU, where there is
+   no GPU to idle, the step spends at most ``host_ms_per_op`` per top-level op outside the wait (many ops, each
+   costing little more than its dispatch);
+3. kernel-bound: on a GPU, the rest (the GPU is busy: the kernels are the step); on a CPU this rule cannot be
+   confirmed (it reads GPU time), so a job neither rule 1 nor rule 2 claims is left unconfirmed, said so.
+
+A job's answer passes when its wall is the one decided (on a CPU, an unconfirmed job's answer must not name a
+wall that rules 1 and 2 measured to be false) and every evidence number it quotes is within the tolerance of
+the grader's. The check never reads which wall a job was drawn for to grade it: the design is shown beside
+the measurement, so that a rule that disagrees with the design is seen.
+"""
+
+from __future__ import annotations
+
+from checker.checks import FAILED, JOBS, PASSED, check, result
+from checker.checks.evidence import TraceMismatch
+
+WALLS = ("data", "overhead", "kernel")
+SHARES = ("data_wait", "gpu_idle", "top_kernel_share")  # shares of a step (or of GPU time): an absolute tolerance
+COUNTS = ("ops_per_step",)                              # counts: a relative tolerance
+EVIDENCE = {"cpu": ("data_wait", "ops_per_step"), "cuda": ("data_wait", "ops_per_step", "gpu_idle", "top_kernel_share")}
+KERNEL_ON_CPU = ("the kernel-bound rule reads the GPU's busy time and the top kernel's share of it, which a CPU "
+                 "run does not have: confirm it with `workbook check 08 --device cuda`")
+
+
+def measure(trace, device: str) -> dict:
+    """What the grader reads of one job's trace (the trace engine's summary: what `workbook report` prints)."""
+    s = trace.summary()
+    wait = float(s["data_wait_fraction"] or 0.0)
+    m = {"data_wait": round(wait, 4), "step_ms": s["step_ms_mean"]}
+    if device == "cuda":
+        m["ops_per_step"] = s["launches_per_step"]
+        m["gpu_idle"] = s["gpu_idle_fraction"]
+        top = s["top_kernels"][0] if s["top_kernels"] else None
+        m["top_kernel_share"] = top["share"] if top else None
+        m["top_kernel"] = top["name"][:80] if top else None
+    else:
+        m["ops_per_step"] = s["top_level_ops_per_step"]
+        ops = m["ops_per_step"] or 0
+        m["host_ms_per_op"] = round(s["step_ms_mean"] * (1 - wait) / ops, 5) if ops and s["step_ms_mean"] else None
+    return m
+
+
+def decide(m: dict, device: str, rules: dict) -> tuple[str | None, str]:
+    """(the wall, or None where the CPU cannot confirm one; the rule that decided, as a person reads it)."""
+    if m["data_wait"] >= rules["data_wait"]:
+        return "data", f"rule 1: data wait {m['data_wait']:.0%} >= {rules['data_wait']:.0%} of the step"
+    if device == "cuda":
+        idle = m.get("gpu_idle")
+        if idle is None:
+            return None, "the trace shows no GPU work: no GPU rule can be applied"
+        if idle >= rules["gpu_idle"]:
+            return "overhead", (f"rule 2: data wait {m['data_wait']:.0%} < {rules['data_wait']:.0%}; GPU idle "
+                                f"{idle:.0%} >= {rules['gpu_idle']:.0%} of the step")
+        share = m.get("top_kernel_share")
+        return "kernel", (f"rule 3: data wait {m['data_wait']:.0%} < {rules['data_wait']:.0%}; GPU idle {idle:.0%} < "
+                          f"{rules['gpu_idle']:.0%}: the GPU is busy"
+                          + (f", its top kernel {share:.0%} of GPU time" if share is not None else ""))
+    per_op = m.get("host_ms_per_op")
+    if per_op is not None and per_op <= rules["host_ms_per_op"]:
+        return "overhead", (f"rule 2 (CPU): data wait {m['data_wait']:.0%} < {rules['data_wait']:.0%}; "
+                            f"{m['ops_per_step']:g} ops per step at {per_op * 1000:.1f} us each <= "
+                            f"{rules['host_ms_per_op'] * 1000:g} us")
+    shown = f"{per_op * 1000:.0f} us" if per_op is not None else "unknown"
+    return None, (f"rules 1 and 2 (CPU) do not hold: data wait {m['data_wait']:.0%} < {rules['data_wait']:.0%}, "
+                  f"{shown} per op > {rules['host_ms_per_op'] * 1000:g} us; kernel-bound by elimination, not "
+                  f"confirmed: {KERNEL_ON_CPU}")
+
+
+def within(name: str, claimed, measured, tolerance: dict) -> str | None:
+    """Why a quoted number is not the grader's, or None when it is within tolerance."""
+    if measured is None:
+        return None
+    if isinstance(claimed, bool) or not isinstance(claimed, (int, float)):
+        return f"{name} = {claimed!r} is not a number (the grader measured {measured:g})"
+    if name in SHARES:
+        allowed = float(tolerance["share"])
+        if abs(claimed - measured) > allowed:
+            return f"{name} = {claimed:g}, the grader measured {measured:.3f} (allowed: +-{allowed:g})"
+        return None
+    allowed = float(tolerance["count"])
+    if abs(claimed - measured) > allowed * max(abs(measured), 1.0):
+        return f"{name} = {claimed:g}, the grader measured {measured:g} (allowed: +-{allowed:.0%})"
+    return None
+
+
+@check("triage", needs=(JOBS,), key="jobs_right", fmt="{}")
+def triage(evidence, spec):
+    """names each job's wall as the grader's measurements decide it, quoting them within tolerance"""
+    device = evidence.device
+    rules = dict(spec.threshold_for(device))
+    tolerance = dict(spec.options.get("tolerance", {"share": 0.15, "count": 0.15}))
+    diagnosis = evidence.diagnosis
+    answer = diagnosis.answer if diagnosis.answer is not None else {}
+    lines, problems, measured_jobs, unconfirmed = [], [], {}, []
+    if diagnosis.answer_problem:
+        problems.append(diagnosis.answer_problem)
+    quoted_on = answer.get("device")
+    if diagnosis.answer is not None and quoted_on != device:
+        problems.append(f"the answer's evidence was measured on device = {quoted_on!r}; this check runs on {device!r}: "
+                        f"measure your jobs on {device} and set device = \"{device}\"")
+    jobs_answered = answer.get("jobs") if isinstance(answer.get("jobs"), dict) else {}
+    right = 0
+    for job, run in diagnosis.jobs.items():
+        if isinstance(run.trace, TraceMismatch):
+            problems.append(f"job {job}: {run.trace}")
+            continue
+        m = measure(run.trace, device)
+        wall, rule = decide(m, device, rules)
+        measured_jobs[job] = {**m, "wall": wall, "design": run.design}
+        given = jobs_answered.get(job) if isinstance(jobs_answered.get(job), dict) else {}
+        claimed = str(given.get("wall", "")).strip().lower()
+        shown = ", ".join(f"{k} {m[k]:g}" for k in EVIDENCE[device] if m.get(k) is not None)
+        lines.append(f"job {job}: measured {shown}; {rule.split('; kernel-bound by elimination')[0]} -> "
+                     f"{wall or 'kernel-bound by elimination, unconfirmed on a CPU'}")
+        wrong = []
+        if claimed not in WALLS:
+            wrong.append(f"wall = {given.get('wall', '')!r}: name one of {', '.join(WALLS)}")
+        elif wall is not None and claimed != wall:
+            wrong.append(f"wall = {claimed!r}, but the grader's measurement decides {wall!r}")
+        elif wall is None:
+            unconfirmed.append(job)
+            if claimed != "kernel":
+                wrong.append(f"wall = {claimed!r}, but the grader measured that rule false")
+        for name in EVIDENCE[device]:
+            if name not in given:
+                wrong.append(f"{name} is missing (the grader measured {m[name]:g})" if m.get(name) is not None
+                             else f"{name} is missing")
+                continue
+            why = within(name, given[name], m.get(name), tolerance)
+            if why:
+                wrong.append(why)
+        if wrong:
+            problems.append(f"job {job}: " + "; ".join(wrong))
+        else:
+            right += 1
+    if diagnosis.answer is not None:
+        fix = answer.get("fix") if isinstance(answer.get("fix"), dict) else {}
+        if fix.get("job") not in diagnosis.jobs:
+            problems.append(f"[fix] job = {fix.get('job', '')!r}: name the job your train.py fixes "
+                            f"({', '.join(diagnosis.jobs)}); it was run as job {diagnosis.fix_job}")
+    if unconfirmed:
+        lines.append(f"not confirmed here: job(s) {', '.join(unconfirmed)} ({KERNEL_ON_CPU})")
+    measured = {"jobs": measured_jobs, "jobs_right": f"{right}/{len(diagnosis.jobs)}", "learner": diagnosis.learner,
+                "secret": diagnosis.secret_kind, "fix_job": diagnosis.fix_job, "unconfirmed": unconfirmed,
+                "tolerance": tolerance}
+    status = PASSED if not problems and right == len(diagnosis.jobs) else FAILED
+    return result(spec, status, measured=measured, threshold=rules, evidence=problems + lines)

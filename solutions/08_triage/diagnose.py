@@ -1,0 +1,70 @@
+"""Chapter 08, the reference diagnosis: profile every job of an assignment and write the answer file.
+
+What a learner does by hand, in order: run each job under torch.profiler (the chapter's torch recipe), read
+the trace engine's report (the numbers `workbook report` prints), and decide the wall by the page's decision
+tree. It writes answer.toml with those numbers, and names the data-bound job for the fix (the reference
+solution's train.py is that fix).
+
+    python solutions/08_triage/diagnose.py --device cpu --out solutions/08_triage/answer.toml
+    python solutions/08_triage/diagnose.py --device cuda --out /tmp/answer-cuda.toml
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # this checkout's checker, whatever is installed
+DATA_WAIT, GPU_IDLE, HOST_MS_PER_OP = 0.4, 0.4, 0.05  # the page's decision tree, as chapter.toml states it
+
+
+def profile(job: str, device: str, folder: Path) -> dict:
+    from checker.trace import load
+
+    out = folder / f"job-{job}"
+    subprocess.run([sys.executable, "-m", "checker.launch", "--script", str(ROOT / "chapters/08_triage/slow.py"),
+                    "--result", f"{out}.result.json", "--trace", "torch", "--trace-out", f"{out}.json.gz", "--",
+                    "--device", device, "--job", job], check=True, cwd=ROOT, capture_output=True)
+    s = load(f"{out}.json.gz").summary()
+    wait = float(s["data_wait_fraction"] or 0.0)
+    row = {"data_wait": round(wait, 3)}
+    if device == "cuda":
+        row["ops_per_step"] = s["launches_per_step"]
+        row["gpu_idle"] = round(float(s["gpu_idle_fraction"] or 0.0), 3)
+        row["top_kernel_share"] = round(float(s["top_kernels"][0]["share"]), 3) if s["top_kernels"] else 0.0
+        wall = "data" if wait >= DATA_WAIT else "overhead" if row["gpu_idle"] >= GPU_IDLE else "kernel"
+    else:
+        row["ops_per_step"] = s["top_level_ops_per_step"]
+        per_op = s["step_ms_mean"] * (1 - wait) / max(row["ops_per_step"], 1)
+        wall = "data" if wait >= DATA_WAIT else "overhead" if per_op <= HOST_MS_PER_OP else "kernel"
+    return {"wall": wall, **row}
+
+
+def main() -> int:
+    import tomllib
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    jobs = tomllib.loads((ROOT / "labs/08_triage/assignment.toml").read_text())["jobs"]
+    with tempfile.TemporaryDirectory() as folder:
+        found = {job: profile(job, args.device, Path(folder)) for job in jobs}
+    fix = next((job for job, row in found.items() if row["wall"] == "data"), next(iter(found)))
+    lines = [f"# Written by solutions/08_triage/diagnose.py --device {args.device}: the reference diagnosis of the",
+             "# practice assignment (labs/08_triage/assignment.toml).", f'device = "{args.device}"', ""]
+    for job, row in found.items():
+        lines.append(f"[jobs.{job}]")
+        lines += [f'wall = "{row["wall"]}"'] + [f"{k} = {v}" for k, v in row.items() if k != "wall"] + [""]
+    lines += ["[fix]", f'job = "{fix}"']
+    args.out.write_text("\n".join(lines) + "\n")
+    print(args.out.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

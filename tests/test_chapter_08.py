@@ -1,0 +1,162 @@
+"""Chapter 08 (triage) on a CPU, as CI sees it: the reference answer passes; a wrong wall, made-up evidence, a
+guess, an answer copied from another learner and the unanswered lab fail. The grader's runs are made once
+(the practice learner's jobs, then another learner's) and each answer is judged on the same evidence."""
+
+import dataclasses
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from checker import checks
+from checker.base.chapters import get_chapter
+from checker.checks.triage import decide
+from checker.grader.assignment import PRACTICE_LEARNER, SECRET_ENV, draw
+
+pytestmark = pytest.mark.slow
+
+CHAPTER = "08_triage"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _evidence(learner=None):
+    """The grader's evidence for the reference solution (its answer and fix), for ``learner``'s jobs."""
+    from checker.grader.evaluate import Evaluation
+
+    chapter = get_chapter(CHAPTER)
+    ev = Evaluation(chapter, chapter.solution_script, "cpu", only={"triage"}, learner=learner)
+    try:
+        ev.make_runs()
+        return ev.collect()
+    finally:
+        ev.cleanup()
+
+
+@pytest.fixture(scope="module")
+def practice():
+    return _evidence()
+
+
+def _judge(evidence, answer):
+    spec = get_chapter(CHAPTER).check("triage")
+    diagnosis = dataclasses.replace(evidence.diagnosis, answer=answer, answer_problem=None)
+    return checks.KINDS["triage"](dataclasses.replace(evidence, diagnosis=diagnosis), spec)
+
+
+def _reference():
+    return tomllib.loads((ROOT / "solutions" / CHAPTER / "answer.toml").read_text())
+
+
+def test_reference_answer_passes_and_the_grader_classifies_by_design(practice):
+    result = _judge(practice, _reference())
+    assert result.status == "passed", result.evidence
+    jobs = result.measured["jobs"]
+    for job, m in jobs.items():  # data and overhead decided on a CPU; the kernel job left unconfirmed, said so
+        assert m["wall"] == (None if m["design"] == "kernel" else m["design"]), (job, m)
+    assert result.measured["unconfirmed"] == [j for j, m in jobs.items() if m["design"] == "kernel"]
+    assert any("not confirmed here" in line and "GPU" in line for line in result.evidence)
+
+
+def test_wrong_wall_fails(practice):
+    answer = _reference()
+    data = next(j for j, row in answer["jobs"].items() if row["wall"] == "data")
+    over = next(j for j, row in answer["jobs"].items() if row["wall"] == "overhead")
+    answer["jobs"][data]["wall"], answer["jobs"][over]["wall"] = "overhead", "data"
+    result = _judge(practice, answer)
+    assert result.status == "failed"
+    assert any(f"job {data}: wall = 'overhead', but the grader's measurement decides 'data'" in line
+               for line in result.evidence), result.evidence
+
+
+def test_kernel_claimed_for_a_job_the_cpu_measured_as_data_fails(practice):
+    answer = _reference()
+    data = next(j for j, row in answer["jobs"].items() if row["wall"] == "data")
+    answer["jobs"][data]["wall"] = "kernel"
+    assert _judge(practice, answer).status == "failed"
+
+
+@pytest.mark.parametrize("field,change", [("data_wait", 0.3), ("ops_per_step", 2.0)])
+def test_made_up_evidence_fails(practice, field, change):
+    answer = _reference()
+    for row in answer["jobs"].values():
+        row[field] = row[field] + change if field == "data_wait" else row[field] * change
+    result = _judge(practice, answer)
+    assert result.status == "failed"
+    assert sum(f"{field} = " in line and "the grader measured" in line for line in result.evidence) == 3, result.evidence
+
+
+def test_guessing_fails_every_way(practice):
+    """Every assignment of walls to the jobs, with numbers a guesser would write, fails; and with the right
+    numbers, every wrong order of walls fails."""
+    reference = _reference()
+    jobs = list(reference["jobs"])
+    for walls in itertools.permutations(("data", "overhead", "kernel")):
+        guess = {"device": "cpu", "fix": reference["fix"],
+                 "jobs": {j: {"wall": w, "data_wait": 0.5, "ops_per_step": 500} for j, w in zip(jobs, walls)}}
+        assert _judge(practice, guess).status == "failed", walls
+        ordered = {"device": "cpu", "fix": reference["fix"],
+                   "jobs": {j: dict(reference["jobs"][j], wall=w) for j, w in zip(jobs, walls)}}
+        right = all(reference["jobs"][j]["wall"] == w for j, w in zip(jobs, walls))
+        assert (_judge(practice, ordered).status == "passed") == right, walls
+
+
+def test_evidence_from_another_device_fails(practice):
+    answer = dict(_reference(), device="cuda")
+    result = _judge(practice, answer)
+    assert result.status == "failed" and any("device = 'cuda'" in line for line in result.evidence)
+
+
+def test_an_answer_copied_from_another_learner_fails():
+    """The practice learner's reference answer, handed in by another learner: the grader draws that learner's
+    jobs from its secret, runs them, and the walls and numbers do not fit."""
+    chapter = get_chapter(CHAPTER)
+    other = "learner-2"
+    assert draw(chapter, other).designs != draw(chapter, PRACTICE_LEARNER).designs
+    evidence = _evidence(learner=other)
+    assert evidence.diagnosis.learner == other
+    result = _judge(evidence, _reference())
+    assert result.status == "failed"
+    assert sum("the grader's measurement decides" in line for line in result.evidence) >= 1, result.evidence
+
+
+def test_the_assignment_comes_from_the_secret_not_the_learners_file(monkeypatch):
+    chapter = get_chapter(CHAPTER)
+    practice = draw(chapter, PRACTICE_LEARNER)
+    assert practice.secret_kind == "practice" and sorted(practice.designs.values()) == ["data", "kernel", "overhead"]
+    shipped = tomllib.loads((ROOT / "labs" / CHAPTER / "assignment.toml").read_text())
+    assert shipped["jobs"] == practice.codes  # the shipped lab's jobs are the practice learner's
+    monkeypatch.setenv(SECRET_ENV, "a course's secret")
+    course = draw(chapter, PRACTICE_LEARNER)
+    assert course.secret_kind == "course" and course.codes != practice.codes
+
+
+def test_rules_on_a_gpu_partition_every_job():
+    rules = {"data_wait": 0.4, "gpu_idle": 0.4}
+    assert decide({"data_wait": 0.7, "gpu_idle": 0.8}, "cuda", rules)[0] == "data"
+    assert decide({"data_wait": 0.1, "gpu_idle": 0.6, "ops_per_step": 900}, "cuda", rules)[0] == "overhead"
+    wall, rule = decide({"data_wait": 0.1, "gpu_idle": 0.05, "top_kernel_share": 0.6}, "cuda", rules)
+    assert wall == "kernel" and "rule 3" in rule and "60%" in rule
+
+
+def _check(submission_args):
+    env = dict(os.environ, WORKBOOK_ROOT=str(ROOT), PYTHONPATH=str(ROOT))
+    env.pop(SECRET_ENV, None)
+    proc = subprocess.run([sys.executable, "-m", "checker", "check", "08", "--device", "cpu", "--json",
+                           *submission_args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else None, proc.stderr
+
+
+def test_unanswered_lab_fails_end_to_end(pristine_lab, tmp_path):
+    """The lab as shipped, with its blank answer file: exit 1, triage failed, naming what is missing."""
+    folder = pristine_lab(CHAPTER)
+    (folder / "answer.toml").write_text((ROOT / "labs" / CHAPTER / "answer.toml").read_text())
+    code, report, err = _check(["--submission", str(folder), "--only", "triage"])
+    assert code == 1, err[-2000:]
+    triage = next(c for c in report["checks"] if c["name"] == "triage")
+    assert triage["status"] == "failed"
+    assert any("wall = ''" in line for line in triage["evidence"]), triage["evidence"]

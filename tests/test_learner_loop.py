@@ -321,9 +321,9 @@ def test_a_hint_agrees_with_the_other_checks_evidence():
     from checker.grader.plan import Plan
 
     chapter = get_chapter("01")
-    assert chapter.first_to_fix({"throughput", "host_syncs"}) == "host_syncs"
+    assert chapter.first_to_fix({"throughput", "host_syncs", "gpu_fed"}) == "host_syncs"
     assert chapter.first_to_fix({"throughput"}) == "throughput"
-    outcomes = {"same_work": PASSED, "throughput": FAILED, "host_syncs": FAILED}
+    outcomes = {"same_work": PASSED, "throughput": FAILED, "host_syncs": FAILED, "gpu_fed": FAILED}
     evidence = SimpleNamespace()  # the checks are stood in for: judge's hints are what is tested
 
     def stand_in(name):

@@ -160,3 +160,35 @@ def test_unanswered_lab_fails_end_to_end(pristine_lab, tmp_path):
     triage = next(c for c in report["checks"] if c["name"] == "triage")
     assert triage["status"] == "failed"
     assert any("wall = ''" in line for line in triage["evidence"]), triage["evidence"]
+
+
+def test_a_self_check_of_a_course_assignment_runs_its_file_and_keeps_the_answer_hidden(tmp_path, monkeypatch):
+    """A learner of a class checks their work without the course secret: the check runs the jobs of their
+    course's assignment file (not the practice draw for their id), and its feedback says what is right or wrong
+    without the grader's numbers or walls, which would answer the graded run."""
+    import shutil
+
+    from checker.grader.evaluate import Evaluation
+
+    chapter = get_chapter(CHAPTER)
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    course = draw(chapter, "learner-7", key="a course's secret", kind="course")
+    assert course.codes != draw(chapter, "learner-7").codes  # the practice draw for that id differs
+    folder = tmp_path / "learner-7"
+    folder.mkdir()
+    shutil.copy(chapter.solution_script, folder / "train.py")
+    (folder / "answer.toml").write_text((ROOT / "solutions" / CHAPTER / "answer.toml").read_text())
+    (folder / "assignment.toml").write_text(course.to_toml())
+    ev = Evaluation(chapter, folder / "train.py", "cpu", only={"triage"})
+    try:
+        ev.make_runs()
+        evidence = ev.collect()
+    finally:
+        ev.cleanup()
+    assert ev.assignment.codes == course.codes and evidence.diagnosis.learner == "learner-7"
+    result = _judge(evidence, _reference())  # the practice learner's answer does not fit these jobs
+    assert result.status == "failed"
+    text = " ".join(result.evidence)
+    assert "the grader measured" not in text and "decides '" not in text and "measured data_wait" not in text
+    assert "self-check of your course's assignment" in text
+    assert all(set(row) == {"right"} for row in result.measured["jobs"].values())

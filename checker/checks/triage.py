@@ -26,6 +26,9 @@ from checker.checks import FAILED, JOBS, PASSED, check, result
 from checker.checks.evidence import TraceMismatch
 
 WALLS = ("data", "overhead", "kernel")
+# a learner's self-check of a course assignment (checker.grader.assignment.from_file): the grader's numbers and
+# walls for these jobs are the answer to the graded run, so the feedback says only what is right or wrong
+COURSE_FILE = "course file"
 SHARES = ("data_wait", "gpu_idle", "top_kernel_share")  # shares of a step (or of GPU time): an absolute tolerance
 COUNTS = ("ops_per_step",)                              # counts: a relative tolerance
 EVIDENCE = {"cpu": ("data_wait", "ops_per_step"), "cuda": ("data_wait", "ops_per_step", "gpu_idle", "top_kernel_share")}
@@ -77,19 +80,24 @@ def decide(m: dict, device: str, rules: dict) -> tuple[str | None, str]:
                   f"confirmed: {KERNEL_ON_CPU}")
 
 
-def within(name: str, claimed, measured, tolerance: dict) -> str | None:
-    """Why a quoted number is not the grader's, or None when it is within tolerance."""
+def within(name: str, claimed, measured, tolerance: dict, hide: bool = False) -> str | None:
+    """Why a quoted number is not the grader's, or None when it is within tolerance (``hide``: without the
+    grader's number)."""
     if measured is None:
         return None
     if isinstance(claimed, bool) or not isinstance(claimed, (int, float)):
-        return f"{name} = {claimed!r} is not a number (the grader measured {measured:g})"
+        return f"{name} = {claimed!r} is not a number" + ("" if hide else f" (the grader measured {measured:g})")
     if name in SHARES:
         allowed = float(tolerance["share"])
         if abs(claimed - measured) > allowed:
+            if hide:
+                return f"{name} = {claimed:g} is more than {allowed:g} from the grader's measurement"
             return f"{name} = {claimed:g}, the grader measured {measured:.3f} (allowed: +-{allowed:g})"
         return None
     allowed = float(tolerance["count"])
     if abs(claimed - measured) > allowed * max(abs(measured), 1.0):
+        if hide:
+            return f"{name} = {claimed:g} is more than {allowed:.0%} from the grader's measurement"
         return f"{name} = {claimed:g}, the grader measured {measured:g} (allowed: +-{allowed:.0%})"
     return None
 
@@ -110,6 +118,7 @@ def triage(evidence, spec):
         problems.append(f"the answer's evidence was measured on device = {quoted_on!r}; this check runs on {device!r}: "
                         f"measure your jobs on {device} and set device = \"{device}\"")
     jobs_answered = answer.get("jobs") if isinstance(answer.get("jobs"), dict) else {}
+    hide = diagnosis.secret_kind == COURSE_FILE
     right = 0
     for job, run in diagnosis.jobs.items():
         if isinstance(run.trace, TraceMismatch):
@@ -121,36 +130,47 @@ def triage(evidence, spec):
         given = jobs_answered.get(job) if isinstance(jobs_answered.get(job), dict) else {}
         claimed = str(given.get("wall", "")).strip().lower()
         shown = ", ".join(f"{k} {m[k]:g}" for k in EVIDENCE[device] if m.get(k) is not None)
-        lines.append(f"job {job}: measured {shown}; {rule.split('; kernel-bound by elimination')[0]} -> "
-                     f"{wall or 'kernel-bound by elimination, unconfirmed on a CPU'}")
+        if not hide:
+            lines.append(f"job {job}: measured {shown}; {rule.split('; kernel-bound by elimination')[0]} -> "
+                         f"{wall or 'kernel-bound by elimination, unconfirmed on a CPU'}")
         wrong = []
         if claimed not in WALLS:
             wrong.append(f"wall = {given.get('wall', '')!r}: name one of {', '.join(WALLS)}")
         elif wall is not None and claimed != wall:
-            wrong.append(f"wall = {claimed!r}, but the grader's measurement decides {wall!r}")
+            wrong.append(f"wall = {claimed!r} is not the wall the grader's measurement decides" if hide
+                         else f"wall = {claimed!r}, but the grader's measurement decides {wall!r}")
         elif wall is None:
             unconfirmed.append(job)
             if claimed != "kernel":
-                wrong.append(f"wall = {claimed!r}, but the grader measured that rule false")
+                wrong.append(f"wall = {claimed!r} is not the wall the grader's measurement decides" if hide
+                             else f"wall = {claimed!r}, but the grader measured that rule false")
         for name in EVIDENCE[device]:
             if name not in given:
                 wrong.append(f"{name} is missing (the grader measured {m[name]:g})" if m.get(name) is not None
-                             else f"{name} is missing")
+                             and not hide else f"{name} is missing")
                 continue
-            why = within(name, given[name], m.get(name), tolerance)
+            why = within(name, given[name], m.get(name), tolerance, hide)
             if why:
                 wrong.append(why)
         if wrong:
             problems.append(f"job {job}: " + "; ".join(wrong))
         else:
             right += 1
+        if hide:  # what is right or wrong, never the grader's numbers or wall
+            measured_jobs[job] = {"right": not wrong}
+            lines.append(f"job {job}: {'right' if not wrong else 'not right yet'}")
     if diagnosis.answer is not None:
         fix = answer.get("fix") if isinstance(answer.get("fix"), dict) else {}
         if fix.get("job") not in diagnosis.jobs:
             problems.append(f"[fix] job = {fix.get('job', '')!r}: name the job your train.py fixes "
                             f"({', '.join(diagnosis.jobs)}); it was run as job {diagnosis.fix_job}")
-    if unconfirmed:
+    if unconfirmed and not hide:
         lines.append(f"not confirmed here: job(s) {', '.join(unconfirmed)} ({KERNEL_ON_CPU})")
+    if hide:
+        lines.append("a self-check of your course's assignment: the grader's numbers and walls are left out (they "
+                     "would be the answer); profile each job (`workbook profile 08 --tool torch --run --job a`) and "
+                     "compare with `workbook report`")
+        unconfirmed = []
     measured = {"jobs": measured_jobs, "jobs_right": f"{right}/{len(diagnosis.jobs)}", "learner": diagnosis.learner,
                 "secret": diagnosis.secret_kind, "fix_job": diagnosis.fix_job, "unconfirmed": unconfirmed,
                 "tolerance": tolerance}

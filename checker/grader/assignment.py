@@ -13,6 +13,11 @@ without it, the public practice secret: self-study needs no secret, and its assi
 anyone. The grader recomputes the assignment from the secret and the learner id every time; the assignment file
 a learner holds (labs/<id>/assignment.toml) is only what lets them run their jobs, never what the grader
 believes.
+
+A learner of a class checks their own work without the course secret. Their assignment file says it came from a
+course (``secret = "course"``), so their self-check cannot draw it again: it runs the jobs the file names
+(``from_file``), as practice, and its feedback says what is right or wrong without the grader's numbers or
+walls, which would be the answer to the graded run. The graded run draws the jobs again from the course secret.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ else:  # pragma: no cover
 
 from checker.base.chapters import Chapter
 from checker.base.errors import WorkbookError
+from checker.checks.triage import COURSE_FILE  # the secret_kind of a course assignment run from the learner's file
 
 SECRET_ENV = "WORKBOOK_COURSE_SECRET"
 PRACTICE_SECRET = "workbook-practice-08"  # public on purpose: self-study assignments anyone can recompute
@@ -51,8 +57,8 @@ class Assignment:
     def to_toml(self) -> str:
         lines = [f"# Your mystery jobs for chapter {self.chapter}, written by `workbook assign {self.chapter[:2]}`.",
                  "# Run one with `python labs/08_triage/train.py --job a` (or the slow script, or `workbook profile 08`).",
-                 "# The grader draws these again from its own secret: editing this file changes nothing it measures.",
-                 f'learner = "{self.learner}"', "", "[jobs]"]
+                 "# Grading draws these again from its own secret: editing this file changes nothing a graded run measures.",
+                 f'learner = "{self.learner}"', f'secret = "{self.secret_kind}"', "", "[jobs]"]
         lines += [f"{job} = {code}" for job, code in self.codes.items()]
         return "\n".join(lines) + "\n"
 
@@ -102,6 +108,32 @@ def read_toml(path: Path, what: str) -> dict:
         return tomllib.loads(data.decode("utf-8", errors="replace"))
     except tomllib.TOMLDecodeError as err:
         raise WorkbookError(f"{what} {path}: not valid TOML ({err})") from None
+
+
+def from_file(chapter: Chapter, folder: Path, fallback: Path | None) -> Assignment | None:
+    """A self-check's assignment when the learner's file came from a course whose secret this machine lacks: the
+    jobs the file names, run as given (None when the file is not a course's, or the course secret is here)."""
+    from checker.base.workloads import load_workload_module
+
+    if secret()[1] == "course":
+        return None
+    for place in (folder, fallback):
+        if place is None or not (place / ASSIGNMENT_FILE).is_file():
+            continue
+        data = read_toml(place / ASSIGNMENT_FILE, "the assignment")
+        if data.get("secret") != "course":
+            return None
+        jobs = data.get("jobs") if isinstance(data.get("jobs"), dict) else {}
+        wanted = list(chapter.raw.get("jobs", []))
+        codes = {job: jobs.get(job) for job in wanted}
+        if any(isinstance(c, bool) or not isinstance(c, int) or not 10**6 <= c < 10**7 for c in codes.values()):
+            raise WorkbookError(f"the assignment {place / ASSIGNMENT_FILE}: [jobs] must give {', '.join(wanted)} "
+                                "a code each, as your instructor's file did")
+        workload = load_workload_module(chapter.dir)
+        designs = {job: workload.job_settings(code, "cpu")["design"] for job, code in codes.items()}
+        learner = str(data.get("learner") or PRACTICE_LEARNER).strip() or PRACTICE_LEARNER
+        return Assignment(chapter.id, learner, COURSE_FILE, codes, designs)
+    return None
 
 
 def learner_of(folder: Path, fallback: Path | None) -> str:

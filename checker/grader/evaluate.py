@@ -157,9 +157,11 @@ class Evaluation:
         the candidate's fix is run as (the answer's [fix] job, else the first job)."""
         chapter = self.chapter
         folder = self.candidate.parent
+        own = None
         if learner is None:  # a learner checking their own work: the learner id of their assignment file
-            learner = assignments.learner_of(folder, chapter.lab_script.parent)
-        self.assignment = assignments.draw(chapter, learner)
+            own = assignments.from_file(chapter, folder, chapter.lab_script.parent)
+            learner = own.learner if own else assignments.learner_of(folder, chapter.lab_script.parent)
+        self.assignment = own or assignments.draw(chapter, learner)
         path = folder / str(chapter.raw["answer_file"])
         if not path.is_file():
             self.answer_problem = f"no answer file: {display_path(path)} is missing"
@@ -173,9 +175,14 @@ class Evaluation:
         self.fix_job = wanted if wanted in self.assignment.codes else jobs[0]
         code = self.assignment.codes[self.fix_job]
         self.pair_args, self.pair_cfg = ["--set", f"job={code}"], {"job": code}
-        self.notes.append(f"assignment: learner {learner!r}, drawn from the {self.assignment.secret_kind} secret"
-                          + (" (set WORKBOOK_COURSE_SECRET to grade a class)" if self.assignment.secret_kind == "practice" else "")
-                          + f"; the fix runs as job {self.fix_job}")
+        if own is not None:
+            self.notes.append(f"assignment: learner {learner!r}, the jobs of your course's assignment file run as given "
+                              "(a self-check: your instructor's grading draws them again from the course secret, and "
+                              f"this feedback leaves out the grader's numbers); the fix runs as job {self.fix_job}")
+        else:
+            self.notes.append(f"assignment: learner {learner!r}, drawn from the {self.assignment.secret_kind} secret"
+                              + (" (set WORKBOOK_COURSE_SECRET to grade a class)" if self.assignment.secret_kind == "practice" else "")
+                              + f"; the fix runs as job {self.fix_job}")
 
     def _reference_script(self) -> Path:
         """The script trained beside each candidate run, under its secret: the slow script, unless a grading

@@ -21,13 +21,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from PIL import Image
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import Dataset
 from torchvision.models import get_model
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
 from checker.base.stats import describe_step_times  # p50 / p90 / max / mean: the median alone can lie
-from checker.base.workloads import Workload
+from checker.base.workloads import KeyedEpochs, Workload
 
 NUM_CLASSES = 10
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]  # ImageNet's channel statistics
@@ -67,7 +67,7 @@ class AugmentedJpegs(Dataset):
         return self.length
 
     def __getitem__(self, item: int | tuple[int, int]) -> tuple[torch.Tensor, int]:
-        # EpochShuffle gives (index, the epoch's salt): the random choices of an epoch that starts after the timed
+        # KeyedEpochs gives (index, the epoch's salt): the random choices of an epoch that starts after the timed
         # window opened come from the window key, so none of its samples can be made before the window
         index, salt = item if isinstance(item, tuple) else (item, self.seed)
         slot = (index * 7919) % len(self.jpegs)
@@ -96,32 +96,6 @@ def eval_batch(jpegs: list[bytes], labels: list[int], crop: int) -> tuple[torch.
     finish = v2.Compose([v2.Resize(crop, antialias=True), v2.CenterCrop(crop),
                          v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
     return torch.stack([finish(decode_jpeg(j)) for j in jpegs]), torch.tensor(labels)
-
-
-class EpochShuffle(Sampler):
-    """A new shuffle every epoch, drawn when the epoch starts from (seed, epoch), and from (window key,
-    epoch) for the epochs that start after the timed window opened: the same order in every variant, however
-    far ahead a DataLoader's workers fetch, and no one can know the window's later epochs before it opens.
-
-    Each index comes with its epoch's salt, which the dataset draws the sample's crop and flip from: the
-    pixels of those later epochs cannot be made before the window opens either (decoding and augmenting the
-    whole dataset in set-up, then training from memory, trains on other pixels than the slow script)."""
-
-    def __init__(self, size: int, seed: int):
-        self.size, self.seed, self.key, self.epoch = size, seed, None, 0
-
-    def set_key(self, window_key: int) -> None:
-        self.key = window_key
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __iter__(self):
-        base = self.seed if self.key is None else self.key
-        salt = base * 1_000_003 + self.epoch
-        generator = torch.Generator().manual_seed(salt)
-        self.epoch += 1
-        return iter([(index, salt) for index in torch.randperm(self.size, generator=generator).tolist()])
 
 
 def build(cfg: dict, device: torch.device) -> Workload:
@@ -153,6 +127,6 @@ def build(cfg: dict, device: torch.device) -> Workload:
 
     # A new shuffle every epoch, drawn from its own seeded generator: the same order in every variant, whatever
     # the DataLoader's workers do with the global random state.
-    sampler = EpochShuffle(len(dataset), seed + 1)
+    sampler = KeyedEpochs(len(dataset), seed + 1)
     return Workload(model=model, loss_fn=F.cross_entropy, eval_loss=eval_loss, dataset=dataset,
                     extras={"sampler": sampler, "step_times": describe_step_times}, on_window=sampler.set_key)

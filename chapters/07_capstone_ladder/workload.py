@@ -22,10 +22,10 @@ import random
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import Dataset
 from torchvision.models import resnet18
 
-from checker.base.workloads import Workload
+from checker.base.workloads import KeyedEpochs, Workload
 
 NUM_CLASSES = 10
 PAD = 4  # random crops come from the image padded by this many pixels (the usual CIFAR augmentation)
@@ -80,27 +80,6 @@ class AugmentedImages(Dataset):
         if flip:
             image = image.flip(-1)
         return (image.contiguous() if self.raw else normalize(image)), self.labels[slot]
-
-
-class KeyedEpochs(Sampler):
-    """A new shuffle every epoch, from (seed, epoch), and from (window key, epoch) once the timed window opened;
-    each index comes with its epoch's salt, which the dataset draws the sample's crop and flip from."""
-
-    def __init__(self, size: int, seed: int):
-        self.size, self.seed, self.key, self.epoch = size, seed, None, 0
-
-    def set_key(self, window_key: int) -> None:
-        self.key = window_key
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __iter__(self):
-        salt = (self.seed if self.key is None else self.key) * 1_000_003 + self.epoch
-        self.epoch += 1
-        order = list(range(self.size))
-        random.Random(salt).shuffle(order)
-        return iter([(index, salt) for index in order])
 
 
 def build(cfg: dict, device: torch.device) -> Workload:

@@ -24,9 +24,9 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import Dataset
 
-from checker.base.workloads import Workload
+from checker.base.workloads import KeyedEpochs, Workload
 
 NUM_CLASSES = 10
 FEATURES = 32          # features per token of a sample
@@ -86,7 +86,7 @@ def job_code(cfg: dict) -> int:
 
 class Samples(Dataset):
     """A sequence per sample: its class's template plus noise, then ``rounds`` numpy passes (the CPU work a
-    real pipeline spends decoding and augmenting). Indexed by (index, salt) from ``KeyedShuffle``."""
+    real pipeline spends decoding and augmenting). Indexed by (index, salt) from ``KeyedEpochs`` (checker.base.workloads)."""
 
     def __init__(self, templates: np.ndarray, length: int, tokens: int, rounds: int, seed: int):
         self.templates, self.length, self.tokens, self.rounds, self.seed = templates, length, tokens, rounds, seed
@@ -102,26 +102,6 @@ class Samples(Dataset):
         for _ in range(self.rounds):  # numpy: no aten op records it, as a JPEG decode records none
             x = 0.9 * x + 0.1 * np.tanh(np.roll(x, 1, axis=0))
         return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)), label
-
-
-class KeyedShuffle(Sampler):
-    """A new order every epoch, drawn from (seed, epoch), and from (window key, epoch) once the window opened;
-    each index carries its epoch's salt, which the sample's noise is drawn from."""
-
-    def __init__(self, size: int, seed: int):
-        self.size, self.seed, self.key, self.epoch = size, seed, None, 0
-
-    def set_key(self, window_key: int) -> None:
-        self.key = window_key
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __iter__(self):
-        salt = (self.seed if self.key is None else self.key) * 1_000_003 + self.epoch
-        self.epoch += 1
-        order = torch.randperm(self.size, generator=torch.Generator().manual_seed(salt)).tolist()
-        return iter([(index, salt) for index in order])
 
 
 class SmallBlock(nn.Module):
@@ -182,7 +162,7 @@ def build(cfg: dict, device: torch.device) -> Workload:
         with torch.no_grad():
             return F.cross_entropy(trained(eval_x), eval_y).item()
 
-    sampler = KeyedShuffle(len(dataset), seed + 1)
+    sampler = KeyedEpochs(len(dataset), seed + 1)
     return Workload(model=model, loss_fn=F.cross_entropy, eval_loss=eval_loss, dataset=dataset,
                     extras={"sampler": sampler, "batch_size": settings["batch"]},
                     on_window=sampler.set_key)

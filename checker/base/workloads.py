@@ -10,7 +10,7 @@ The secrets (see docs/instructors.md, "What the grader trusts"):
   the data and the held-out batch, so weights trained offline or in an earlier run are of no use;
 * ``window_key`` is sent when the timed window opens, and not before. The harness then re-draws the
   model's last layer from it (:func:`redraw_head`), and batch sources that make their batches lazily draw
-  the window's batches from it (:class:`KeyedOrder`). The weights the grader gets back can only be right if
+  the window's batches from it (:class:`KeyedOrder`, and :class:`KeyedEpochs` for a DataLoader's samples). The weights the grader gets back can only be right if
   the training that produced them ran after the window opened.
 """
 
@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from torch import nn
+from torch.utils.data import Sampler
 
 
 @dataclass
@@ -113,6 +114,31 @@ class KeyedOrder:
                 # .tolist(), not int(tensor): no aten::_local_scalar_dense, which a CPU trace counts as a host sync
                 index = torch.randint(len(self.batches), (1,), generator=self._generator).tolist()[0]
             yield self.batches[index]
+
+
+class KeyedEpochs(Sampler):
+    """A DataLoader sampler: a new shuffle every epoch, drawn when the epoch starts from (seed, epoch), and from
+    (window key, epoch) for the epochs that start after the timed window opened: the same order in every variant,
+    however far ahead a DataLoader's workers fetch, and no one can know the window's later epochs before it opens.
+
+    Each index comes with its epoch's salt, ``(index, salt)``, which the dataset draws the sample's random choices
+    from (a crop, a flip, noise): the samples of those later epochs cannot be made before the window opens either.
+    """
+
+    def __init__(self, size: int, seed: int):
+        self.size, self.seed, self.key, self.epoch = size, seed, None, 0
+
+    def set_key(self, window_key: int) -> None:
+        self.key = window_key
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self):
+        salt = (self.seed if self.key is None else self.key) * 1_000_003 + self.epoch
+        self.epoch += 1
+        order = torch.randperm(self.size, generator=torch.Generator().manual_seed(salt)).tolist()
+        return iter([(index, salt) for index in order])
 
 
 def load_workload_module(chapter_dir: Path):

@@ -41,7 +41,7 @@ def declared(chapter: Chapter) -> dict[str, Any]:
     """The chapter's [ladder] table, or a one-line error saying it has none."""
     ladder = chapter.raw.get("ladder")
     if not ladder:
-        raise WorkbookError(f"--ladder: chapter {chapter.id} declares no [ladder] in chapter.toml (chapter 07 has one)")
+        raise WorkbookError(f"--ladder: chapter {chapter.id} declares no [ladder] in chapter.toml; 07_capstone_ladder has one")
     return ladder
 
 

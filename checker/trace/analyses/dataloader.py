@@ -13,6 +13,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from checker.trace.analyses.gpu_idle import GPU_WORK
 from checker.trace.intervals import merge
 
 DATA_RANGE = "data"
@@ -21,18 +22,24 @@ WAIT_COLUMNS = {"step": "int64", "step_ns": "int64", "data_wait_ns": "int64", "d
                 "source": object}
 
 
+def wait_ranges(events: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The host ranges in steps that wait for a batch, and which kind they are: the harness's ``data`` ranges,
+    else torch.profiler's DataLoader ``__next__`` ranges ("none" when there are neither)."""
+    host = events[events["device"].isna() & events["step"].notna()]
+    ranges = host[(host["kind"] == "range") & (host["name"] == DATA_RANGE)]
+    if len(ranges):
+        return ranges, "data range"
+    candidates = host[host["kind"].isin(("range", "cpu_op"))]
+    names = [n for n in candidates["name"].unique() if LOADER_NEXT.search(str(n))]
+    ranges = candidates[candidates["name"].isin(names)]
+    return ranges, "DataLoader __next__" if len(ranges) else "none"
+
+
 def data_wait(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=()) -> pd.DataFrame:
     """One row per step: step_ns, data_wait_ns, data_wait_fraction, source (which ranges were used)."""
     excluded = {int(x) for x in exclude_steps}
     steps = steps[~steps["step"].isin(excluded)]
-    host = events[events["device"].isna() & events["step"].notna()]
-    ranges = host[(host["kind"] == "range") & (host["name"] == DATA_RANGE)]
-    source = "data range"
-    if ranges.empty:
-        candidates = host[host["kind"].isin(("range", "cpu_op"))]
-        names = [n for n in candidates["name"].unique() if LOADER_NEXT.search(str(n))]
-        ranges = candidates[candidates["name"].isin(names)]
-        source = "DataLoader __next__" if len(ranges) else "none"
+    ranges, source = wait_ranges(events)
     waits = {}
     for step, group in ranges.groupby("step"):
         s, e = merge(group["start_ns"].to_numpy(), group["end_ns"].to_numpy())
@@ -55,23 +62,22 @@ IDLE_COLUMNS = {"step": "int64", "data_wait_ns": "int64", "gpu_idle_ns": "int64"
 
 def data_wait_gpu_idle(events: pd.DataFrame, steps: pd.DataFrame, syncs: pd.DataFrame,
                        exclude_steps=()) -> pd.DataFrame:
-    """One row per step: data_wait_ns; gpu_idle_ns, how much of that wait the GPU had nothing to run; and
+    """One row per step: data_wait_ns (over the ranges ``data_wait`` reads); gpu_idle_ns, how much of that wait
+    the GPU had nothing to run; and
     after_sync_ns, how much of that idle time began while the host sat in a host sync (the sync emptied the
     GPU's queue, then the host went to prepare the next batch with nothing queued behind it).
 
     A batch prepared while the GPU still runs the previous step's kernels costs no GPU time; one prepared
     after a sync has drained the queue costs all of it. Empty for a trace without GPU work.
     """
-    gpu = events[events["kind"].isin(("kernel", "memcpy", "memset"))]
+    gpu = events[events["kind"].isin(GPU_WORK)]
     if gpu.empty or steps.empty:
         return pd.DataFrame({c: pd.Series(dtype=t) for c, t in IDLE_COLUMNS.items()})
     busy_s, busy_e = merge(gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy())
     sync_s = syncs["start_ns"].to_numpy(dtype=np.int64) if len(syncs) else np.empty(0, np.int64)
     sync_e = sync_s + (syncs["dur_ns"].to_numpy(dtype=np.int64) if len(syncs) else 0)
     excluded = {int(x) for x in exclude_steps}
-    host = events[events["device"].isna() & events["step"].notna()]
-    ranges = host[(host["kind"] == "range") & (host["name"] == DATA_RANGE)]
-    by_step = {int(k): g for k, g in ranges.groupby("step")}
+    by_step = {int(k): g for k, g in wait_ranges(events)[0].groupby("step")}
     out = []
     for step in steps["step"]:
         step = int(step)

@@ -10,6 +10,7 @@
 #   tables    the pages' measured tables: chapter 02's prefetcher (stretch) and chapter 03's p50/p90/max by worker
 #             count -> $OUT/tables.tar.gz (unpack into docs/results/)
 #   fixtures  the trace engine's fixture programs under torch.profiler and nsys -> $OUT/fixtures.tar.gz
+#   diagnose  chapter 08's reference diagnosis on this GPU -> solutions/08_triage/answer.cuda.toml and $OUT
 #   checks    `workbook check` for every chapter: solution, lab and slow, with torch.profiler and nsys,
 #             RERUNS times each -> $OUT/checks.jsonl; the torch traces the checks read -> $OUT/traces.tar.gz.part-*;
 #             PLAN may also name red-team cheats (cheat:<folder under tests/redteam>:<chapter>:<tool>)
@@ -38,6 +39,11 @@ mkdir -p /tmp/dw && for f in .debs/*.deb; do dpkg -x "$f" /tmp/dw; done
 export LD_LIBRARY_PATH=/tmp/dw/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 export WORKBOOK_NSYS=${WORKBOOK_NSYS:-/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys}
 NSYS=$WORKBOOK_NSYS
+# A call may land on either GPU kind: where it is an H200 and PLAN_H200 is set, that plan (and STAGES_H200, if
+# set) runs instead of PLAN (and STAGES)
+if [ -n "${PLAN_H200:-}" ] && python3 -c "import sys, torch; sys.exit('H200' not in torch.cuda.get_device_name(0))"; then
+  log "an H200: running PLAN_H200"; PLAN=$PLAN_H200; STAGES=${STAGES_H200:-$STAGES}
+fi
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 
 if has env; then
@@ -113,6 +119,15 @@ if has raw; then
   "$NSYS" export --type sqlite --force-overwrite=true -o $R/ch01-slow.sqlite $R/ch01-slow.nsys-rep >> $R/nsys.log 2>&1
   gzip -f $R/ch01-slow.sqlite; rm -f $R/*.nsys-rep; ls -la $R; tail -n 5 $R/nsys.log
   tar -C $R -czf "$OUT/raw.tar.gz" .
+fi
+
+if has diagnose; then
+  # chapter 08's reference diagnosis measured on this GPU (its shares are this device's, not a CPU's): written
+  # where the grader reads a per-device answer (solutions/08_triage/answer.cuda.toml) so that the checks after
+  # it grade it, and copied to $OUT to be committed
+  log "diagnose 08 on cuda"
+  python3 solutions/08_triage/diagnose.py --device cuda --out solutions/08_triage/answer.cuda.toml \
+    && cp solutions/08_triage/answer.cuda.toml "$OUT/answer.cuda.toml"
 fi
 
 if has checks; then

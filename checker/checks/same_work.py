@@ -155,6 +155,8 @@ def same_work(evidence, spec):
             baseline_eval_loss=round(base_loss, 5), candidate_eval_loss=round(cand_loss, 5),
             relative_difference=round(relative, 5), weight_distance=round(max(distances), 4),
             weight_distances=[round(d, 4) for d in distances], worst_layer=round(max(worst_layers), 4),
+            baseline_eval_losses=[round(x, 5) for x in base_losses],  # per pair: how far runs of one script spread
+            candidate_eval_losses=[round(x, 5) for x in cand_losses],
         )
         if reference != "baseline":
             measured["compared_with"] = reference

@@ -57,6 +57,15 @@ def resolve_candidate(chapter: Chapter, variant: str = "lab", submission: Path |
                         + ", ".join(str(p.relative_to(submission)) for p in tried) + ")")
 
 
+def answer_path(folder: Path, name: str, device: str) -> Path:
+    """The answer file the grader reads: ``answer.<device>.toml`` where one is beside the lab (a diagnosis kept per
+    device: the reference solution has one per device, since shares measured on a CPU are not a GPU's), else
+    ``answer.toml``."""
+    plain = folder / name
+    own = plain.with_name(f"{plain.stem}.{device}{plain.suffix}")
+    return own if own.is_file() else plain
+
+
 @dataclass
 class Report:
     chapter: str
@@ -162,7 +171,7 @@ class Evaluation:
             own = assignments.from_file(chapter, folder, chapter.lab_script.parent)
             learner = own.learner if own else assignments.learner_of(folder, chapter.lab_script.parent)
         self.assignment = own or assignments.draw(chapter, learner)
-        path = folder / str(chapter.raw["answer_file"])
+        path = answer_path(folder, str(chapter.raw["answer_file"]), self.device)
         if not path.is_file():
             self.answer_problem = f"no answer file: {display_path(path)} is missing"
         else:

@@ -44,6 +44,22 @@ def profile(job: str, device: str, folder: Path) -> dict:
     return {"wall": wall, **row}
 
 
+def machine(device: str) -> str:
+    """Where the numbers were measured: the GPU, its driver, torch and the date."""
+    import datetime
+    import platform
+
+    import torch
+
+    date = datetime.date.today().isoformat()
+    if device != "cuda":
+        return f"{platform.processor() or platform.machine()} (CPU), torch {torch.__version__}, {date}"
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                         text=True).stdout.strip().splitlines()
+    driver = f", driver {smi[0]}" if smi else ""
+    return f"{torch.cuda.get_device_name(0)}{driver}, torch {torch.__version__}, {date}"
+
+
 def main() -> int:
     import tomllib
 
@@ -56,7 +72,8 @@ def main() -> int:
         found = {job: profile(job, args.device, Path(folder)) for job in jobs}
     fix = next((job for job, row in found.items() if row["wall"] == "data"), next(iter(found)))
     lines = [f"# Written by solutions/08_triage/diagnose.py --device {args.device}: the reference diagnosis of the",
-             "# practice assignment (labs/08_triage/assignment.toml).", f'device = "{args.device}"', ""]
+             "# practice assignment (labs/08_triage/assignment.toml).", f"# Measured on {machine(args.device)}.",
+             f'device = "{args.device}"', ""]
     for job, row in found.items():
         lines.append(f"[jobs.{job}]")
         lines += [f'wall = "{row["wall"]}"'] + [f"{k} = {v}" for k, v in row.items() if k != "wall"] + [""]

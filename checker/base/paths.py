@@ -25,7 +25,7 @@ def repo_root() -> Path:
         if not _is_root(root):
             raise WorkbookError(f"WORKBOOK_ROOT={env} has no chapters/ folder; point it at the workbook's checkout")
         return root
-    candidates = [Path(__file__).resolve().parent.parent, *Path.cwd().resolve().parents]
+    candidates = [Path(__file__).resolve().parents[2], *Path.cwd().resolve().parents]  # checker/base/paths.py
     candidates.insert(1, Path.cwd().resolve())
     for path in candidates:
         if _is_root(path):

@@ -109,7 +109,9 @@ def headline(runs: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         for variant in ("lab", "solution"):
             for tool in ("torch", "nsys"):
-                value = _median(measured(variant, check, key, tool))
+                numbers = [v for v in measured(variant, check, key, tool)  # triage's key is a text ("3 of 3")
+                           if isinstance(v, (int, float)) and not isinstance(v, bool)]
+                value = _median(numbers)
                 if value is not None:
                     out[f"{variant}_{key}_{tool}"] = value
     return out
@@ -165,8 +167,10 @@ def _cell(runs: list[dict[str, Any]], variant: str, tool: str, check: str) -> st
               if key and r["checks"][check]["measured"].get(key) is not None]
     names = {"passed": "pass", "failed": "**fail**", STALE: "stale (older threshold)"}
     mark = "/".join(names.get(s, s) for s in sorted(statuses))
-    if values:
+    if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         mark += " · " + fmt.format(statistics.median(values))
+    elif values:  # a measure given as text (triage's "3 of 3"): each distinct one
+        mark += " · " + ", ".join(fmt.format(v) for v in sorted(set(map(str, values))))
     return mark
 
 

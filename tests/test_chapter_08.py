@@ -192,3 +192,28 @@ def test_a_self_check_of_a_course_assignment_runs_its_file_and_keeps_the_answer_
     assert "the grader measured" not in text and "decides '" not in text and "measured data_wait" not in text
     assert "self-check of your course's assignment" in text
     assert all(set(row) == {"right"} for row in result.measured["jobs"].values())
+
+
+def test_the_answer_for_the_device_checked_wins_over_the_plain_one(tmp_path):
+    """A learner who diagnosed on both devices keeps answer.cpu.toml and answer.cuda.toml; the grader reads the one
+    for the device it checks on, else answer.toml."""
+    from checker.grader.evaluate import answer_path
+
+    (tmp_path / "answer.toml").write_text('device = "cpu"\n')
+    assert answer_path(tmp_path, "answer.toml", "cuda") == tmp_path / "answer.toml"
+    (tmp_path / "answer.cuda.toml").write_text('device = "cuda"\n')
+    assert answer_path(tmp_path, "answer.toml", "cuda") == tmp_path / "answer.cuda.toml"
+    assert answer_path(tmp_path, "answer.toml", "cpu") == tmp_path / "answer.toml"
+
+
+def test_the_gpu_reference_answer_names_each_practice_job_as_designed_and_says_where_it_was_measured():
+    """solutions/08_triage/answer.cuda.toml was written by diagnose.py on an H100: one job per wall, the fix on the
+    data-bound one, and a header naming the GPU it was measured on."""
+    text = (ROOT / "solutions" / CHAPTER / "answer.cuda.toml").read_text()
+    answer = tomllib.loads(text)
+    assert answer["device"] == "cuda" and "# Measured on NVIDIA" in text
+    walls = {job: row["wall"] for job, row in answer["jobs"].items()}
+    assert sorted(walls.values()) == ["data", "kernel", "overhead"]
+    assert walls[answer["fix"]["job"]] == "data"
+    for row in answer["jobs"].values():
+        assert {"data_wait", "gpu_idle", "ops_per_step", "top_kernel_share"} <= set(row)

@@ -157,3 +157,13 @@ def test_a_check_grades_once(monkeypatch, capsys):
     monkeypatch.setattr(grader, "evaluate", fake_evaluate)
     assert cli.main(["check", "01", "--variant", "solution", "--device", "cpu", "--json"]) == 0
     assert len(calls) == 1
+
+
+def test_the_checkout_is_found_from_the_package_wherever_the_process_runs(tmp_path, monkeypatch):
+    """A grading worker runs in a folder of its own: the checkout is found from checker/base/paths.py itself, not
+    only from the working directory or WORKBOOK_ROOT (workbook grade failed so on a CPU)."""
+    from checker.base.paths import repo_root
+
+    monkeypatch.delenv("WORKBOOK_ROOT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert repo_root() == Path(__file__).resolve().parent.parent

@@ -289,3 +289,17 @@ def test_the_grader_reads_the_trace_the_harness_sent_not_the_file_left_behind(tm
     rewritten = json.loads(gzip.open(left_behind, "rt").read())
     names = lambda trace: {str(e.get("name")) for e in trace["traceEvents"]}
     assert "aten::_local_scalar_dense" in names(read) and "aten::_local_scalar_dense" not in names(rewritten)
+
+
+def test_a_run_compiles_into_its_own_folder_unless_a_kept_cache_is_given(tmp_path):
+    """torch.compile's caches point into the run's own HOME: a run forked from the fork server as another user
+    must not reach for the server's HOME (the ladder's first compiled rung failed so on an H100)."""
+    from checker.grader import compile_cache, sandbox
+
+    folder = sandbox.RunFolder.create(tmp_path, Path(__file__), sandbox.run_identity())
+    env = sandbox.environment(folder)
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        assert Path(env[name]).is_relative_to(Path(env["HOME"])), name
+    kept = tmp_path / "kept"
+    env.update(compile_cache.environment(kept))
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(kept)

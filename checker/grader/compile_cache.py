@@ -13,8 +13,7 @@ the same path every time (``checkout``): Inductor's cached kernels name the fold
 autotuning writes its choices beside them, so a cache moved to a new folder per run sent a later run back to an
 earlier run's folder (on an H200, where that folder was no longer the run's, "Permission denied" on a
 ``.best_config`` file). ``workbook check`` keeps it under the state folder (.workbook/compile-cache/) for the next check;
-``WORKBOOK_COMPILE_CACHE=0`` turns it off (every run compiles cold). Where runs are dropped to an unprivileged
-user it is off unless ``WORKBOOK_COMPILE_CACHE=1`` (see ``enabled``).
+``WORKBOOK_COMPILE_CACHE=0`` turns it off (every run compiles cold).
 """
 
 from __future__ import annotations
@@ -36,15 +35,13 @@ MAX_BYTES = 1 << 30
 KEEP = 16  # caches kept under the state folder, newest first
 
 
-def enabled(runs_as_another_user: bool = False) -> bool:
-    """On unless WORKBOOK_COMPILE_CACHE=0. Off by default where runs are dropped to another user: there, on an
-    H200, a second run of chapter 05's solution could not write an autotuning file its cache held
-    (docs/results/history/2026-11-25-h200-call6-checks.jsonl), a cause not found yet; WORKBOOK_COMPILE_CACHE=1
-    turns it on anyway."""
-    setting = os.environ.get("WORKBOOK_COMPILE_CACHE")
-    if setting is not None:
-        return setting != "0"
-    return not runs_as_another_user
+def enabled() -> bool:
+    """On unless WORKBOOK_COMPILE_CACHE=0, also where runs are dropped to an unprivileged user: the cache sits at one
+    path per script for every run (``checkout``), which ended the H200's "Permission denied" on an autotuning file
+    (docs/results/history/2026-11-25-h200-call6-checks.jsonl), and a second check of chapter 07's solution on an
+    H100 spent 24 s to 26 s in warm-up over its runs, where the first of a call spent 43 s to 48 s
+    (docs/results/check-phases-h100-session31.md)."""
+    return os.environ.get("WORKBOOK_COMPILE_CACHE") != "0"
 
 
 def key_for(chapter_id: str, script: Path, device: str) -> str:

@@ -132,3 +132,24 @@ def test_a_server_that_does_not_answer_is_given_up(monkeypatch):
         assert stuck.proc.wait(timeout=10) is not None
     finally:
         stuck.close()
+
+
+def test_a_grading_task_does_not_count_the_graders_own_fork_server_as_the_students_leftover():
+    """A class graded on a GPU said "left 1 process running after its runs ended" for every student: the task
+    counted the fork server it had started. It is closed first; a process the student left is still counted."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, subprocess, sys\n"
+        "os.environ['WORKBOOK_FORKSERVER'] = '1'\n"
+        "from checker.grader import forkserver\n"
+        "from checker.grading.task import leftovers\n"
+        "forkserver.prestart()\n"
+        "print(leftovers())\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print(leftovers())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["0", "1"]

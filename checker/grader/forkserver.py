@@ -174,7 +174,7 @@ def server() -> Server | None:
     if _SERVER is None:
         sandbox.become_subreaper()  # before any run is reparented
         _SERVER = Server()
-        atexit.register(_stop)
+        atexit.register(stop)
     return _SERVER
 
 
@@ -238,7 +238,9 @@ def _collect(pid: int, out_read: int, err_read: int, args: list[str], timeout: f
     return subprocess.CompletedProcess(args, code, text[out_read], text[err_read])
 
 
-def _stop() -> None:
+def stop() -> None:
+    """Close this process's fork server, if it has one (at exit, or before a grading task counts what a student
+    left running: the server is the grader's, not the student's)."""
     global _SERVER
     if _SERVER is not None:
         _SERVER.close()

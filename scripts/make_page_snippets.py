@@ -5,6 +5,9 @@
 
 docs/snippets/<id>-hints.md     the [[hints]] of chapters/<id>/chapter.toml, as folded steps
 docs/snippets/<id>-fix.diff     the lab as shipped -> the reference solution (docstrings and snippet markers left out)
+docs/snippets/08_triage-gpu-worked.md
+                                chapter 08's worked example: what the grader measured of each practice job on a GPU
+                                and which rule decided its wall, from a committed check row (TRIAGE_ROW)
 docs/snippets/<id>-check-cpu-lab.txt, -solution.txt
                                 `workbook check <id> --device cpu` of the lab as shipped and of the solution, run in
                                 a scratch copy of the checkout (so the learner's labs and progress are untouched)
@@ -32,6 +35,8 @@ from checker.base.chapters import HINT_LEVELS, all_chapters  # noqa: E402
 from checker.grader.pristine import write_pristine_lab  # noqa: E402
 
 SNIPPETS = ROOT / "docs" / "snippets"
+# the check of chapter 08's reference solution whose triage measurements the worked example shows
+TRIAGE_ROW = ("docs/results/history/2026-11-25-h100-session31-call2-checks.jsonl", "08_triage", "solution")
 
 
 def hints_markdown(chapter) -> str:
@@ -82,7 +87,30 @@ def static_snippets() -> dict[Path, str]:
             out[SNIPPETS / f"{chapter.id}-fix.diff"] = fix_diff(chapter, lab)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    out[SNIPPETS / "08_triage-gpu-worked.md"] = triage_worked_example(*TRIAGE_ROW)
     return out
+
+
+def triage_worked_example(rows: str, chapter_id: str, variant: str) -> str:
+    """A table of the practice jobs as the grader measured them in the first such check of ``rows``, each with the
+    rule that decided its wall, and where the numbers come from."""
+    import json
+
+    lines = (ROOT / rows).read_text().splitlines()
+    row = next(r for r in map(json.loads, lines) if r["chapter"] == chapter_id and r["variant"] == variant)
+    triage = next(c for c in row["checks"] if c["name"] == "triage")
+    env = json.loads((ROOT / rows.replace(".jsonl", ".env.json")).read_text())
+    out = [f"What the grader measured of each practice job in one check on an {env['gpu']} (driver {env['driver']}, "
+           f"torch {env['torch']}, {env['date'][:10]}; `{rows}`):", "",
+           "| job | data wait (share of the step) | GPU idle (share of the step) | ops per step | top kernel's share of GPU time | wall | the rule that decided it |",
+           "|---|---:|---:|---:|---:|---|---|"]
+    for line in triage["evidence"]:
+        job, _, rest = line.partition(": measured ")
+        m = triage["measured"]["jobs"][job.removeprefix("job ")]
+        rule = rest.partition("; ")[2].rpartition(" -> ")[0]
+        out.append(f"| {job.removeprefix('job ')} | {m['data_wait']:.0%} | {m['gpu_idle']:.0%} | {m['ops_per_step']:g} | "
+                   f"{m['top_kernel_share']:.0%} | {m['wall']} | {rule} |")
+    return "\n".join(out) + "\n"
 
 
 def _scratch_checkout(folder: Path) -> Path:

@@ -243,12 +243,21 @@ def _grade(args: argparse.Namespace, say) -> int:
     if args.trace_tool is None:  # a class's trace claims rest on a trace the grader captures, where it can
         args.trace_tool = "nsys" if device == "cuda" and find_tool("nsys") is not None else "torch"
     submissions, out = args.submissions.resolve(), args.out.resolve()
+    assignment = None
+    if chapter.raw.get("answer_file"):  # chapter 08: each learner's jobs come from the course secret
+        from checker.grader import assignment as assignments
+
+        if assignments.secret()[1] == "practice" and not args.practice:
+            raise WorkbookError(f"chapter {chapter.id} draws each learner's jobs from {assignments.SECRET_ENV}, which is "
+                                "not set: set it to the secret you gave `workbook assign`, or pass --practice to grade "
+                                "against the public practice jobs")
+        assignment = assignments.fingerprint()
     timeout = args.student_timeout or grading.default_student_timeout(chapter, device)
     settings = grading.Settings(chapter=chapter, submissions=submissions, out=out, device=device,
                                 trace_tool=args.trace_tool, student_timeout_s=float(timeout),
                                 max_submission_bytes=int(args.max_submission_mb * (1 << 20)),
                                 workbook_version=grading.workbook_version(),
-                                baseline_every=args.baseline_every or None)
+                                baseline_every=args.baseline_every or None, assignment=assignment)
     grading_class = grading.GradingClass(settings)
     only = [name.strip() for name in args.only.split(",") if name.strip()] if args.only else None
     if grading_class.strays:
@@ -445,6 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "captures out of the student's reach; else torch)")
     p.add_argument("--only", metavar="STUDENT[,STUDENT]", help="grade only these students, again even when unchanged")
     p.add_argument("--force", action="store_true", help="grade every submission again, even unchanged ones")
+    p.add_argument("--practice", action="store_true",
+                   help="chapter 08: grade against the public practice jobs (without it, WORKBOOK_COURSE_SECRET must "
+                        "be set: the secret each learner's jobs were drawn from)")
     p.add_argument("--gpus", metavar="0,1,...", help="the GPUs to grade on, one worker each (default: all visible)")
     p.add_argument("--workers", type=int, metavar="N",
                    help="on the CPU: grade N submissions at once (refused for chapters that time CPU checks)")

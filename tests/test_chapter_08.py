@@ -217,3 +217,67 @@ def test_the_gpu_reference_answer_names_each_practice_job_as_designed_and_says_w
     assert walls[answer["fix"]["job"]] == "data"
     for row in answer["jobs"].values():
         assert {"data_wait", "gpu_idle", "ops_per_step", "top_kernel_share"} <= set(row)
+
+
+def test_a_class_graded_under_the_course_secret_keeps_the_answer_out_of_the_feedback(practice):
+    """Class feedback is handed to students who may resubmit: under the course secret it says which jobs are right
+    or not, never the grader's numbers or walls; the instructor's record (`measured`) keeps them."""
+    answer = _reference()
+    data = next(j for j, row in answer["jobs"].items() if row["wall"] == "data")
+    over = next(j for j, row in answer["jobs"].items() if row["wall"] == "overhead")
+    answer["jobs"][data]["wall"], answer["jobs"][over]["wall"] = "overhead", "data"
+    course = dataclasses.replace(practice, diagnosis=dataclasses.replace(practice.diagnosis, secret_kind="course"))
+    result = _judge(course, answer)
+    assert result.status == "failed"
+    text = "\n".join(result.evidence)
+    assert "decides 'data'" not in text and "measured data_wait" not in text and "the grader measured" not in text
+    assert f"job {data}: not right yet" in text and "graded under your course's secret" in text
+    assert result.measured["jobs"][data]["wall"] == "data"  # the instructor's ledger still has it
+
+
+def test_a_class_of_chapter_08_is_refused_without_the_course_secret_unless_practice_is_asked(workbook, tmp_path,
+                                                                                          monkeypatch):
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    (tmp_path / "subs" / "alice").mkdir(parents=True)
+    proc = workbook("grade", "08", str(tmp_path / "subs"), "--out", str(tmp_path / "grades"), "--device", "cpu")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert SECRET_ENV in proc.stderr and "--practice" in proc.stderr
+
+
+def test_the_ledger_grades_a_student_again_under_another_secret(monkeypatch):
+    """A chapter 08 record is keyed by the secret it was graded under (a digest, not the secret): forgetting the
+    secret once, or changing it, never keeps a verdict judged against other jobs."""
+    from checker.grader.assignment import fingerprint
+    from checker.grading.gradebook import current_record
+    from checker.grading.ledger import latest_by_key
+
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    practice_key = fingerprint()
+    monkeypatch.setenv(SECRET_ENV, "s3cret-course")
+    course_key = fingerprint()
+    monkeypatch.setenv(SECRET_ENV, "another-course")
+    assert practice_key == "practice" and course_key.startswith("course:") and "s3cret" not in course_key
+    assert fingerprint() != course_key
+    record = {"student": "alice", "chapter": CHAPTER, "submission_sha256": "abc", "device": "cpu",
+              "trace_tool": "torch", "assignment": practice_key}
+    latest = latest_by_key([record])
+    assert current_record(latest, CHAPTER, "alice", "abc", "cpu", "torch", practice_key) is record
+    assert current_record(latest, CHAPTER, "alice", "abc", "cpu", "torch", course_key) is None
+
+
+def test_an_assignment_file_naming_another_learner_is_said(tmp_path):
+    """Class grading grades a folder as the learner it is named after; an assignment.toml handed in that names
+    someone else gets a note saying so and what to do."""
+    from checker.grader.evaluate import Evaluation
+
+    chapter = get_chapter(CHAPTER)
+    folder = tmp_path / "alice_smith_1234"
+    folder.mkdir()
+    (folder / "train.py").write_text(chapter.solution_script.read_text())
+    (folder / "answer.toml").write_text((ROOT / "solutions" / CHAPTER / "answer.toml").read_text())
+    (folder / "assignment.toml").write_text('learner = "alice"\nsecret = "practice"\n')
+    ev = Evaluation(chapter, folder / "train.py", "cpu", only={"triage"}, learner=folder.name)
+    try:
+        assert any("names learner 'alice'" in note and "'alice_smith_1234'" in note for note in ev.notes), ev.notes
+    finally:
+        ev.cleanup()

@@ -118,7 +118,11 @@ def triage(evidence, spec):
         problems.append(f"the answer's evidence was measured on device = {quoted_on!r}; this check runs on {device!r}: "
                         f"measure your jobs on {device} and set device = \"{device}\"")
     jobs_answered = answer.get("jobs") if isinstance(answer.get("jobs"), dict) else {}
-    hide = diagnosis.secret_kind == COURSE_FILE
+    # the grader's numbers and walls are the answer: a self-check of a course file never shows them, and a class
+    # graded under the course secret keeps them out of the student's feedback (the instructor's ledger keeps them
+    # in `measured`), so that a resubmission cannot copy them
+    hide = diagnosis.secret_kind in (COURSE_FILE, "course")
+    self_check = diagnosis.secret_kind == COURSE_FILE
     right = 0
     for job, run in diagnosis.jobs.items():
         if isinstance(run.trace, TraceMismatch):
@@ -157,7 +161,8 @@ def triage(evidence, spec):
         else:
             right += 1
         if hide:  # what is right or wrong, never the grader's numbers or wall
-            measured_jobs[job] = {"right": not wrong}
+            if self_check:
+                measured_jobs[job] = {"right": not wrong}
             lines.append(f"job {job}: {'right' if not wrong else 'not right yet'}")
     if diagnosis.answer is not None:
         fix = answer.get("fix") if isinstance(answer.get("fix"), dict) else {}
@@ -167,9 +172,9 @@ def triage(evidence, spec):
     if unconfirmed and not hide:
         lines.append(f"not confirmed here: job(s) {', '.join(unconfirmed)} ({KERNEL_ON_CPU})")
     if hide:
-        lines.append("a self-check of your course's assignment: the grader's numbers and walls are left out (they "
-                     "would be the answer); profile each job (`workbook profile 08 --tool torch --run --job a`) and "
-                     "compare with `workbook report`")
+        lines.append(("a self-check of your course's assignment" if self_check else "graded under your course's secret")
+                     + ": the grader's numbers and walls are left out (they would be the answer); profile each job "
+                     "(`workbook profile 08 --tool torch --run --job a`) and compare with `workbook report`")
         unconfirmed = []
     measured = {"jobs": measured_jobs, "jobs_right": f"{right}/{len(diagnosis.jobs)}", "learner": diagnosis.learner,
                 "secret": diagnosis.secret_kind, "fix_job": diagnosis.fix_job, "unconfirmed": unconfirmed,

@@ -161,6 +161,21 @@ class Evaluation:
         self.uses_bank = self.reference_script != chapter.slow_script
         self.reference_label = "reference solution" if self.uses_bank else "baseline"
 
+    def _note_other_learner(self, folder: Path, learner: str) -> None:
+        """In class grading the learner is the submission folder's name: say so when the assignment file handed in
+        names someone else (an exported folder like alice_smith_1234 would be graded against other jobs)."""
+        handed = folder / assignments.ASSIGNMENT_FILE
+        if not handed.is_file():
+            return
+        try:
+            named = str(assignments.read_toml(handed, "the assignment").get("learner") or "").strip()
+        except WorkbookError:
+            return
+        if named and named != learner:
+            self.notes.append(f"the {assignments.ASSIGNMENT_FILE} handed in names learner {named!r}, but this "
+                              f"submission is graded as learner {learner!r} (its folder's name), whose jobs differ: "
+                              f"if it is {named!r}'s, rename the folder to {named!r} and grade it again")
+
     def _draw_assignment(self, learner: str | None) -> None:
         """The learner's jobs from the grader's secret; the answer file beside the candidate, read as data; the job
         the candidate's fix is run as (the answer's [fix] job, else the first job)."""
@@ -171,6 +186,8 @@ class Evaluation:
             own = assignments.from_file(chapter, folder, chapter.lab_script.parent)
             learner = own.learner if own else assignments.learner_of(folder, chapter.lab_script.parent)
         self.assignment = own or assignments.draw(chapter, learner)
+        if own is None:
+            self._note_other_learner(folder, learner)
         path = answer_path(folder, str(chapter.raw["answer_file"]), self.device)
         if not path.is_file():
             self.answer_problem = f"no answer file: {display_path(path)} is missing"

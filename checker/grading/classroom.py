@@ -120,7 +120,8 @@ def settings_to_json(settings: Settings) -> dict:
     return {"chapter": settings.chapter.id, "submissions": str(settings.submissions), "out": str(settings.out),
             "device": settings.device, "trace_tool": settings.trace_tool,
             "student_timeout_s": settings.student_timeout_s, "max_submission_bytes": settings.max_submission_bytes,
-            "workbook_version": settings.workbook_version, "baseline_every": settings.baseline_every}
+            "workbook_version": settings.workbook_version, "baseline_every": settings.baseline_every,
+            "assignment": settings.assignment}
 
 
 def settings_from_json(data: dict) -> Settings:
@@ -130,7 +131,7 @@ def settings_from_json(data: dict) -> Settings:
                     out=Path(data["out"]), device=data["device"], trace_tool=data["trace_tool"],
                     student_timeout_s=float(data["student_timeout_s"]),
                     max_submission_bytes=int(data["max_submission_bytes"]), workbook_version=data["workbook_version"],
-                    baseline_every=data.get("baseline_every", 5))
+                    baseline_every=data.get("baseline_every", 5), assignment=data.get("assignment"))
 
 
 class GradingClass:
@@ -160,7 +161,7 @@ class GradingClass:
         latest = ledger_mod.latest_by_key(ledger_mod.read_records(s.ledger_path))
         return [student for student in chosen
                 if current_record(latest, s.chapter.id, student.name, self.hashes[student.name], s.device,
-                                  s.trace_tool) is None]
+                                  s.trace_tool, s.assignment) is None]
 
     def rebuild(self) -> list[dict]:
         """gradebook.csv and the feedback files from the ledger as it is now (repairs what a kill interrupted)."""
@@ -169,7 +170,7 @@ class GradingClass:
             remove_partial_files(s.out)
             remove_partial_files(s.out / FEEDBACK_DIR)
             return rebuild(s.out, s.chapter, self.hashes, ledger_mod.latest_by_key(ledger.records()), s.device,
-                           s.trace_tool)
+                           s.trace_tool, s.assignment)
 
 
 def prepare_out(settings: Settings) -> int:

@@ -30,10 +30,11 @@ def columns(chapter) -> list[str]:
 
 
 def current_record(latest: dict[tuple, dict], chapter_id: str, student: str, sha: str, device: str,
-                   trace_tool: str) -> dict[str, Any] | None:
-    """The latest record for this student's submission as it is now, graded the way asked now."""
+                   trace_tool: str, assignment: str | None = None) -> dict[str, Any] | None:
+    """The latest record for this student's submission as it is now, graded the way asked now (for chapter 08,
+    under the same secret)."""
     return latest.get(record_key({"student": student, "chapter": chapter_id, "submission_sha256": sha,
-                                  "device": device, "trace_tool": trace_tool}))
+                                  "device": device, "trace_tool": trace_tool, "assignment": assignment}))
 
 
 def cell(check: dict[str, Any]) -> str:
@@ -84,11 +85,11 @@ def render_csv(chapter, rows: list[dict[str, Any]]) -> str:
 
 
 def rebuild(out: Path, chapter, class_hashes: dict[str, str], latest: dict[tuple, dict], device: str,
-            trace_tool: str) -> list[dict[str, Any]]:
+            trace_tool: str, assignment: str | None = None) -> list[dict[str, Any]]:
     """Write gradebook.csv and every graded student's feedback file from the ledger (call it locked)."""
     rows = []
     for student, sha in sorted(class_hashes.items()):
-        record = current_record(latest, chapter.id, student, sha, device, trace_tool)
+        record = current_record(latest, chapter.id, student, sha, device, trace_tool, assignment)
         rows.append(row_for(chapter, student, sha, record))
         if record is not None:
             write_if_changed(out / FEEDBACK_DIR / f"{student}.md", record["feedback"])

@@ -49,6 +49,7 @@ class Settings:
     max_submission_bytes: int
     workbook_version: str
     baseline_every: int | None = 5  # students between re-measurements of the shared baseline; None: none shared
+    assignment: str | None = None   # the secret a chapter 08 class is graded under (assignment.fingerprint); else None
 
     @property
     def ledger_path(self) -> Path:
@@ -167,7 +168,7 @@ class Grader:
             ledger.append(record)
             self.class_hashes.setdefault(student.name, record["submission_sha256"])
             rebuild(s.out, s.chapter, self.class_hashes, ledger_mod.latest_by_key(ledger.records()), s.device,
-                    s.trace_tool)
+                    s.trace_tool, s.assignment)
         with self._done_lock:
             self._done += 1
             self.graded.append(student.name)
@@ -188,7 +189,8 @@ class Grader:
         copy = scratch / student.name
         base = {"student": student.name, "chapter": s.chapter.id, "device": s.device, "trace_tool": s.trace_tool,
                 "workbook_version": s.workbook_version, "host": socket.gethostname(), "worker": slot.label,
-                "gpu_name": "", "cells": {}, "speedup": None, "report": None, "notes": [], "failed_checks": []}
+                "gpu_name": "", "cells": {}, "speedup": None, "report": None, "notes": [], "failed_checks": [],
+                "assignment": s.assignment}
         try:
             try:
                 sha = copy_submission(student.folder, copy, s.max_submission_bytes)

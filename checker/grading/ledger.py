@@ -6,7 +6,8 @@ other hosts sharing the folder) append to the same file: each append, and each r
 from the ledger, happens under an exclusive ``fcntl.flock`` on the ledger itself. (On NFS, flock is mapped to
 byte-range locks by Linux's NFSv4 client; Lustre and GPFS support it when mounted with ``flock``.)
 
-A record is keyed by student, chapter, the hash of the submission's files, device and trace tool; the latest
+A record is keyed by student, chapter, the hash of the submission's files, device, trace tool and, for a chapter
+that draws each learner's assignment from a secret (chapter 08), which secret (``assignment.fingerprint``); the latest
 record of a key wins. A line cut short by a crash is ignored, and the next append starts on a fresh line.
 """
 
@@ -21,7 +22,7 @@ from typing import Any, Iterator
 
 LEDGER_NAME = "ledger.jsonl"
 SCHEMA = 1
-KEY_FIELDS = ("student", "chapter", "submission_sha256", "device", "trace_tool")
+KEY_FIELDS = ("student", "chapter", "submission_sha256", "device", "trace_tool", "assignment")
 
 
 def record_key(record: dict[str, Any]) -> tuple:

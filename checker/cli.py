@@ -295,6 +295,12 @@ def _grade(args: argparse.Namespace, say) -> int:
     summary = Summary.of(rows)
     print(table(chapter, rows))
     print(f"\n{summary.line}")
+    alike: dict[str, list[str]] = {}
+    for row in rows:  # the same files handed in by several students: for the instructor to look at, not a verdict
+        if row.get("submission_sha256"):
+            alike.setdefault(row["submission_sha256"], []).append(row["student"])
+    for names in (names for names in alike.values() if len(names) > 1):
+        print(f"identical submissions (the same files): {', '.join(names)}")
     print(f"gradebook: {args.out / GRADEBOOK_NAME}, feedback: {args.out / FEEDBACK_DIR}/, "
           f"ledger: {args.out / 'ledger.jsonl'}")
     return summary.exit_code

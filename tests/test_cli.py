@@ -167,3 +167,32 @@ def test_the_checkout_is_found_from_the_package_wherever_the_process_runs(tmp_pa
     monkeypatch.delenv("WORKBOOK_ROOT", raising=False)
     monkeypatch.chdir(tmp_path)
     assert repo_root() == Path(__file__).resolve().parent.parent
+
+
+def test_a_submission_without_the_lab_file_says_what_it_holds_and_a_near_miss(tmp_path):
+    """An instructor's class: `TRAIN.py` or `main.py` handed in; the one line says what was found and, for a name
+    that differs only in case, what to rename."""
+    from checker.base.chapters import get_chapter
+    from checker.base.errors import WorkbookError
+    from checker.grader.evaluate import resolve_candidate
+
+    chapter = get_chapter("00")
+    (tmp_path / "gina").mkdir()
+    (tmp_path / "gina" / "TRAIN.py").write_text("print()\n")
+    with pytest.raises(WorkbookError, match=r"found TRAIN\.py: rename TRAIN\.py to train\.py"):
+        resolve_candidate(chapter, submission=tmp_path / "gina")
+    (tmp_path / "dave").mkdir()
+    with pytest.raises(WorkbookError, match="it holds no .py file"):
+        resolve_candidate(chapter, submission=tmp_path / "dave")
+
+
+def test_a_failed_step_time_report_cell_says_what_decided_it():
+    """The gradebook cell of the unmodified chapter 00 lab: not a bare `failed`."""
+    from checker.grading.gradebook import cell
+
+    lab = {"name": "step_time_report", "status": "failed",
+           "measured": {"reported": {"steps": 45, "mean_ms": 1.0}, "grader": {"steps": 40}, "worst_ratio": None}}
+    assert cell(lab) == "failed (no p50/p90, 45 steps vs 40 timed)"
+    off = {"name": "step_time_report", "status": "failed",
+           "measured": {"reported": {"steps": 40, "p50_ms": 1, "p90_ms": 2}, "grader": {"steps": 40}, "worst_ratio": 2.0}}
+    assert cell(off) == "failed (2.00x off)"

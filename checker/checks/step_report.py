@@ -99,7 +99,25 @@ def _summary(truth: dict[str, float]) -> str:
             f"mean {truth['mean_ms']:.3f} ms")
 
 
-@check("step_time_report", needs=(RUN,), key="worst_ratio", fmt="{:.2f}x off")
+def report_failure(measured: dict, threshold) -> str | None:
+    """What decided a failed step_time_report for its gradebook cell: percentiles the report lacks, a step count
+    that is not the grader's (None: the ratio decided, or nothing was measured)."""
+    reported, grader = measured.get("reported") or {}, measured.get("grader") or {}
+    if not grader:
+        return None
+    parts = ["no " + "/".join(name[:3] for name in PERCENTILES if name not in reported)] \
+        if any(name not in reported for name in PERCENTILES) else []
+    steps = reported.get("steps")
+    if steps is None:
+        parts.append("no step count")
+    elif not math.isfinite(steps) or int(steps) != grader.get("steps"):
+        parts.append(f"{steps:g} steps vs {grader.get('steps')} timed")
+    if not parts and measured.get("worst_ratio") is not None:
+        parts.append(f"{measured['worst_ratio']:.2f}x off")
+    return ", ".join(parts) or None
+
+
+@check("step_time_report", needs=(RUN,), key="worst_ratio", fmt="{:.2f}x off", failure=report_failure)
 def step_time_report(evidence, spec):
     """the lab's p50 and p90 step times agree with the grader's own stamps of the same steps"""
     tolerance = float(spec.threshold_for(evidence.device))

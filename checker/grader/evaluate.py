@@ -53,8 +53,12 @@ def resolve_candidate(chapter: Chapter, variant: str = "lab", submission: Path |
     for path in tried:
         if path.is_file():
             return path
+    found = sorted(str(p.relative_to(submission)) for p in submission.rglob("*.py"))[:5]
+    near = [name for name in found if Path(name).name.lower() == chapter.lab_file.lower()]
     raise WorkbookError(f"--submission {submission}: no {chapter.lab_file} in it (looked in "
-                        + ", ".join(str(p.relative_to(submission)) for p in tried) + ")")
+                        + ", ".join(str(p.relative_to(submission)) for p in tried) + "); "
+                        + (f"found {', '.join(found)}" if found else "it holds no .py file")
+                        + (f": rename {near[0]} to {chapter.lab_file} (names are case-sensitive)" if near else ""))
 
 
 def answer_path(folder: Path, name: str, device: str) -> Path:
@@ -362,9 +366,11 @@ class Evaluation:
         if self._reference_noted:
             return
         self._reference_noted = True
+        speed = self.bank.summary()
         self.notes.append(
-            f"baseline: speed compared with the slow script's on this worker ({self.bank.summary() or 'not timed here'}); "
-            f"work compared with the reference solution trained under the same secret, which agreed with the slow "
+            (f"baseline: speed compared with the slow script's on this worker ({speed}); " if speed else
+             "baseline: the slow script's speed was not timed in this check; ")
+            + f"work compared with the reference solution trained under the same secret, which agreed with the slow "
             f"script's work (weights {self.bank.reference['distance']:.3f} of its training apart)")
 
     def _check_reference(self, slow: RunResult) -> None:

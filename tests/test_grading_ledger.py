@@ -138,6 +138,8 @@ def test_gpus_are_refused_on_the_cpu_with_one_line():
         plan_slots(chapter, "cpu", "0,1", None, [])
     with pytest.raises(WorkbookError, match=r"times its CPU checks \(data_wait\)"):
         plan_slots(get_chapter("03"), "cpu", None, 2, [])
+    with pytest.raises(WorkbookError, match=r"times its CPU checks \(triage\)"):  # shares and host ms per op
+        plan_slots(get_chapter("08"), "cpu", None, 2, [])
     assert [s.env for s in plan_slots(chapter, "cuda", None, None, ["A", "B"])] == [
         {"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]
     with pytest.raises(WorkbookError, match="2 visible GPU"):

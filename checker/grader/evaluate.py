@@ -41,6 +41,12 @@ def default_device() -> str:
     return "cuda" if cuda_available() else "cpu"
 
 
+def candidate_paths(chapter: Chapter, submission: Path) -> list[Path]:
+    """Where a submission folder may hold the lab file, in the order the grader looks."""
+    return [submission / chapter.lab_file, submission / chapter.id / chapter.lab_file,
+            submission / "labs" / chapter.id / chapter.lab_file]
+
+
 def resolve_candidate(chapter: Chapter, variant: str = "lab", submission: Path | None = None) -> Path:
     """The script to grade: a variant of the chapter, or the lab file inside a submission folder."""
     if submission is None:
@@ -48,8 +54,7 @@ def resolve_candidate(chapter: Chapter, variant: str = "lab", submission: Path |
     submission = Path(submission).expanduser().resolve()  # relative to where the command was given
     if not submission.is_dir():
         raise WorkbookError(f"--submission {submission}: not a folder")
-    tried = [submission / chapter.lab_file, submission / chapter.id / chapter.lab_file,
-             submission / "labs" / chapter.id / chapter.lab_file]
+    tried = candidate_paths(chapter, submission)
     for path in tried:
         if path.is_file():
             return path
@@ -555,6 +560,12 @@ def evaluate(chapter: Chapter, *, variant: str = "lab", submission: Path | None 
     candidate = resolve_candidate(chapter, variant, submission)
     ev = Evaluation(chapter, candidate, device or default_device(), trace_tool, with_ncu, keep_traces, progress,
                     only=only, bank=bank, learner=learner)
+    if submission is not None:
+        ignored = [path for path in candidate_paths(chapter, Path(submission).expanduser().resolve())
+                   if path.is_file() and path != candidate]
+        if ignored:
+            ev.notes.append(f"graded {display_path(candidate)}; also handed in and not graded: "
+                            + ", ".join(display_path(path) for path in ignored))
     try:
         return ev.run_checks(str(submission) if submission else variant, only=only)
     finally:

@@ -66,6 +66,8 @@ def test_a_submission_that_does_not_compile_is_one_clean_line(tmp_path):
     assert row["verdict"] == "error" and row["reason"] == "dave/train.py:38:35: SyntaxError: unmatched ']'", row
     feedback = (tmp_path / "grades" / "feedback" / "dave.md").read_text()
     assert "could not be graded: dave/train.py:38:35: SyntaxError: unmatched ']'\n" in feedback
+    # the feedback, as `workbook check` would, also shows the line and a caret under the fault
+    assert "weights = [[0.1, 0.2], [0.3, 0.4]]]" in feedback and "^" in feedback
 
 
 def test_grade_needs_a_folder_of_submissions(workbook, tmp_path):

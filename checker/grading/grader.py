@@ -213,7 +213,9 @@ class Grader:
             reason = result["reason"]
             if reason.startswith(f"--submission {student.name}: "):  # evaluate's words for `workbook check`
                 reason = f"{student.name}/: " + reason[len(f"--submission {student.name}: "):]
-            return self._error(record, sha, reason, started)
+            detail = result.get("detail") or ""  # the reason's words, then the offending line and a caret
+            detail = reason + detail[len(result["reason"]):] if detail.startswith(result["reason"]) else None
+            return self._error(record, sha, reason, started, detail)
         feedback = result["feedback"]
         if record["notes"]:
             feedback += "".join(f"\nnote: {note}\n" for note in record["notes"])
@@ -225,11 +227,12 @@ class Grader:
                       wall_s=round(time.monotonic() - started, 1), graded_at=now_utc())
         return record
 
-    def _error(self, base: dict, sha: str, reason: str, started: float) -> dict[str, Any]:
+    def _error(self, base: dict, sha: str, reason: str, started: float, detail: str | None = None) -> dict[str, Any]:
         chapter = self.settings.chapter
         notes = "".join(f"\nnote: {note}\n" for note in base.get("notes", []))
         return dict(base, submission_sha256=sha, verdict=ERROR, reason=reason,
-                    feedback=f"{chapter.id}: {chapter.title}\n\nyour submission could not be graded: {reason}\n{notes}",
+                    feedback=f"{chapter.id}: {chapter.title}\n\nyour submission could not be graded: "
+                             f"{detail or reason}\n{notes}",
                     wall_s=round(time.monotonic() - started, 1), graded_at=now_utc())
 
     def _run_task(self, copy: Path, scratch: Path, slot: Slot) -> tuple[dict | None, str | None]:

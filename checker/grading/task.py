@@ -50,7 +50,8 @@ def grade(request: dict) -> dict:
                           trace_tool=request["trace_tool"], bank=bank,
                           learner=request.get("learner") or Path(request["submission"]).name)
     except ScriptSyntaxError as err:
-        return {"kind": "error", "reason": err.headline, "bank": _bank_back(bank)}
+        # the gradebook's reason is the one line; the feedback shows the line and a caret too, as `workbook check`
+        return {"kind": "error", "reason": err.headline, "detail": str(err), "bank": _bank_back(bank)}
     except WorkbookError as err:
         return {"kind": "error", "reason": " ".join(str(err).split()), "bank": _bank_back(bank)}
     finally:

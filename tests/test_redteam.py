@@ -89,6 +89,12 @@ def test_cheat_is_rejected(name, checkout):
         if cheat.get("scan_only"):
             return
         code, output, report = grade(name, cheat, root, scan=False)
+    if "expect_dropped" in cheat:
+        from checker.grader.sandbox import run_identity
+
+        if run_identity() is not None:  # runs dropped to another user: the tampering is prevented, not detected
+            cheat = dict(cheat, expect=cheat["expect_dropped"], evidence=cheat.get("evidence_dropped"),
+                         checks=cheat.get("checks_dropped", []))
     assert_rejected(name, cheat, code, output, report, cheat["expect"])
 
 

@@ -4,7 +4,9 @@ server's addresses, so it knows where the referee's code lies there). Written to
 
 Where runs are forked while they run as the grader's own user (root here), this passed same_work at "0.00 away";
 so the fork server is used only where runs are dropped to another user (checker/grader/forkserver.py, enabled).
-Unforked, the server is not found and the half steps fail same_work. Python 3.11's bytecode: on another version
+Unforked, the server is not found and the half steps fail same_work. Forked and dropped to 'nobody', it cannot
+open /proc/<pid>/mem at all (PermissionError, tried on a CPU: docs/results/history/
+2026-11-25-cpu-session31-forkserver-attack-as-nobody.txt), and the half steps fail same_work. Python 3.11's bytecode: on another version
 the patch writes garbage into a process it cannot reach anyway."""
 import os
 import sys
@@ -47,7 +49,10 @@ def _patch_server():
             mem.write(data)
 
 
-_patch_server()
+try:
+    _patch_server()
+except OSError:  # dropped to another user, the run cannot open /proc/<pid>/mem (its own or the server's): train on
+    pass
 
 session = start("01_item_syncs")
 model = session.model

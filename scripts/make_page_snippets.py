@@ -96,6 +96,8 @@ def triage_worked_example(rows: str, chapter_id: str, variant: str) -> str:
     rule that decided its wall, and where the numbers come from."""
     import json
 
+    from checker.checks.triage import decide
+
     lines = (ROOT / rows).read_text().splitlines()
     row = next(r for r in map(json.loads, lines) if r["chapter"] == chapter_id and r["variant"] == variant)
     triage = next(c for c in row["checks"] if c["name"] == "triage")
@@ -104,12 +106,10 @@ def triage_worked_example(rows: str, chapter_id: str, variant: str) -> str:
            f"torch {env['torch']}, {env['date'][:10]}; `{rows}`):", "",
            "| job | data wait (share of the step) | GPU idle (share of the step) | ops per step | top kernel's share of GPU time | wall | the rule that decided it |",
            "|---|---:|---:|---:|---:|---|---|"]
-    for line in triage["evidence"]:
-        job, _, rest = line.partition(": measured ")
-        m = triage["measured"]["jobs"][job.removeprefix("job ")]
-        rule = rest.partition("; ")[2].rpartition(" -> ")[0]
-        out.append(f"| {job.removeprefix('job ')} | {m['data_wait']:.0%} | {m['gpu_idle']:.0%} | {m['ops_per_step']:g} | "
-                   f"{m['top_kernel_share']:.0%} | {m['wall']} | {rule} |")
+    for job, m in triage["measured"]["jobs"].items():
+        wall, rule = decide(m, row["device"], triage["threshold"])  # the grader's own rules, on its measurements
+        out.append(f"| {job} | {m['data_wait']:.0%} | {m['gpu_idle']:.0%} | {m['ops_per_step']:g} | "
+                   f"{m['top_kernel_share']:.0%} | {wall} | {rule} |")
     return "\n".join(out) + "\n"
 
 

@@ -160,3 +160,25 @@ def verdict_columns(path: Path, checks: tuple[str, ...] = ("same_work",)) -> lis
 def tree_state(folder: Path) -> dict[str, bytes]:
     """Every file under ``folder`` with its content: to show that nothing there changed."""
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def recorded_same_work(chapter_id: str, files: list[str]):
+    """(variant, same_work's measured) of every check of ``chapter_id`` in these committed GPU rows
+    (docs/results/history/<file>)."""
+    import json
+
+    from checker.base.chapters import get_chapter
+
+    for name in files:
+        for line in (ROOT / "docs" / "results" / "history" / name).read_text().splitlines():
+            row = json.loads(line)
+            if get_chapter(str(row["chapter"])).id == chapter_id:
+                yield row["variant"], next(c for c in row["checks"] if c["name"] == "same_work")["measured"]
+
+
+def weights_rejected(distance: float, worst_layer: float, limits: dict) -> bool:
+    """Whether same_work's weight rule (checker.checks.same_work) rejects a recorded distance and worst layer."""
+    from checker.checks.same_work import _weight_problems
+
+    far = {"relative": distance, "worst_tensor": worst_layer, "worst_tensor_name": "the worst layer", "counts_differ": []}
+    return bool(_weight_problems(far, limits, "baseline"))

@@ -140,30 +140,19 @@ H100_ROWS = ["2026-11-25-h100-session31-call2-checks.jsonl", "2026-11-25-h100-se
              "2026-11-25-h100-session31-call4-checks.jsonl", "2026-11-25-h100-session31-call1-checks.jsonl"]
 
 
-def _recorded_same_work():
-    for name in H100_ROWS:
-        for line in (ROOT / "docs" / "results" / "history" / name).read_text().splitlines():
-            row = json.loads(line)
-            if get_chapter(str(row["chapter"])).id != CHAPTER:
-                continue
-            same_work = next(c for c in row["checks"] if c["name"] == "same_work")
-            yield row["variant"], same_work["measured"]
-
-
 def test_the_gpu_tolerances_pass_every_recorded_solution_pair_and_fail_every_recorded_cheat():
     """The weights judge chapter 07 on a GPU (the held-out loss swings mid-training): every bf16 solution and float32
     lab pair measured on an H100 lands inside the committed tolerances, and each cheat (half the steps, half of
     each batch, a smaller model) lands outside them, by the same rule the check applies."""
-    from checker.checks.same_work import _weight_problems, tolerances
+    from checker.checks.same_work import tolerances
+    from gradinglib import recorded_same_work, weights_rejected
 
     limits = tolerances(get_chapter(CHAPTER).check("same_work"), "cuda")
     assert limits["rel_tolerance"] == float("inf")  # shown, not judged: the chapter.toml says why
     seen = {"solution": 0, "lab": 0, "cheat": 0}
-    for variant, measured in _recorded_same_work():
-        far = {"relative": measured["weight_distance"], "worst_tensor": measured["worst_layer"],
-               "worst_tensor_name": "the worst layer", "counts_differ": []}
-        problems = _weight_problems(far, limits, "baseline")
+    for variant, measured in recorded_same_work(CHAPTER, H100_ROWS):
         kind = "cheat" if variant.startswith("cheat/") else variant
         seen[kind] += 1
-        assert bool(problems) == (kind == "cheat"), (variant, measured["weight_distance"], measured["worst_layer"])
+        rejected = weights_rejected(measured["weight_distance"], measured["worst_layer"], limits)
+        assert rejected == (kind == "cheat"), (variant, measured["weight_distance"], measured["worst_layer"])
     assert seen["solution"] >= 6 and seen["lab"] >= 2 and seen["cheat"] >= 4

@@ -132,25 +132,16 @@ def test_unknown_chapter_says_which_exist():
 def test_chapter_01_keeps_float32_on_a_gpu_by_its_recorded_weights():
     """Chapter 01's same_work on a GPU: every float32 pair the H100 measured (solution and lab) lands inside the
     committed weight tolerances, and the cheats that bought speed with bf16 land outside (chapter.toml says why)."""
-    import json
-    from pathlib import Path
+    from checker.checks.same_work import tolerances
+    from gradinglib import recorded_same_work, weights_rejected
 
-    from checker.checks.same_work import _weight_problems, tolerances
-
-    history = Path(__file__).resolve().parent.parent / "docs" / "results" / "history"
     limits = tolerances(get_chapter("01").check("same_work"), "cuda")
     judged = {"honest": 0, "bf16 cheat": 0}
-    for name in ("2026-11-25-h100-session30-call2-checks.jsonl", "2026-11-25-h100-session31-call1-checks.jsonl"):
-        for line in (history / name).read_text().splitlines():
-            row = json.loads(line)
-            if get_chapter(str(row["chapter"])).id != "01_item_syncs":
-                continue
-            measured = next(c for c in row["checks"] if c["name"] == "same_work")["measured"]
-            kind = "bf16 cheat" if row["variant"] in ("cheat/gpu/poll_wait_01", "cheat/gpu/junk_work_01") else "honest"
-            assert row["variant"] in ("solution", "lab") or kind == "bf16 cheat", row["variant"]
-            for distance in measured["weight_distances"]:
-                far = {"relative": distance, "worst_tensor": measured["worst_layer"], "worst_tensor_name": "the worst layer",
-                       "counts_differ": []}
-                assert bool(_weight_problems(far, limits, "baseline")) == (kind == "bf16 cheat"), (row["variant"], distance)
-                judged[kind] += 1
+    rows = ["2026-11-25-h100-session30-call2-checks.jsonl", "2026-11-25-h100-session31-call1-checks.jsonl"]
+    for variant, measured in recorded_same_work("01_item_syncs", rows):
+        kind = "bf16 cheat" if variant in ("cheat/gpu/poll_wait_01", "cheat/gpu/junk_work_01") else "honest"
+        assert variant in ("solution", "lab") or kind == "bf16 cheat", variant
+        for distance in measured["weight_distances"]:
+            assert weights_rejected(distance, measured["worst_layer"], limits) == (kind == "bf16 cheat"), (variant, distance)
+            judged[kind] += 1
     assert judged["honest"] >= 10 and judged["bf16 cheat"] >= 4

@@ -105,8 +105,8 @@ def report_failure(measured: dict, threshold) -> str | None:
     reported, grader = measured.get("reported") or {}, measured.get("grader") or {}
     if not grader:
         return None
-    parts = ["no " + "/".join(name[:3] for name in PERCENTILES if name not in reported)] \
-        if any(name not in reported for name in PERCENTILES) else []
+    missing = [name[:3] for name in PERCENTILES if name not in reported]
+    parts = ["no " + "/".join(missing)] if missing else []
     steps = reported.get("steps")
     if steps is None:
         parts.append("no step count")

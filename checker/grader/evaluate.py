@@ -194,9 +194,9 @@ class Evaluation:
         if learner is None:  # a learner checking their own work: the learner id of their assignment file
             own = assignments.from_file(chapter, folder, chapter.lab_script.parent)
             learner = own.learner if own else assignments.learner_of(folder, chapter.lab_script.parent)
-        self.assignment = own or assignments.draw(chapter, learner)
-        if own is None:
+        else:  # class grading: the learner is the submission folder's name
             self._note_other_learner(folder, learner)
+        self.assignment = own or assignments.draw(chapter, learner)
         path = answer_path(folder, str(chapter.raw["answer_file"]), self.device)
         if not path.is_file():
             self.answer_problem = f"no answer file: {display_path(path)} is missing"

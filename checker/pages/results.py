@@ -109,12 +109,15 @@ def headline(runs: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         for variant in ("lab", "solution"):
             for tool in ("torch", "nsys"):
-                numbers = [v for v in measured(variant, check, key, tool)  # triage's key is a text ("3 of 3")
-                           if isinstance(v, (int, float)) and not isinstance(v, bool)]
-                value = _median(numbers)
+                value = _median([v for v in measured(variant, check, key, tool) if _is_number(v)])
                 if value is not None:
                     out[f"{variant}_{key}_{tool}"] = value
     return out
+
+
+def _is_number(value: Any) -> bool:
+    """A measure that has a median (triage's key measure is a text, "3/3")."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _plain_solution_checks(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -167,7 +170,7 @@ def _cell(runs: list[dict[str, Any]], variant: str, tool: str, check: str) -> st
               if key and r["checks"][check]["measured"].get(key) is not None]
     names = {"passed": "pass", "failed": "**fail**", STALE: "stale (older threshold)"}
     mark = "/".join(names.get(s, s) for s in sorted(statuses))
-    if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+    if values and all(map(_is_number, values)):
         mark += " · " + fmt.format(statistics.median(values))
     elif values:  # a measure given as text (triage's "3 of 3"): each distinct one
         mark += " · " + ", ".join(fmt.format(v) for v in sorted(set(map(str, values))))

@@ -62,8 +62,6 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    import torch
-
     load = os.getloadavg()[0]
     rows = []
     for chapter_id in args.chapters:
@@ -81,7 +79,19 @@ def main() -> int:
             for name, (wall, records) in found.items():
                 rows.append((chapter.id, name, len(records), wall, statistics.median(r["wall_s"] for r in records),
                              verdicts[name] == verdicts["paired"]))
-    device = torch.cuda.get_device_name(0) if args.device == "cuda" else platform.processor() or platform.machine()
+        write_table(args, rows, load)  # after every chapter, so that a cut run keeps what it measured
+    return 0 if all(row[-1] for row in rows) else 1
+
+
+def write_table(args, rows, load: float) -> None:
+    import torch
+
+    if args.device == "cuda":
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True).stdout.split()
+        device = f"{torch.cuda.get_device_name(0)} (driver {driver[0] if driver else 'unknown'}, CUDA {torch.version.cuda})"
+    else:
+        device = platform.processor() or platform.machine()
     lines = [f"Measured by `scripts/class_cost.py` on {device} ({os.cpu_count()} cores), Python "
              f"{platform.python_version()}, torch {torch.__version__}, "
              f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}, load average {load:.1f} at the start. "
@@ -94,8 +104,6 @@ def main() -> int:
     print(text)
     if args.out:
         args.out.write_text(text)
-    return 0 if all(row[-1] for row in rows) else 1
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -6,7 +6,11 @@
 #
 #     OUT=/tmp/out bash scripts/grade_two_gpus.sh [one|two|both]      # default: both
 #
-# The class alternates the chapter's solution (passes) and its unmodified lab (fails). Each stage grades
+# The class (CLASS=mixed, the default) is the chapter's reference solution, its unmodified lab, its slow script, an
+# honest restyling of the solution (the same program with its comments and layout changed by ast.unparse), and
+# then the red-team cheats of tests/redteam (bank.toml and gpu.toml) written for this chapter, in that order,
+# until CLASS_SIZE: each student's expected outcome (pass for the solution and its restyling, no pass for all
+# others) is recorded beside the verdict. CHEATS=a,b,... picks the cheats by name instead. CLASS=pairs alternates solution and lab only. Each stage grades
 # into its own folder from nothing (--force), so a stage can run as a command of its own (a device call is
 # limited to 10 minutes: run `one`, then `two`; the JSON gathers both). A stage that hits a limit can be run
 # again: the grader resumes, and the JSON marks that stage "resumed" (its wall time is then not comparable).
@@ -16,9 +20,11 @@ STAGE="${1:-both}"
 OUT="${OUT:?set OUT to the folder for results}"
 CHAPTER="${CHAPTER:-01}"
 CLASS_SIZE="${CLASS_SIZE:-8}"
+CLASS="${CLASS:-mixed}"
+CHEATS="${CHEATS:-}"
 WORK="${WORK:-$OUT/grade-two-gpus}"
 mkdir -p "$OUT" "$WORK"
-export WORKBOOK_ROOT="$PWD" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" STAGE CHAPTER CLASS_SIZE WORK OUT
+export WORKBOOK_ROOT="$PWD" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" STAGE CHAPTER CLASS_SIZE CLASS CHEATS WORK OUT
 python3 - <<'PY'
 import csv, json, os, shutil, subprocess, sys, time
 from datetime import datetime, timezone
@@ -45,13 +51,41 @@ results.update(
     torch=torch.__version__, cuda=torch.version.cuda, date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     chapter=chapter.id, class_size=size, command=f"workbook grade {chapter.id} class --out ... --gpus ...")
 
+def class_members():
+    """(name, source text, expected) for every student of the class: expected is 'passed' or 'not passed'."""
+    import ast, tomllib
+    if os.environ["CLASS"] == "pairs":
+        for i in range(size):
+            variant = "solution" if i % 2 == 0 else "lab"
+            yield variant, chapter.script_for(variant).read_text(), "passed" if variant == "solution" else "not passed"
+        return
+    solution = chapter.solution_script.read_text()
+    yield "solution", solution, "passed"
+    yield "lab", chapter.lab_script.read_text(), "not passed"
+    yield "slow", chapter.slow_script.read_text(), "not passed"
+    yield "restyled", ast.unparse(ast.parse(solution)) + "\n", "passed"
+    bank, chosen, seen = Path("tests/redteam"), [n for n in os.environ["CHEATS"].split(",") if n], set()
+    for book, default_dir in (("bank.toml", "cheats"), ("gpu.toml", None)):
+        for name, item in tomllib.loads((bank / book).read_text())["cheats"].items():
+            folder = bank / (item.get("path") or f"{default_dir}/{name}")
+            script = folder / chapter.lab_file
+            if (chosen and name not in chosen) or name in seen:
+                continue
+            if (chapter.id.startswith(f"{item.get('chapter')}_") and not item.get("copy") and not item.get("only")
+                    and item.get("runs", 1) == 1 and script.exists() and len(list(folder.iterdir())) == 1):
+                seen.add(name)
+                yield f"cheat-{name}", script.read_text(), "not passed"
+
 submissions = work / "class"
-if not submissions.exists():
-    for i in range(size):
-        variant = "solution" if i % 2 == 0 else "lab"
-        folder = submissions / f"student{i:02d}-{variant}"
-        folder.mkdir(parents=True)
-        shutil.copy(chapter.script_for(variant), folder / chapter.lab_file)
+expected = {}
+members = list(class_members())[:size]
+for i, (name, text, outcome) in enumerate(members):
+    student = f"student{i:02d}-{name}"
+    expected[student] = outcome
+    if not (submissions / student).exists():
+        (submissions / student).mkdir(parents=True)
+        (submissions / student / chapter.lab_file).write_text(text)
+results["expected"] = expected
 
 stages = {"one": ("one_gpu", "0"), "two": ("two_gpus", "0,1")}
 for name in (["one", "two"] if stage == "both" else [stage]):
@@ -72,12 +106,17 @@ for name in (["one", "two"] if stage == "both" else [stage]):
         "stderr_tail": proc.stderr[-3000:],
     }
     print(f"{key}: {wall:.0f} s, exit {proc.returncode}", flush=True)
-    shutil.copy(grades / "gradebook.csv", out / f"gradebook-{key}.csv") if rows else None
+    for name in ("gradebook.csv", "ledger.jsonl"):
+        if (grades / name).exists():
+            shutil.copy(grades / name, out / f"{key}-{name}")
+    results_path.write_text(json.dumps(results, indent=2) + "\n")  # each stage kept, should the next be cut
 
 one, two = results["stages"].get("one_gpu"), results["stages"].get("two_gpus")
 if one and two:
     verdicts = lambda s: {k: v["verdict"] for k, v in s["students"].items()}
     results["same_verdicts"] = verdicts(one) == verdicts(two)
+    results["as_expected"] = all((verdicts(stage).get(student) == "passed") == (outcome == "passed")
+                                 for stage in (one, two) for student, outcome in expected.items())
     results["wall_ratio_one_over_two"] = round(one["wall_s"] / two["wall_s"], 2) if two["wall_s"] else None
 results_path.write_text(json.dumps(results, indent=2) + "\n")
 print(f"wrote {results_path}")

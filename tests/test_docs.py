@@ -318,3 +318,22 @@ def test_phase_tables_are_rendered_from_their_rows(table):
     data = json.loads(table.read_text())
     assert data["env"]["gpu"] and data["env"]["driver"] and data["env"]["torch"] and data["env"]["date"]
     assert table.with_suffix(".md").read_text() == module.render(data["env"], data["rows"], data["label"], data["left_out"])
+
+
+@pytest.mark.parametrize("table", sorted((ROOT / "docs" / "results").glob("grading-two-gpus-*.json")), ids=lambda p: p.stem)
+def test_two_gpu_tables_are_rendered_from_their_calls(table):
+    """docs/results/grading-two-gpus-*.md is what scripts/two_gpu_table.py renders from the recorded calls."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("two_gpu_table", ROOT / "scripts" / "two_gpu_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    data = json.loads(table.read_text())
+    sources = sorted({stage["source"] for stage in data["stages"].values()})
+    merged = module.merge([ROOT / "docs" / "results" / "history" / name for name in sources])
+    assert merged == data
+    for stage in merged["stages"].values():
+        assert stage["machine"]["gpus"] and stage["machine"]["driver"] and stage["machine"]["torch"]
+        assert all(row["failed_checks"] is not None for row in stage["students"].values()), "a ledger is missing"
+    assert table.with_suffix(".md").read_text() == module.render(merged)

@@ -186,6 +186,8 @@ if has checks; then
       safe=${variant//\//_}  # a cheat's variant names its folder: cheat/gpu/name -> cheat_gpu_name
       for f in $keep/*-candidate-torch.json.gz; do [ -e "$f" ] && mv "$f" "$T/${chapter}-${safe}-torch.json.gz"; done
       for f in $keep/*-baseline-torch.json.gz; do [ -e "$f" ] && [ ! -e "$T/${chapter}-slow-torch.json.gz" ] && mv "$f" "$T/${chapter}-slow-torch.json.gz"; done
+      # chapter 08: each mystery job's trace (<id>-job-<job>-torch.json.gz), for the page's timelines
+      for f in $keep/*-job-*-torch.json.gz; do [ -e "$f" ] && mv "$f" "$T/${safe}-$(basename "$f")"; done
     fi
     python3 - "$chapter" "$variant" "$tool" "$rerun" "$code" "$wall" "$extra" "$assign" <<'PY' >> "$OUT/checks.jsonl"
 import json, sys

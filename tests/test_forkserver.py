@@ -83,6 +83,32 @@ def test_the_server_is_used_only_where_runs_cannot_reach_it(monkeypatch):
     assert forkserver.enabled() is True
 
 
+def test_optional_imports_are_made_where_they_can_be_and_a_failing_one_refuses_nothing(tmp_path):
+    started = forkserver.Server(preload=("checker.candidate.launch",),
+                                optional=("xml.dom.minidom", "no_such_optional_module_for_the_workbook"))
+    sandbox.become_subreaper()
+    try:
+        assert started.wait_ready(), started.why
+        assert started.optional == ["xml.dom.minidom"]
+        code, output = spawn_script(started, tmp_path, """
+            import sys
+            print("xml.dom.minidom" in sys.modules)
+        """, {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "TMPDIR": str(tmp_path)})
+        assert code == 3 and output.strip().splitlines()[-1] == "True", output  # 3: no channel; imported once, in the server
+    finally:
+        started.close()
+
+
+def test_a_server_that_started_cuda_in_an_optional_import_starts_over_without_them():
+    """The command it execs: its own, up to the optional imports (the exec itself needs a driver to show)."""
+    command = [sys.executable, "-I", "-B", "-c", "boot", "5", "torch", forkserver.OPTIONAL_MARK, "torch._inductor.compile_fx"]
+    assert forkserver._without_optional(command) == command[:7]
+    assert forkserver._without_optional(command[:7]) == command[:7]
+    assert forkserver._split_preload(command[6:]) == (["torch"], ["torch._inductor.compile_fx"])
+    assert forkserver._split_preload(["torch"]) == (["torch"], [])
+    assert forkserver.OPTIONAL == ("torch._inductor.compile_fx",)
+
+
 def test_a_server_that_cannot_import_refuses_and_says_why():
     refused = forkserver.Server(preload=("no_such_module_for_the_workbook",))
     try:

@@ -2,6 +2,7 @@
 
 import json
 import multiprocessing
+import os
 from pathlib import Path
 
 import pytest
@@ -140,8 +141,9 @@ def test_gpus_are_refused_on_the_cpu_with_one_line():
         plan_slots(get_chapter("03"), "cpu", None, 2, [])
     with pytest.raises(WorkbookError, match=r"times its CPU checks \(triage\)"):  # shares and host ms per op
         plan_slots(get_chapter("08"), "cpu", None, 2, [])
-    assert [s.env for s in plan_slots(chapter, "cuda", None, None, ["A", "B"])] == [
-        {"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]
+    envs = [s.env for s in plan_slots(chapter, "cuda", None, None, ["A", "B"])]
+    assert [env["CUDA_VISIBLE_DEVICES"] for env in envs] == ["0", "1"]
+    assert plan_slots(chapter, "cuda", "1", None, ["A", "B"])[0].env == {"CUDA_VISIBLE_DEVICES": "1"}  # one: unpinned
     with pytest.raises(WorkbookError, match="2 visible GPU"):
         plan_slots(chapter, "cuda", "0,2", None, ["A", "B"])
 
@@ -151,3 +153,30 @@ def test_slurm_shares_cover_every_student_once():
     assert shares(names, None) == [[n] for n in names]
     split = shares(names, 3)
     assert len(split) == 3 and sorted(sum(split, [])) == names
+
+
+def test_gpu_workers_get_disjoint_cpus_that_cover_the_machine(monkeypatch):
+    """Two students graded at once on two GPUs of one host must not share CPUs: one's loader workers would slow the
+    other's timed window (issue 24)."""
+    from checker.grading.classroom import CPUS_ENV, cpu_shares
+
+    assert cpu_shares(list(range(32)), 2) == [list(range(16)), list(range(16, 32))]
+    assert cpu_shares(list(range(10)), 3) == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    assert cpu_shares([0], 2) is None and cpu_shares(list(range(8)), 1) is None
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(32)))
+    envs = [s.env for s in plan_slots(get_chapter("01"), "cuda", "0,1", None, ["A", "B"])]
+    assert [env[CPUS_ENV] for env in envs] == [",".join(map(str, range(16))), ",".join(map(str, range(16, 32)))]
+
+
+def test_a_grading_task_pins_itself_and_its_runs_to_its_cpus():
+    import subprocess
+    import sys
+
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    code = ("import os, subprocess, sys; from checker.grading.task import pin_cpus; pin_cpus(); "
+            "print(sorted(os.sched_getaffinity(0)), subprocess.run([sys.executable, '-c', "
+            "'import os; print(sorted(os.sched_getaffinity(0)))'], capture_output=True, text=True).stdout.strip(), "
+            "os.environ.get('WORKBOOK_CPUS'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, WORKBOOK_CPUS=str(cpu))).stdout.split()
+    assert out == [f"[{cpu}]", f"[{cpu}]", "None"]  # pinned, inherited by what it starts, and not passed on

@@ -112,8 +112,29 @@ def plan_slots(chapter, device: str, gpus: str | None, workers: int | None, gpu_
                                 f"0 to {len(gpu_names) - 1}; name each once")
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = [part.strip() for part in visible.split(",")] if visible else None
-    return [Slot(label=f"gpu {i} ({gpu_names[i]})", env={"CUDA_VISIBLE_DEVICES": ids[i] if ids else str(i)})
-            for i in indices]
+    shares = cpu_shares(sorted(os.sched_getaffinity(0)), len(indices)) if len(indices) > 1 else None
+    return [Slot(label=f"gpu {i} ({gpu_names[i]})",
+                 env={"CUDA_VISIBLE_DEVICES": ids[i] if ids else str(i),
+                      **({CPUS_ENV: ",".join(map(str, shares[n]))} if shares else {})})
+            for n, i in enumerate(indices)]
+
+
+CPUS_ENV = "WORKBOOK_CPUS"  # the CPUs a GPU worker's grading (and every run it starts) is pinned to
+
+
+def cpu_shares(cpus: list[int], workers: int) -> list[list[int]] | None:
+    """The CPUs split into ``workers`` disjoint runs of neighbours, as even as can be, one per GPU worker: so that
+    one student's loader workers and host threads do not slow the timed window of the student graded on the next
+    GPU (None where there are fewer CPUs than workers: nothing is pinned)."""
+    if workers < 2 or len(cpus) < workers:
+        return None
+    size, extra = divmod(len(cpus), workers)
+    shares, start = [], 0
+    for n in range(workers):
+        end = start + size + (1 if n < extra else 0)
+        shares.append(cpus[start:end])
+        start = end
+    return shares
 
 
 def settings_to_json(settings: Settings) -> dict:

@@ -78,7 +78,18 @@ def leftovers() -> int:
     return processes.kill_tree(os.getpid())
 
 
+def pin_cpus() -> None:
+    """Keep this grading, and every run it starts, on its worker's CPUs (``WORKBOOK_CPUS``, set where several GPUs
+    grade at once: checker.grading.classroom.cpu_shares)."""
+    from checker.grading.classroom import CPUS_ENV
+
+    cpus = os.environ.pop(CPUS_ENV, "")
+    if cpus:
+        os.sched_setaffinity(0, {int(cpu) for cpu in cpus.split(",")})
+
+
 def main() -> int:
+    pin_cpus()  # first: the fork server and every run inherit it
     parent = int(os.environ.pop("WORKBOOK_GRADE_PARENT", "0"))
     processes.die_with_parent()
     if parent and os.getppid() != parent:  # the grader died before the line above took effect

@@ -18,6 +18,7 @@
 #             --ladder --ladder-trials LADDER_TRIALS` (default 1: every rung compiles anew, minutes each), the slow
 #             script then the reference solution one lever at a time -> $OUT/ladder.tar.gz
 #             (<chapter>-ladder-<h100|h200>.json and .md: unpack into docs/results/)
+#   classcost scripts/class_cost.py (CLASS_COST: its chapters and options) on the first GPU -> $OUT/class-cost.md
 #   summary   a table of it all -> $OUT/summary.md
 # Needs: .whl/ (the nvtx wheel) and .debs/ (libdw1, libelf1 for nsys's importer), carried.
 set -u
@@ -41,7 +42,7 @@ export WORKBOOK_NSYS=${WORKBOOK_NSYS:-/opt/nvidia/nsight-compute/2025.3.1/host/t
 NSYS=$WORKBOOK_NSYS
 # A call may land on either GPU kind: where it is an H200 and PLAN_H200 is set, that plan (and STAGES_H200, if
 # set) runs instead of PLAN (and STAGES)
-if [ -n "${PLAN_H200:-}" ] && python3 -c "import sys, torch; sys.exit('H200' not in torch.cuda.get_device_name(0))"; then
+if [ -n "${PLAN_H200:-}${STAGES_H200:-}" ] && python3 -c "import sys, torch; sys.exit('H200' not in torch.cuda.get_device_name(0))"; then
   log "an H200: running PLAN_H200"; PLAN=$PLAN_H200; STAGES=${STAGES_H200:-$STAGES}
 fi
 has() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -220,6 +221,14 @@ if has ladder; then
       --ladder --ladder-trials "${LADDER_TRIALS:-1}" --ladder-out "$L/$id-ladder-$kind" 2>&1 | tail -n 20
   done
   ls -la $L; tar -C $L -czf "$OUT/ladder.tar.gz" .
+fi
+
+if has classcost; then
+  # CLASS_COST: scripts/class_cost.py's chapters and options (default "01 --students 4"): seconds per student of
+  # `workbook grade`, the slow script beside every run against shared, on this machine's first GPU alone
+  log "class cost: ${CLASS_COST:-01 --students 4}"
+  CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} WORKBOOK_PROGRESS=0 timeout $(( ${HARD_STOP:-100000} - SECONDS )) \
+    python3 scripts/class_cost.py ${CLASS_COST:-01 --students 4} --device cuda --out "$OUT/class-cost.md" 2>&1 | tail -n 20
 fi
 
 if has summary; then

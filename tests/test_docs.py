@@ -15,6 +15,16 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
 
 
+def load_script(relative: str):
+    """A script of the checkout (``scripts/...``, a chapter's) imported as a module, to call its functions."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(Path(relative).stem, ROOT / relative)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_mkdocs_build_strict(tmp_path):
     if shutil.which("mkdocs") is None and subprocess.run([sys.executable, "-m", "mkdocs", "--version"],
                                                          capture_output=True).returncode != 0:
@@ -66,11 +76,7 @@ def test_site_in_headless_chromium_has_no_sideways_scroll_and_legible_linked_tim
 def test_page_snippets_are_generated_from_the_chapters():
     """The hints and the fix a page shows are what scripts/make_page_snippets.py makes of chapter.toml and the
     labs now; the command outputs a page shows were written by a real run of it."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("make_page_snippets", ROOT / "scripts" / "make_page_snippets.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("scripts/make_page_snippets.py")
     for path, text in module.static_snippets().items():
         assert path.is_file() and path.read_text() == text, f"run python scripts/make_page_snippets.py ({path.name} is stale)"
     for chapter in all_chapters():
@@ -276,12 +282,7 @@ _TABLE_SCRIPTS = {"jitter": "chapters/03_dataloader_workers/jitter_results.py",
                          ids=lambda p: p.stem)
 def test_measured_tables_are_rendered_from_their_runs(source):
     """Chapter 02's prefetcher table and chapter 03's jitter tables are what their recorded runs render to."""
-    import importlib.util
-
-    script = next(path for kind, path in _TABLE_SCRIPTS.items() if f"-{kind}" in source.stem)
-    spec = importlib.util.spec_from_file_location(Path(script).stem, ROOT / script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(next(path for kind, path in _TABLE_SCRIPTS.items() if f"-{kind}" in source.stem))
     data = json.loads(source.read_text())
     rows = data.pop("rows")
     assert source.with_suffix(".md").read_text() == module.render(data, rows)
@@ -309,12 +310,7 @@ def test_chapter_titles_are_declared_once_in_chapter_toml():
 @pytest.mark.parametrize("table", sorted((ROOT / "docs" / "results").glob("check-phases-*.json")), ids=lambda p: p.stem)
 def test_phase_tables_are_rendered_from_their_rows(table):
     """docs/results/check-phases-*.md is what scripts/phase_table.py renders from the .json beside it."""
-    import importlib.util
-    import json
-
-    spec = importlib.util.spec_from_file_location("phase_table", ROOT / "scripts" / "phase_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("scripts/phase_table.py")
     data = json.loads(table.read_text())
     assert data["env"]["gpu"] and data["env"]["driver"] and data["env"]["torch"] and data["env"]["date"]
     assert table.with_suffix(".md").read_text() == module.render(data["env"], data["rows"], data["label"], data["left_out"])
@@ -323,12 +319,7 @@ def test_phase_tables_are_rendered_from_their_rows(table):
 @pytest.mark.parametrize("table", sorted((ROOT / "docs" / "results").glob("grading-two-gpus-*.json")), ids=lambda p: p.stem)
 def test_two_gpu_tables_are_rendered_from_their_calls(table):
     """docs/results/grading-two-gpus-*.md is what scripts/two_gpu_table.py renders from the recorded calls."""
-    import importlib.util
-    import json
-
-    spec = importlib.util.spec_from_file_location("two_gpu_table", ROOT / "scripts" / "two_gpu_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("scripts/two_gpu_table.py")
     data = json.loads(table.read_text())
     sources = sorted({stage["source"] for stage in data["stages"].values()})
     merged = module.merge([ROOT / "docs" / "results" / "history" / name for name in sources])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import textwrap
 
@@ -107,6 +108,41 @@ def test_a_server_that_started_cuda_in_an_optional_import_starts_over_without_th
     assert forkserver._split_preload(command[6:]) == (["torch"], ["torch._inductor.compile_fx"])
     assert forkserver._split_preload(["torch"]) == (["torch"], [])
     assert forkserver.OPTIONAL == ("torch._inductor.compile_fx",)
+
+
+def test_a_run_whose_middle_process_ended_first_still_starts(tmp_path):
+    """The run waits until its middle process has ended; that process's pid must be known before the fork. Asked for
+    in the run (os.getppid()) after the middle had already ended, it was the grader's own pid, and the run waited
+    forever: CI hung on it. Here the middle and the run are slowed at os.close, so the middle always ends first."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(textwrap.dedent("""
+        import json, os, time
+        from checker.grader import forkserver, sandbox
+
+        sandbox.become_subreaper()
+        grader = os.getpid()
+        real_close = os.close
+        def slow_close(fd):
+            if os.getpid() != grader:
+                time.sleep(0.3)
+            real_close(fd)
+        os.close = slow_close
+        def become_run(request, fds, middle):
+            os.write(fds[0], json.dumps({"middle": middle, "parent": os.getppid()}).encode())
+            os._exit(0)
+        forkserver._become_run = become_run
+        read, write = os.pipe()
+        pid = forkserver._fork_run(None, {}, [write])
+        os.waitpid(pid, 0)
+        seen = json.loads(os.read(read, 1000))
+        print(json.dumps({"grader": grader, **seen}))
+    """))
+    proc = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, timeout=60,
+                          cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["parent"] == seen["grader"]  # the middle had ended: the run was the grader's already
+    assert seen["middle"] != seen["grader"]  # and it was told the middle's pid, not the grader's
 
 
 def test_a_server_that_cannot_import_refuses_and_says_why():

@@ -49,11 +49,10 @@ from checker.grader import sandbox
 # What the server imports before it forks runs: what every run imports (torch and the harness), what making an
 # optimizer imports (torch._dynamo, seconds of a run's set-up) and what the chapters' workloads import.
 PRELOAD = ("torch", "torch._dynamo", "torchvision", "checker.candidate.launch", "checker.lab", "checker.grader.referee")
-# Imported too where they can be: what torch.compile's first call imports (Inductor's compiler and Triton, about
-# a second of every compiling run's warm-up). Should one fail, runs import it themselves; should one start CUDA,
-# the server starts over without them (_without_optional), since a started driver cannot be forked.
-OPTIONAL = ("torch._inductor.compile_fx",)
-OPTIONAL_MARK = "--optional"
+# Not torch._inductor: it fixes paths when imported (codecache's precompiled-header folder, in the importing
+# process's TMPDIR and user name), so a run forked from the server and dropped to another user could not compile
+# (PermissionError on the server's folder); and it saved about one second of set-up per compiling run, no more
+# than the server's longer start cost the first run (docs/results/check-phases-cpu-forkserver-optional.md).
 LAUNCH = "checker.candidate.launch"  # what a run runs; the referee (checker.grader.referee) is forked here too
 _MAX_MESSAGE = 1 << 20
 READY_TIMEOUT_S = 300.0  # the server's imports (seconds; minutes on a cold disk): past this, runs start afresh
@@ -102,16 +101,13 @@ class ForkedRun:
 class Server:
     """One fork server for this grading process, started on first use."""
 
-    def __init__(self, preload: tuple[str, ...] = PRELOAD, optional: tuple[str, ...] | None = None):
-        if optional is None:  # WORKBOOK_FORKSERVER_OPTIONAL=0: without them (an A/B of what they save)
-            optional = () if os.environ.get("WORKBOOK_FORKSERVER_OPTIONAL") == "0" else OPTIONAL
+    def __init__(self, preload: tuple[str, ...] = PRELOAD):
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.folder = folder = tempfile.mkdtemp(prefix="wb-forkserver-")  # its HOME and TMPDIR, removed at close
         env = sandbox.clean_environment()
         env.update(HOME=folder, TMPDIR=folder, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
         self.proc = subprocess.Popen(
-            [*sandbox.python_command("checker.grader.forkserver"), str(theirs.fileno()), *preload,
-             *((OPTIONAL_MARK, *optional) if optional else ())],
+            [*sandbox.python_command("checker.grader.forkserver"), str(theirs.fileno()), *preload],
             pass_fds=(theirs.fileno(),), env=env, cwd=folder, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True,
             preexec_fn=sandbox.die_with_parent_process,
@@ -119,14 +115,12 @@ class Server:
         theirs.close()
         self.ready: bool | None = None  # None until the server said whether it serves
         self.why = ""
-        self.optional: list[str] = []
 
     def wait_ready(self) -> bool:
         if self.ready is None:
             reply = self._receive(READY_TIMEOUT_S)
             self.ready = bool(reply.get("ready"))
             self.why = str(reply.get("why", ""))
-            self.optional = list(reply.get("optional", []))  # the optional imports it made
         return self.ready
 
     def _receive(self, timeout: float) -> dict:
@@ -289,26 +283,15 @@ def main(argv: list[str]) -> int:  # pragma: no cover - runs as the server proce
     # dumpable again, as a process started afresh is
     sandbox._LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     sock = socket.socket(fileno=int(argv[0]))
-    required, optional = _split_preload(argv[1:])
     why = ""
     try:
-        for name in required:
+        for name in argv[1:]:
             importlib.import_module(name)
     except BaseException as err:  # noqa: BLE001 - reported to the grader, which then starts runs itself
         why = f"the fork server could not import {name}: {type(err).__name__}: {err}"
     if not why and _cuda_started():
         why = "CUDA was started while the fork server imported torch"
-    imported = []
-    for name in optional if not why else ():
-        try:
-            importlib.import_module(name)
-            imported.append(name)
-        except Exception:  # noqa: BLE001 - a run imports it itself, as without the server
-            continue
-        if _cuda_started():  # this process can no longer fork runs: start over without the optional imports
-            os.set_inheritable(sock.fileno(), True)
-            os.execv(sys.executable, _without_optional(sys.orig_argv))
-    sock.send(json.dumps({"ready": not why, "why": why, "optional": imported}).encode())
+    sock.send(json.dumps({"ready": not why, "why": why}).encode())
     if why:
         return 1
     while True:
@@ -327,19 +310,6 @@ def main(argv: list[str]) -> int:  # pragma: no cover - runs as the server proce
         finally:
             for fd in fds:
                 os.close(fd)
-
-
-def _split_preload(names: list[str]) -> tuple[list[str], list[str]]:
-    """The server's arguments after its socket: the modules it must import, then (after OPTIONAL_MARK) those it may."""
-    if OPTIONAL_MARK not in names:
-        return list(names), []
-    at = names.index(OPTIONAL_MARK)
-    return names[:at], names[at + 1:]
-
-
-def _without_optional(command: list[str]) -> list[str]:
-    """The server's own command line without its optional imports."""
-    return command[:command.index(OPTIONAL_MARK)] if OPTIONAL_MARK in command else list(command)
 
 
 def _fork_run(sock: socket.socket, request: dict, fds: list[int]) -> int:  # pragma: no cover - server

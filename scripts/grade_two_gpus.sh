@@ -4,7 +4,7 @@
 # GPU names, driver, torch and CUDA versions, date, each stage's wall time, every student's verdict and
 # seconds, and whether both stages gave the same verdicts (issue 12, item 5).
 #
-#     OUT=/tmp/out bash scripts/grade_two_gpus.sh [one|two|both]      # default: both
+#     OUT=/tmp/out bash scripts/grade_two_gpus.sh [one|two|both|check]      # default: both
 #
 # The class (CLASS=mixed, the default) is the chapter's reference solution, its unmodified lab, its slow script, an
 # honest restyling of the solution (the same program with its comments and layout changed by ast.unparse), and
@@ -14,6 +14,8 @@
 # into its own folder from nothing (--force), so a stage can run as a command of its own (a device call is
 # limited to 10 minutes: run `one`, then `two`; the JSON gathers both). A stage that hits a limit can be run
 # again: the grader resumes, and the JSON marks that stage "resumed" (its wall time is then not comparable).
+# `check` runs `workbook check --submission` of every student on GPU 0 instead, one at a time (under "checks" in
+# the JSON): the verdicts grading must agree with.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STAGE="${1:-both}"
@@ -87,8 +89,27 @@ for i, (name, text, outcome) in enumerate(members):
         (submissions / student / chapter.lab_file).write_text(text)
 results["expected"] = expected
 
+if stage == "check":  # every student with `workbook check` on GPU 0, one at a time: what grading must agree with
+    checked = results.setdefault("checks", {})
+    for student in sorted(expected):
+        if student in checked:
+            continue  # a cut call's students are not checked again
+        started = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "checker", "check", chapter.id, "--submission",
+                               str(submissions / student), "--device", "cuda", "--json"], capture_output=True,
+                              text=True, env=dict(os.environ, CUDA_VISIBLE_DEVICES="0"))
+        try:
+            failed = [c["name"] for c in json.loads(proc.stdout)["checks"] if c["status"] == "failed"]
+        except (ValueError, KeyError, TypeError):
+            failed = None
+        checked[student] = {"verdict": {0: "passed", 1: "failed"}.get(proc.returncode, "error"),
+                            "exit_code": proc.returncode, "wall_s": round(time.monotonic() - started, 1),
+                            "failed_checks": failed, "stderr_tail": proc.stderr[-600:]}
+        print(f"check {student}: {checked[student]['verdict']} ({checked[student]['wall_s']:.0f} s)", flush=True)
+        results_path.write_text(json.dumps(results, indent=2) + "\n")
+
 stages = {"one": ("one_gpu", "0"), "two": ("two_gpus", "0,1")}
-for name in (["one", "two"] if stage == "both" else [stage]):
+for name in (["one", "two"] if stage == "both" else [stage] if stage in stages else []):
     key, gpus = stages[name]
     grades = work / key
     resumed = (grades / "ledger.jsonl").exists()

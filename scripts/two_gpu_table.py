@@ -19,7 +19,7 @@ STAGE_ORDER = ("one_gpu", "two_gpus")
 
 def merge(paths: list[Path]) -> dict:
     """The stages of every call in one record; the machine of each call kept beside its stage."""
-    merged: dict = {"stages": {}, "expected": {}}
+    merged: dict = {"sources": [path.name for path in paths], "stages": {}, "expected": {}}
     for path in paths:
         data = json.loads(path.read_text())
         machine = {key: data.get(key) for key in ("gpus", "driver", "torch", "cuda", "date")}
@@ -37,6 +37,8 @@ def merge(paths: list[Path]) -> dict:
             merged["stages"][key] = {**{k: stage[k] for k in ("gpus", "wall_s", "exit_code", "resumed")},
                                      "students": students, "machine": machine, "source": path.name}
         merged["expected"].update(data.get("expected", {}))
+        for name, row in data.get("checks", {}).items():  # `workbook check` of each student, one at a time
+            merged.setdefault("checks", {})[name] = {k: row[k] for k in ("verdict", "wall_s", "failed_checks")}
         merged["chapter"], merged["class_size"] = data["chapter"], data["class_size"]
     return merged
 
@@ -70,9 +72,16 @@ def render(merged: dict) -> str:
                {n: r["verdict"] for n, r in two["students"].items()}
         lines += ["", f"Two GPUs took {two['wall_s'] / one['wall_s']:.2f}x the wall time of one; every student's "
                   f"verdict {'was the same' if same else 'was NOT the same'} on one GPU and on two."]
+    checks = merged.get("checks")
+    if checks:
+        agree = all(checks[name]["verdict"] == stage["students"][name]["verdict"]
+                    for stage in stages for name in checks if name in stage["students"])
+        lines += ["", f"`workbook check --submission` of each student on one GPU, one at a time: every verdict "
+                  f"{'the same as' if agree else 'NOT always the same as'} grading's."]
     lines += ["", "| student | expected | " + " | ".join(f"{k.replace('_', ' ')}: verdict (failed checks), s, worker"
-                                                    for k in STAGE_ORDER if k in merged["stages"]) + " |",
-              "|---|---|" + "---|" * len(stages)]
+                                                    for k in STAGE_ORDER if k in merged["stages"])
+              + (" | workbook check: verdict (failed checks), s" if checks else "") + " |",
+              "|---|---|" + "---|" * (len(stages) + bool(checks))]
     for name in sorted(expected):
         cells = []
         for stage in stages:
@@ -80,9 +89,13 @@ def render(merged: dict) -> str:
             if row is None:
                 cells.append("not graded")
                 continue
-            checks = f" ({', '.join(row['failed_checks'])})" if row.get("failed_checks") else ""
+            failed = f" ({', '.join(row['failed_checks'])})" if row.get("failed_checks") else ""
             worker = (row.get("worker") or "").split(" (")[0]
-            cells.append(f"{row['verdict']}{checks}, {float(row['wall_s']):.1f}, {worker}".rstrip(", "))
+            cells.append(f"{row['verdict']}{failed}, {float(row['wall_s']):.1f}, {worker}".rstrip(", "))
+        if checks:
+            row = checks.get(name)
+            failed = f" ({', '.join(row['failed_checks'])})" if row and row.get("failed_checks") else ""
+            cells.append(f"{row['verdict']}{failed}, {row['wall_s']:.1f}" if row else "not checked")
         lines.append(f"| {name} | {expected[name]} | " + " | ".join(cells) + " |")
     walls = [float(r["wall_s"]) for stage in stages for r in stage["students"].values() if r.get("wall_s")]
     if walls:

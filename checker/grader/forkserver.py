@@ -350,7 +350,10 @@ def _become_run(request: dict, fds: list[int], middle: int) -> None:  # pragma: 
         identity = tuple(request["identity"]) if request["identity"] else None
         limits = sandbox.Limits(**request["limits"])
         sandbox.preexec(identity, limits, bool(request["isolate_network"]), die_with_parent=False)()
+        given_up = time.monotonic() + REPLY_TIMEOUT_S
         while os.getppid() == middle:  # until the middle process has ended and this run is the grader's
+            if time.monotonic() > given_up:
+                os._exit(1)  # never a run that waits forever: the grader sees it end and says so
             time.sleep(0.001)
         sandbox.die_with_parent_process()
         sandbox._LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)

@@ -15,7 +15,8 @@
 # limited to 10 minutes: run `one`, then `two`; the JSON gathers both). A stage that hits a limit can be run
 # again: the grader resumes, and the JSON marks that stage "resumed" (its wall time is then not comparable).
 # `check` runs `workbook check --submission` of every student on GPU 0 instead, one at a time (under "checks" in
-# the JSON): the verdicts grading must agree with.
+# the JSON): the verdicts grading must agree with. DEVICE=cpu runs the `one` and `check` stages on the CPU (the
+# tests do, so that a GPU call does not find this script's mistakes); `two` needs two GPUs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STAGE="${1:-both}"
@@ -24,9 +25,10 @@ CHAPTER="${CHAPTER:-01}"
 CLASS_SIZE="${CLASS_SIZE:-8}"
 CLASS="${CLASS:-mixed}"
 CHEATS="${CHEATS:-}"
+DEVICE="${DEVICE:-cuda}"
 WORK="${WORK:-$OUT/grade-two-gpus}"
 mkdir -p "$OUT" "$WORK"
-export WORKBOOK_ROOT="$PWD" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" STAGE CHAPTER CLASS_SIZE CLASS CHEATS WORK OUT
+export WORKBOOK_ROOT="$PWD" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" STAGE CHAPTER CLASS_SIZE CLASS CHEATS DEVICE WORK OUT
 python3 - <<'PY'
 import csv, json, os, shutil, subprocess, sys, time
 from datetime import datetime, timezone
@@ -36,7 +38,7 @@ from checker.base.chapters import get_chapter
 
 chapter = get_chapter(os.environ["CHAPTER"])
 work, out = Path(os.environ["WORK"]), Path(os.environ["OUT"])
-size, stage = int(os.environ["CLASS_SIZE"]), os.environ["STAGE"]
+size, stage, device = int(os.environ["CLASS_SIZE"]), os.environ["STAGE"], os.environ["DEVICE"]
 results_path = out / "grade_two_gpus.json"
 results = json.loads(results_path.read_text()) if results_path.exists() else {"stages": {}}
 
@@ -96,7 +98,7 @@ if stage == "check":  # every student with `workbook check` on GPU 0, one at a t
             continue  # a cut call's students are not checked again
         started = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "checker", "check", chapter.id, "--submission",
-                               str(submissions / student), "--device", "cuda", "--json"], capture_output=True,
+                               str(submissions / student), "--device", device, "--json"], capture_output=True,
                               text=True, env=dict(os.environ, CUDA_VISIBLE_DEVICES="0"))
         try:
             failed = [c["name"] for c in json.loads(proc.stdout)["checks"] if c["status"] == "failed"]
@@ -109,12 +111,14 @@ if stage == "check":  # every student with `workbook check` on GPU 0, one at a t
         results_path.write_text(json.dumps(results, indent=2) + "\n")
 
 stages = {"one": ("one_gpu", "0"), "two": ("two_gpus", "0,1")}
+if device == "cpu" and stage in ("two", "both"):
+    sys.exit("grade_two_gpus.sh: the two-GPU stage needs CUDA; with DEVICE=cpu, run `one` or `check`")
 for name in (["one", "two"] if stage == "both" else [stage] if stage in stages else []):
     key, gpus = stages[name]
     grades = work / key
     resumed = (grades / "ledger.jsonl").exists()
     command = [sys.executable, "-m", "checker", "grade", chapter.id, str(submissions), "--out", str(grades),
-               "--device", "cuda", "--gpus", gpus] + ([] if resumed else ["--force"])
+               "--device", device, *(["--gpus", gpus] if device == "cuda" else [])] + ([] if resumed else ["--force"])
     started = time.monotonic()
     proc = subprocess.run(command, capture_output=True, text=True)
     wall = time.monotonic() - started

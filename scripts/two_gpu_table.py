@@ -49,7 +49,7 @@ def render(merged: dict) -> str:
     for stage in stages:
         m = stage["machine"]
         line = (f"{len(m['gpus'])} x {m['gpus'][0]}, driver {', '.join(m['driver'])}, torch {m['torch']} (CUDA "
-                f"{m['cuda']})")
+                f"{m['cuda']})" if m["gpus"] else f"no GPU (the CPU), torch {m['torch']}")
         if line not in machines:
             machines.append(line)
     expected = merged["expected"]

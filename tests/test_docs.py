@@ -1,6 +1,7 @@
 """The docs site builds strictly, and every measured number on it comes from a committed results file."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -327,3 +328,31 @@ def test_two_gpu_tables_are_rendered_from_their_calls(table):
         assert stage["machine"]["gpus"] and stage["machine"]["driver"] and stage["machine"]["torch"]
         assert all(row["failed_checks"] is not None for row in stage["students"].values()), "a ledger is missing"
     assert table.with_suffix(".md").read_text() == module.render(merged)
+
+
+@pytest.mark.slow
+def test_the_two_gpu_script_grades_a_mixed_class_on_the_cpu(tmp_path):
+    """scripts/grade_two_gpus.sh's class, its stages' records and scripts/two_gpu_table.py, run on the CPU (DEVICE=cpu),
+    so that a GPU call does not find their mistakes: the solution and its restyling pass, the lab and a cheat fail,
+    grading and `workbook check` agree."""
+    env = dict(os.environ, OUT=str(tmp_path / "out"), CHAPTER="01", CLASS_SIZE="5", CHEATS="half_batch", DEVICE="cpu")
+    for stage in ("one", "check"):
+        proc = subprocess.run(["bash", str(ROOT / "scripts" / "grade_two_gpus.sh"), stage], env=env,
+                              capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    refused = subprocess.run(["bash", str(ROOT / "scripts" / "grade_two_gpus.sh"), "two"], env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode != 0 and "needs CUDA" in refused.stderr
+    record = tmp_path / "call-grade_two_gpus.json"
+    shutil.copy(tmp_path / "out" / "grade_two_gpus.json", record)
+    shutil.copy(tmp_path / "out" / "one_gpu-ledger.jsonl", tmp_path / "call-one_gpu-ledger.jsonl")
+    merged = load_script("scripts/two_gpu_table.py").merge([record])
+    assert merged["expected"] == {"student00-solution": "passed", "student01-lab": "not passed",
+                                  "student02-slow": "not passed", "student03-restyled": "passed",
+                                  "student04-cheat-half_batch": "not passed"}
+    graded = {name: row["verdict"] for name, row in merged["stages"]["one_gpu"]["students"].items()}
+    assert graded == {name: "passed" if want == "passed" else "failed" for name, want in merged["expected"].items()}
+    assert {name: row["verdict"] for name, row in merged["checks"].items()} == graded
+    assert "same_work" in merged["stages"]["one_gpu"]["students"]["student04-cheat-half_batch"]["failed_checks"]
+    text = load_script("scripts/two_gpu_table.py").render(merged)
+    assert "no GPU (the CPU)" in text and "every verdict the same as grading's" in text

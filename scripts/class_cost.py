@@ -63,6 +63,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     load = os.getloadavg()[0]
+    machine = describe_machine(args.device)
     rows = []
     for chapter_id in args.chapters:
         chapter = get_chapter(chapter_id)
@@ -79,21 +80,25 @@ def main() -> int:
             for name, (wall, records) in found.items():
                 rows.append((chapter.id, name, len(records), wall, statistics.median(r["wall_s"] for r in records),
                              verdicts[name] == verdicts["paired"]))
-        write_table(args, rows, load)  # after every chapter, so that a cut run keeps what it measured
+        write_table(args, machine, rows, load)  # after every chapter, so that a cut run keeps what it measured
     return 0 if all(row[-1] for row in rows) else 1
 
 
-def write_table(args, rows, load: float) -> None:
+def describe_machine(device: str) -> str:
+    """The GPU (with its driver and CUDA) or the CPU, and the Python and torch, as the results line names them."""
     import torch
 
-    if args.device == "cuda":
+    if device == "cuda":
         driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                                 capture_output=True, text=True).stdout.split()
-        device = f"{torch.cuda.get_device_name(0)} (driver {driver[0] if driver else 'unknown'}, CUDA {torch.version.cuda})"
+        name = f"{torch.cuda.get_device_name(0)} (driver {driver[0] if driver else 'unknown'}, CUDA {torch.version.cuda})"
     else:
-        device = platform.processor() or platform.machine()
-    lines = [f"Measured by `scripts/class_cost.py` on {device} ({os.cpu_count()} cores), Python "
-             f"{platform.python_version()}, torch {torch.__version__}, "
+        name = platform.processor() or platform.machine()
+    return f"{name} ({os.cpu_count()} cores), Python {platform.python_version()}, torch {torch.__version__}"
+
+
+def write_table(args, machine: str, rows, load: float) -> None:
+    lines = [f"Measured by `scripts/class_cost.py` on {machine}, "
              f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}, load average {load:.1f} at the start. "
              "Each class: copies of the reference solution and of the unmodified lab, alternating; paired = "
              "`--baseline-every 0` (the slow script beside every run), shared = the default.", "",

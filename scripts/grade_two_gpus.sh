@@ -10,8 +10,9 @@
 # honest restyling of the solution (the same program with its comments and layout changed by ast.unparse), and
 # then the red-team cheats of tests/redteam (bank.toml and gpu.toml) written for this chapter, in that order,
 # until CLASS_SIZE: each student's expected outcome (pass for the solution and its restyling, no pass for all
-# others) is recorded beside the verdict. CHEATS=a,b,... picks the cheats by name instead. CLASS=pairs alternates solution and lab only. Each stage grades
-# into its own folder from nothing (--force), so a stage can run as a command of its own (a device call is
+# others) is recorded beside the verdict. CHEATS=a,b,... picks the cheats by name instead. CLASS=pairs alternates
+# solution and lab only. Each stage grades into its own folder from nothing (--force), so a stage can run as a
+# command of its own (a device call is
 # limited to 10 minutes: run `one`, then `two`; the JSON gathers both). A stage that hits a limit can be run
 # again: the grader resumes, and the JSON marks that stage "resumed" (its wall time is then not comparable).
 # `check` runs `workbook check --submission` of every student on GPU 0 instead, one at a time (under "checks" in
@@ -131,17 +132,15 @@ for name in (["one", "two"] if stage == "both" else [stage] if stage in stages e
         "stderr_tail": proc.stderr[-3000:],
     }
     print(f"{key}: {wall:.0f} s, exit {proc.returncode}", flush=True)
-    for name in ("gradebook.csv", "ledger.jsonl"):
-        if (grades / name).exists():
-            shutil.copy(grades / name, out / f"{key}-{name}")
+    for kept in ("gradebook.csv", "ledger.jsonl"):
+        if (grades / kept).exists():
+            shutil.copy(grades / kept, out / f"{key}-{kept}")
     results_path.write_text(json.dumps(results, indent=2) + "\n")  # each stage kept, should the next be cut
 
 one, two = results["stages"].get("one_gpu"), results["stages"].get("two_gpus")
 if one and two:
     verdicts = lambda s: {k: v["verdict"] for k, v in s["students"].items()}
     results["same_verdicts"] = verdicts(one) == verdicts(two)
-    results["as_expected"] = all((verdicts(stage).get(student) == "passed") == (outcome == "passed")
-                                 for stage in (one, two) for student, outcome in expected.items())
     results["wall_ratio_one_over_two"] = round(one["wall_s"] / two["wall_s"], 2) if two["wall_s"] else None
 results_path.write_text(json.dumps(results, indent=2) + "\n")
 print(f"wrote {results_path}")

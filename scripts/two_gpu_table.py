@@ -12,7 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from checker.grading.ledger import read_records  # noqa: E402
 
 STAGE_ORDER = ("one_gpu", "two_gpus")
 
@@ -25,12 +30,7 @@ def merge(paths: list[Path]) -> dict:
         machine = {key: data.get(key) for key in ("gpus", "driver", "torch", "cuda", "date")}
         for key, stage in data["stages"].items():
             ledger = path.with_name(path.name.replace("grade_two_gpus.json", f"{key}-ledger.jsonl"))
-            records = {}
-            if ledger.exists():
-                for line in ledger.read_text().splitlines():
-                    if line.strip():
-                        record = json.loads(line)
-                        records[record["student"]] = record  # the last record of a student is its grade
+            records = {record["student"]: record for record in read_records(ledger)}  # a student's last is its grade
             students = {name: {**row, "failed_checks": records.get(name, {}).get("failed_checks"),
                                "worker": records.get(name, {}).get("worker")}
                         for name, row in stage["students"].items()}

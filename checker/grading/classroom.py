@@ -83,6 +83,9 @@ def choose_device(requested: str | None, gpu_names: Callable[[], list[str]]) -> 
     return "cpu"
 
 
+CPUS_ENV = "WORKBOOK_CPUS"  # the CPUs a GPU worker's grading (and every run it starts) is pinned to
+
+
 def plan_slots(chapter, device: str, gpus: str | None, workers: int | None, gpu_names: list[str]) -> list[Slot]:
     """One slot per GPU on CUDA (``--gpus``, default all visible); on the CPU, ``--workers`` slots (default 1)."""
     if device == "cpu":
@@ -112,14 +115,11 @@ def plan_slots(chapter, device: str, gpus: str | None, workers: int | None, gpu_
                                 f"0 to {len(gpu_names) - 1}; name each once")
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = [part.strip() for part in visible.split(",")] if visible else None
-    shares = cpu_shares(sorted(os.sched_getaffinity(0)), len(indices)) if len(indices) > 1 else None
+    shares = cpu_shares(sorted(os.sched_getaffinity(0)), len(indices))
     return [Slot(label=f"gpu {i} ({gpu_names[i]})",
                  env={"CUDA_VISIBLE_DEVICES": ids[i] if ids else str(i),
                       **({CPUS_ENV: ",".join(map(str, shares[n]))} if shares else {})})
             for n, i in enumerate(indices)]
-
-
-CPUS_ENV = "WORKBOOK_CPUS"  # the CPUs a GPU worker's grading (and every run it starts) is pinned to
 
 
 def cpu_shares(cpus: list[int], workers: int) -> list[list[int]] | None:

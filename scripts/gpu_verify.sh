@@ -30,13 +30,19 @@ RERUNS=${RERUNS:-1}
 export PYTHONUNBUFFERED=1 WORKBOOK_PROGRESS=1  # each check's stderr says where each run's seconds went
 log() { echo "[$(date +%H:%M:%S)] $*"; }
 
-# -- setup: nvtx from the carried wheel, the project itself, nsys's missing libdw --------------------------
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
+# scratch (traces, reports, each check's output): WORK_TMP, so that lanes of scripts/gpu_lanes.sh stay apart
+W=${WORK_TMP:-/tmp}; mkdir -p "$W"
+
+# -- setup: nvtx from the carried wheel, the project itself, nsys's missing libdw (SKIP_SETUP=1: done already,
+#    by scripts/gpu_lanes.sh before it starts its lanes) ----------------------------------------------------
+if [ "${SKIP_SETUP:-0}" != 1 ]; then
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  fi
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || { echo "pip install -e . failed"; exit 1; }
+  mkdir -p /tmp/dw && for f in .debs/*.deb; do dpkg -x "$f" /tmp/dw; done
 fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || { echo "pip install -e . failed"; exit 1; }
-mkdir -p /tmp/dw && for f in .debs/*.deb; do dpkg -x "$f" /tmp/dw; done
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site
 export LD_LIBRARY_PATH=/tmp/dw/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 export WORKBOOK_NSYS=${WORKBOOK_NSYS:-/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys}
 NSYS=$WORKBOOK_NSYS
@@ -59,7 +65,10 @@ def version(cmd):
     except Exception as err:
         return f"unavailable: {err}"
 print(json.dumps({
-    "gpu": torch.cuda.get_device_name(0), "nvidia_smi": smi, "driver": smi.split(", ")[1] if smi else None,
+    "gpu": torch.cuda.get_device_name(0), "nvidia_smi": smi,
+    # where scripts/gpu_lanes.sh ran this beside other lanes: its GPU, its CPUs and how many lanes shared the host
+    "lane": {"cuda_visible_devices": os.environ["CUDA_VISIBLE_DEVICES"], "cpus": len(os.sched_getaffinity(0)),
+             "lanes": int(os.environ.get("GPU_LANES", "1"))} if os.environ.get("GPU_LANES") else None, "driver": smi.split(", ")[1] if smi else None,
     "torch": torch.__version__, "cuda": torch.version.cuda, "cpu_count": os.cpu_count(),
     "nsys": version([os.environ["WORKBOOK_NSYS"], "--version"]), "ncu": version(["ncu", "--version"]),
     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -86,7 +95,7 @@ fi
 
 if has tables; then
   log "tables: chapter 02 prefetcher, chapter 03 step times by worker count"
-  TB=/tmp/tables; rm -rf $TB; mkdir -p $TB
+  TB=$W/tables; rm -rf $TB; mkdir -p $TB
   python3 chapters/02_pageable_copies/stretch_results.py --device cuda --trials "${TABLE_TRIALS:-2}" --out $TB/02_pageable_copies-prefetch
   if [ "$SECONDS" -lt "${DEADLINE:-100000}" ]; then
     python3 chapters/03_dataloader_workers/jitter_results.py --device cuda --workers "${JITTER_WORKERS:-2,4,8,12}" \
@@ -97,7 +106,7 @@ fi
 
 if has fixtures; then
   log "fixtures"
-  F=/tmp/fixtures; rm -rf $F; mkdir -p $F
+  F=$W/fixtures; rm -rf $F; mkdir -p $F
   for program in pageable_item pinned_clean mask_any; do
     mkdir -p $F/$program
     python3 scripts/trace_fixture_programs.py --program $program --steps 7 --torch-trace $F/$program/kineto.json.gz
@@ -112,7 +121,7 @@ fi
 
 if has raw; then
   log "raw traces of chapter 01 (slow) for the trace engine"
-  R=/tmp/raw; rm -rf $R; mkdir -p $R
+  R=$W/raw; rm -rf $R; mkdir -p $R
   python3 -m checker.launch --script chapters/01_item_syncs/slow.py --result $R/torch.result.json --trace torch \
     --trace-out $R/ch01-slow-kineto.json.gz -- --steps 70
   "$NSYS" profile -t cuda,nvtx,osrt --capture-range=cudaProfilerApi --capture-range-end=stop --python-backtrace=cuda \
@@ -138,7 +147,7 @@ if has checks; then
   # Items' tool may be torch+ncu or nsys+ncu (adds --with-ncu). Each check keeps the torch traces it read
   # (--keep-traces): they go to $OUT/traces.tar.gz.part-* for the docs' timelines.
   # Default: for every chapter, RERUNS x (solution, lab) x (torch, nsys) checks.
-  T=/tmp/traces; rm -rf $T; mkdir -p $T
+  T=$W/traces; rm -rf $T; mkdir -p $T
   DEADLINE=${DEADLINE:-100000}
   if [ -z "${PLAN:-}" ]; then
     PLAN=""
@@ -172,14 +181,14 @@ if has checks; then
     [ -n "$only" ] && extra="$extra --only $only"
     key="$chapter:$variant:$tool$extra$assign"; done_count[$key]=$(( ${done_count[$key]:-0} + 1 )); rerun=${done_count[$key]}
     log "check $chapter $variant $tool $extra (run $rerun)"
-    keep=/tmp/keep; rm -rf $keep
+    keep=$W/keep; rm -rf $keep
     start=$(date +%s.%N)
     # never past HARD_STOP (seconds of this script): what ran before it still comes back
     scan=1; [ "$kind" = cheat ] && scan=0
     env $assign WORKBOOK_SCAN=$scan timeout $(( ${HARD_STOP:-100000} - SECONDS )) \
-      python3 -m checker check "$chapter" $target --trace-tool $tool $extra --keep-traces $keep --json > /tmp/check.json 2> /tmp/check.err
+      python3 -m checker check "$chapter" $target --trace-tool $tool $extra --keep-traces $keep --json > $W/check.json 2> $W/check.err
     code=$?
-    grep -E '^  \[' /tmp/check.err | cut -c1-200
+    grep -E '^  \[' $W/check.err | cut -c1-200
     wall=$(python3 -c "import time; print(round(time.time() - $start, 1))")
     unset WORKBOOK_NCU_OUT
     # the torch traces the first run of each check read (candidate, and the slow baseline where a check used it)
@@ -190,13 +199,13 @@ if has checks; then
       # chapter 08: each mystery job's trace (<id>-job-<job>-torch.json.gz), for the page's timelines
       for f in $keep/*-job-*-torch.json.gz; do [ -e "$f" ] && mv "$f" "$T/${safe}-$(basename "$f")"; done
     fi
-    python3 - "$chapter" "$variant" "$tool" "$rerun" "$code" "$wall" "$extra" "$assign" <<'PY' >> "$OUT/checks.jsonl"
+    python3 - "$chapter" "$variant" "$tool" "$rerun" "$code" "$wall" "$extra" "$assign" "$W" <<'PY' >> "$OUT/checks.jsonl"
 import json, sys
-chapter, variant, tool, rerun, code, wall, extra, assign = sys.argv[1:]
+chapter, variant, tool, rerun, code, wall, extra, assign, scratch = sys.argv[1:]
 try:
-    report = json.load(open("/tmp/check.json"))
+    report = json.load(open(f"{scratch}/check.json"))
 except Exception:
-    report = {"error": open("/tmp/check.err").read()[-2000:]}
+    report = {"error": open(f"{scratch}/check.err").read()[-2000:]}
 report.update(chapter=report.get("chapter") or chapter, variant=variant, trace_tool=tool, with_ncu="--with-ncu" in extra,
               only=extra.split("--only ")[1] if "--only " in extra else None, rerun=int(rerun), exit_code=int(code),
               wall_s_outer=float(wall), env_vars=dict([assign.split("=", 1)]) if assign else {})
@@ -211,7 +220,7 @@ print('   exit', r['exit_code'], 'wall', r['wall_s_outer'], ' '.join(f\"{c['name
 fi
 
 if has ladder; then
-  L=/tmp/ladder; rm -rf $L; mkdir -p $L
+  L=$W/ladder; rm -rf $L; mkdir -p $L
   kind=$(python3 -c "import torch; n = torch.cuda.get_device_name(0); print('h200' if 'H200' in n else 'h100' if 'H100' in n else 'gpu')")
   for chapter in ${LADDERS:-07}; do
     if [ "$SECONDS" -ge "${DEADLINE:-100000}" ]; then log "deadline: skipping the ladder of $chapter"; continue; fi

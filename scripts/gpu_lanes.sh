@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Several device plans at once on a machine with several GPUs: one lane per GPU, each lane a
+# scripts/gpu_verify.sh run of one plan (scripts/plans/<name>.env) on its own GPU and its own contiguous share of
+# the CPUs, with its own scratch folder, so that a four-GPU call answers four one-GPU calls.
+#
+#   LANES="call1 call2 call3 call4" OUT=$OUT bash scripts/gpu_lanes.sh
+#
+# Lane i runs with CUDA_VISIBLE_DEVICES=i under `taskset` (CPUs i*n/k .. (i+1)*n/k - 1 of n, for k lanes), writes
+# to $OUT/lane<i>-<name>/ and logs to $OUT/lane<i>-<name>.log. Each lane's env.json records its GPU, its CPU
+# count and the number of lanes: a check timed beside three others is not a check timed alone, and its results
+# file says so. A lane named "-" is left idle. The plans' DEADLINE and HARD_STOP count from this script's start.
+# Needs what gpu_verify.sh needs (.whl/ and .debs/ carried).
+set -u
+OUT=${OUT:-/tmp/workbook-out}
+read -ra lanes <<< "${LANES:?name one plan per GPU, as LANES=\"call1 call2\"}"
+gpus=$(nvidia-smi -L | wc -l)
+if [ "${#lanes[@]}" -gt "$gpus" ]; then
+  echo "gpu_lanes.sh: ${#lanes[@]} lanes but $gpus GPUs on this machine"; exit 2
+fi
+for name in "${lanes[@]}"; do
+  [ "$name" = - ] || [ -f "scripts/plans/$name.env" ] || { echo "gpu_lanes.sh: no plan scripts/plans/$name.env"; exit 2; }
+done
+mkdir -p "$OUT"
+
+# setup once, for every lane (gpu_verify.sh with no stage installs and exits)
+STAGES=none OUT="$OUT/setup" bash scripts/gpu_verify.sh > "$OUT/setup.log" 2>&1 || { cat "$OUT/setup.log"; exit 1; }
+rm -rf "$OUT/setup"
+
+cpus=$(nproc); share=$(( cpus / ${#lanes[@]} )); started=$SECONDS
+for i in "${!lanes[@]}"; do
+  name=${lanes[$i]}; [ "$name" = - ] && continue
+  first=$(( i * share )); last=$(( (i + 1) * share - 1 ))
+  scratch=/tmp/lane$i; rm -rf "$scratch"; mkdir -p -m 1777 "$scratch"
+  (
+    set -a; . "scripts/plans/$name.env"; set +a
+    # the plan's clock starts with its lane, this script's a little earlier
+    DEADLINE=$(( ${DEADLINE:-100000} - started )); HARD_STOP=$(( ${HARD_STOP:-100000} - started ))
+    export DEADLINE HARD_STOP SKIP_SETUP=1 GPU_LANES=${#lanes[@]} CUDA_VISIBLE_DEVICES=$i TMPDIR=$scratch \
+      WORK_TMP=$scratch OUT="$OUT/lane$i-$name"
+    exec taskset -c "$first-$last" bash scripts/gpu_verify.sh
+  ) > "$OUT/lane$i-$name.log" 2>&1 &
+  echo "lane $i: $name on GPU $i, CPUs $first-$last"
+done
+wait
+for i in "${!lanes[@]}"; do
+  name=${lanes[$i]}; [ "$name" = - ] && continue
+  echo "== lane $i: $name"; grep -E '^\[|^   exit' "$OUT/lane$i-$name.log" | cut -c1-240
+done

@@ -6,7 +6,8 @@
 #   LANES="call1 call2 call3 call4" OUT=$OUT bash scripts/gpu_lanes.sh
 #
 # Lane i runs with CUDA_VISIBLE_DEVICES=i under `taskset` (CPUs i*n/k .. (i+1)*n/k - 1 of n, for k lanes), writes
-# to $OUT/lane<i>-<name>/ and logs to $OUT/lane<i>-<name>.log. Each lane's env.json records its GPU, its CPU
+# to lane<i>-<name>/ and logs to lane<i>-<name>.log, packed at the end into $OUT/lanes.tar.gz (a device call
+# brings back 8 files at most) beside each lane's traces ($OUT/lane<i>-traces.tar.gz.part-*). Each lane's env.json records its GPU, its CPU
 # count and the number of lanes: a check timed beside three others is not a check timed alone, and its results
 # file says so. A lane named "-" is left idle. The plans' DEADLINE and HARD_STOP count from this script's start.
 # Needs what gpu_verify.sh needs (.whl/ and .debs/ carried).
@@ -42,7 +43,14 @@ for i in "${!lanes[@]}"; do
   echo "lane $i: $name on GPU $i, CPUs $first-$last"
 done
 wait
+# at most 8 files come back from a device call: each lane's traces as they are, all else in one archive
+for i in "${!lanes[@]}"; do
+  for f in "$OUT/lane$i-${lanes[$i]}"/traces.tar.gz.part-*; do [ -e "$f" ] && mv "$f" "$OUT/lane$i-$(basename "$f")"; done
+done
+tar -C "$OUT" -czf "$OUT/lanes.tar.gz" --exclude='lane*-traces.tar.gz.part-*' --exclude=lanes.tar.gz . && \
+  find "$OUT" -mindepth 1 -maxdepth 1 ! -name lanes.tar.gz ! -name 'lane*-traces.tar.gz.part-*' -exec rm -rf {} +
+ls -la "$OUT"
 for i in "${!lanes[@]}"; do
   name=${lanes[$i]}; [ "$name" = - ] && continue
-  echo "== lane $i: $name"; grep -E '^\[|^   exit' "$OUT/lane$i-$name.log" | cut -c1-240
+  echo "== lane $i: $name"; tar -xzOf "$OUT/lanes.tar.gz" "./lane$i-$name.log" | grep -E '^\[|^   exit|^\|' | cut -c1-240
 done

@@ -18,6 +18,7 @@
 #             --ladder --ladder-trials LADDER_TRIALS` (default 1: every rung compiles anew, minutes each), the slow
 #             script then the reference solution one lever at a time -> $OUT/ladder.tar.gz
 #             (<chapter>-ladder-<h100|h200>.json and .md: unpack into docs/results/)
+#   gradecheck scripts/grade_two_gpus.sh check (GRADE_CHAPTER, GRADE_CLASS_SIZE, GRADE_CHEATS) -> $OUT/grade_two_gpus.json
 #   classcost scripts/class_cost.py (CLASS_COST: its chapters and options) on the first GPU -> $OUT/class-cost.md
 #   summary   a table of it all -> $OUT/summary.md
 # Needs: .whl/ (the nvtx wheel) and .debs/ (libdw1, libelf1 for nsys's importer), carried.
@@ -238,6 +239,14 @@ if has classcost; then
   log "class cost: ${CLASS_COST:-01 --students 4}"
   CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} WORKBOOK_PROGRESS=0 timeout $(( ${HARD_STOP:-100000} - SECONDS )) \
     python3 scripts/class_cost.py ${CLASS_COST:-01 --students 4} --device cuda --out "$OUT/class-cost.md" 2>&1 | tail -n 20
+fi
+
+if has gradecheck; then
+  # scripts/grade_two_gpus.sh's check stage: every student of its class (GRADE_CHAPTER, GRADE_CLASS_SIZE,
+  # GRADE_CHEATS) through `workbook check --submission` on the first GPU -> $OUT/grade_two_gpus.json
+  log "grade check: chapter ${GRADE_CHAPTER:-01}, ${GRADE_CLASS_SIZE:-8} students"
+  CHAPTER=${GRADE_CHAPTER:-01} CLASS_SIZE=${GRADE_CLASS_SIZE:-8} CHEATS=${GRADE_CHEATS:-} WORK=$W/grade OUT=$OUT \
+    timeout $(( ${HARD_STOP:-100000} - SECONDS )) bash scripts/grade_two_gpus.sh check 2>&1 | tail -n 30
 fi
 
 if has summary; then

@@ -47,8 +47,8 @@ wait
 for i in "${!lanes[@]}"; do
   for f in "$OUT/lane$i-${lanes[$i]}"/traces.tar.gz.part-*; do [ -e "$f" ] && mv "$f" "$OUT/lane$i-$(basename "$f")"; done
 done
-tar -C "$OUT" -czf "$OUT/lanes.tar.gz" --exclude='lane*-traces.tar.gz.part-*' --exclude=lanes.tar.gz . && \
-  find "$OUT" -mindepth 1 -maxdepth 1 ! -name lanes.tar.gz ! -name 'lane*-traces.tar.gz.part-*' -exec rm -rf {} +
+tar -C "$OUT" -czf /tmp/lanes.tar.gz --exclude='lane*-traces.tar.gz.part-*' . && \
+  find "$OUT" -mindepth 1 -maxdepth 1 ! -name 'lane*-traces.tar.gz.part-*' -exec rm -rf {} + && mv /tmp/lanes.tar.gz "$OUT/"
 ls -la "$OUT"
 for i in "${!lanes[@]}"; do
   name=${lanes[$i]}; [ "$name" = - ] && continue

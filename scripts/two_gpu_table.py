@@ -39,6 +39,8 @@ def merge(paths: list[Path]) -> dict:
         merged["expected"].update(data.get("expected", {}))
         for name, row in data.get("checks", {}).items():  # `workbook check` of each student, one at a time
             merged.setdefault("checks", {})[name] = {k: row[k] for k in ("verdict", "wall_s", "failed_checks")}
+        if data.get("checks"):
+            merged["checks_run"] = {"source": path.name, "machine": machine}
         merged["chapter"], merged["class_size"] = data["chapter"], data["class_size"]
     return merged
 
@@ -76,8 +78,11 @@ def render(merged: dict) -> str:
     if checks:
         agree = all(checks[name]["verdict"] == stage["students"][name]["verdict"]
                     for stage in stages for name in checks if name in stage["students"])
-        lines += ["", f"`workbook check --submission` of each student on one GPU, one at a time: every verdict "
-                  f"{'the same as' if agree else 'NOT always the same as'} grading's."]
+        run = merged.get("checks_run") or {}
+        where = (f" ({run['machine']['gpus'][0]}, {run['machine']['date'][:10]}, `{run['source']}`)"
+                 if run.get("machine", {}).get("gpus") else "")
+        lines += ["", f"`workbook check --submission` of each student on one GPU{where}, one at a time: every "
+                  f"verdict {'the same as' if agree else 'NOT always the same as'} grading's."]
     lines += ["", "| student | expected | " + " | ".join(f"{k.replace('_', ' ')}: verdict (failed checks), s, worker"
                                                     for k in STAGE_ORDER if k in merged["stages"])
               + (" | workbook check: verdict (failed checks), s" if checks else "") + " |",

@@ -330,6 +330,17 @@ def test_two_gpu_tables_are_rendered_from_their_calls(table):
     assert table.with_suffix(".md").read_text() == module.render(merged)
 
 
+def test_the_class_cost_table_is_copied_from_its_runs():
+    """docs/results/class-cost-h100.md: every table row and the machine line come from the recorded runs."""
+    text = (ROOT / "docs" / "results" / "class-cost-h100.md").read_text()
+    recorded = "\n".join(path.read_text() for path in
+                         sorted((ROOT / "docs" / "results" / "history").glob("*-session33-call1-class-cost-*.md")))
+    rows = [line for line in text.splitlines() if line.startswith("| 0")]
+    assert len(rows) == 6 and all(row in recorded.splitlines() for row in rows)
+    machine = next(line for line in text.splitlines() if line.startswith("> "))[2:]
+    assert machine in recorded.splitlines()
+
+
 @pytest.mark.slow
 def test_the_two_gpu_script_grades_a_mixed_class_on_the_cpu(tmp_path):
     """scripts/grade_two_gpus.sh's class, its stages' records and scripts/two_gpu_table.py, run on the CPU (DEVICE=cpu),

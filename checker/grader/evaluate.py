@@ -558,6 +558,9 @@ def evaluate(chapter: Chapter, *, variant: str = "lab", submission: Path | None 
     """Grade one script. ``bank``: the slow script's speed shared by a grading worker's students (see
     checker.grader.baseline); without it, every candidate run is paired with a slow-script run."""
     candidate = resolve_candidate(chapter, variant, submission)
+    # the fork server first: its imports (torch, seconds on a GPU machine) overlap the grader's own, which finding
+    # the default device starts; started after them, the first run waited for both in turn
+    forkserver.prestart()
     ev = Evaluation(chapter, candidate, device or default_device(), trace_tool, with_ncu, keep_traces, progress,
                     only=only, bank=bank, learner=learner)
     if submission is not None:

@@ -159,6 +159,10 @@ def _ops_rows(frame) -> list[dict]:
              "total_ms_per_step": _num(r.total_ms_per_step)} for r in frame.itertuples(index=False)]
 
 
+# below this share of step time idle, the GPU is the wall: the host's waits are for its kernels
+GPU_BOUND_IDLE = 0.10
+
+
 def _cpu_resident_reads(trace, excluded: set) -> int:
     """How many CPU sync ops in the counted steps read a CPU-resident scalar (not counted as syncs)."""
     from checker.trace.analyses.syncs import CPU_SYNC_OPS, cpu_resident_reads
@@ -194,6 +198,17 @@ def _findings(s: dict, syncs, pageable, window_ns: float) -> list[tuple[float, s
     out = []
     steps = max(s["steps"], 1)
     scope = f"in {s['steps']} steps" if s["steps_found"] else "in the whole trace"
+    # a GPU busy through (nearly) the whole step: the host's waits (syncs, pageable copies) wait for kernels that
+    # had work queued, so they cost the step at most the GPU's idle share; the kernels are the wall
+    idle = s["gpu_idle_fraction"]
+    gpu_bound = idle is not None and idle < GPU_BOUND_IDLE and bool(s["kernels_per_step"])
+    busy = (f"; but the GPU was busy {1 - idle:.0%} of the step: these waits are for kernels already queued, and "
+            "cost little until the kernels get faster") if gpu_bound else ""
+    if gpu_bound:
+        top = s["top_kernels"][0] if s["top_kernels"] else None
+        out.append((1.0 - idle, f"GPU busy {1 - idle:.0%} of step time: the kernels are the wall"
+                    + (f"; the top kernel takes {top['share']:.0%} of GPU time (Nsight Compute on it is next)"
+                       if top else "")))
     if s["host_syncs_in_steps"]:
         cost = float(syncs["dur_ns"].sum()) / window_ns if window_ns else 0.0
         parts = []
@@ -206,8 +221,10 @@ def _findings(s: dict, syncs, pageable, window_ns: float) -> list[tuple[float, s
         if drained >= 0.01:
             waited += f", then leaving the GPU idle {drained:.0%} of step time while the next batch was prepared"
         cost += drained
+        if gpu_bound:
+            cost = min(cost, idle)
         out.append((max(cost, 1e-6) + 1e-3, f"{s['host_syncs_in_steps']} host syncs {scope} "
-                    f"({s['host_syncs_per_step']:g} per step){waited}: " + "; ".join(parts)))
+                    f"({s['host_syncs_per_step']:g} per step){waited}{busy}: " + "; ".join(parts)))
     if len(pageable):
         cost = float(pageable["cpu_blocked_ns"].sum()) / window_ns if window_ns else 0.0
         mb = s["pageable_h2d_bytes"] / 1e6
@@ -223,6 +240,8 @@ def _findings(s: dict, syncs, pageable, window_ns: float) -> list[tuple[float, s
         else:  # only reads back into pageable memory (.cpu(), .tolist(), .item()): there is no batch to pin
             text = (f"{len(pageable)} device-to-host copies {scope} wrote pageable memory (.item(), .cpu(), "
                     f".tolist()), holding the CPU {cost:.0%} of step time")
+        if gpu_bound:
+            text, cost = text + busy, min(cost, idle)
         out.append((max(cost, 1e-6) + 1e-3, text))
     if s["gpu_idle_fraction"] is not None and s["gpu_idle_fraction"] >= 0.05:
         host = s["gpu_idle_host_wait_fraction"] or 0.0

@@ -1,7 +1,8 @@
 """The timeline picture: what the host and the GPU did during the steps, drawn with matplotlib.
 
 Rows, top to bottom: step and other ranges (NVTX / record_function), CUDA API calls (host syncs in
-red), GPU kernels, and copies (pageable ones in orange). Time is in milliseconds from the first step's
+red), GPU kernels (shaded by how busy the GPU was, about a pixel at a time), and copies (pageable ones in
+orange). Time is in milliseconds from the first step's
 start; the picture runs on past the last step while the GPU is still running work launched in it. With a
 baseline, the baseline is drawn above the trace, both on the same time scale, so a fix that shortens the
 steps shows as a shorter picture.
@@ -51,6 +52,37 @@ def _bars(ax, y: float, starts, ends, lo: int, color: str, height: float = 0.8, 
     ax.broken_barh(list(zip(left, width)), (y - height / 2, height), facecolors=color, edgecolors="none")
 
 
+def _busy_before(points, starts, ends) -> np.ndarray:
+    """For each point, the time before it covered by at least one of the intervals (which may overlap)."""
+    order = np.argsort(starts, kind="stable")
+    s, e = np.asarray(starts, dtype=np.float64)[order], np.asarray(ends, dtype=np.float64)[order]
+    e = np.maximum.accumulate(e)  # merge: an interval ends no earlier than any that started before it
+    new = np.r_[True, s[1:] > e[:-1]]  # where a merged run begins
+    run_start, run_end = s[new], e[np.r_[new[1:], True]]  # a run ends where the next begins, or at the last
+    covered = np.r_[0.0, np.cumsum(run_end - run_start)]
+    i = np.searchsorted(run_start, points, side="right") - 1
+    inside = np.clip(points - run_start[np.maximum(i, 0)], 0, (run_end - run_start)[np.maximum(i, 0)])
+    return np.where(i >= 0, covered[np.maximum(i, 0)] + inside, 0.0)
+
+
+def _occupancy(ax, y: float, starts, ends, lo: int, hi: int, color: str, bins: int = 1500) -> None:
+    """The GPU's kernels as a strip about a pixel per bin, each bin as opaque as the share of it the GPU was busy
+    (at least faintly where it ran anything): a comb of kernels far shorter than a pixel, with idle gaps between
+    them, shows pale, where bars widened to a pixel each would paint it solid."""
+    if not len(starts) or hi <= lo:
+        return
+    from matplotlib.colors import to_rgba
+
+    edges = np.linspace(lo, hi, bins + 1)
+    busy = np.diff(_busy_before(edges, starts, ends)) / np.diff(edges)
+    used = busy > 0
+    rgba = np.tile(to_rgba(color), (int(used.sum()), 1))
+    rgba[:, 3] = np.clip(busy[used], 0.12, 1.0)
+    left = (edges[:-1][used] - lo) / 1e6
+    width = np.diff(edges)[used] / 1e6
+    ax.broken_barh(list(zip(left, width)), (y - 0.4, 0.8), facecolors=rgba, edgecolors="none")
+
+
 def _draw(ax, trace, max_steps: int, title: str) -> float:
     lo, hi = _window(trace, max_steps)
     thin = (hi - lo) / 1e6 / 1500  # about one pixel of the picture
@@ -78,7 +110,7 @@ def _draw(ax, trace, max_steps: int, title: str) -> float:
     _bars(ax, y["CUDA API"], starts[api & syncing], ends[api & syncing], lo, COLORS["sync"], min_ms=thin)
 
     kernels = inside & (kind == "kernel")
-    _bars(ax, y["kernels"], starts[kernels], ends[kernels], lo, COLORS["kernel"], min_ms=thin)
+    _occupancy(ax, y["kernels"], starts[kernels], ends[kernels], lo, hi, COLORS["kernel"])
     memset = inside & (kind == "memset")
     _bars(ax, y["copies"], starts[memset], ends[memset], lo, COLORS["memset"], min_ms=thin)
     copies = inside & (kind == "memcpy")
@@ -123,7 +155,7 @@ def draw_timeline(trace, out, baseline=None, max_steps: int = MAX_STEPS) -> Path
         ax.set_xlim(0, max(spans) * 1.01 if spans and max(spans) > 0 else 1)
     axes[-1, 0].set_xlabel("ms from the first step's start")
     legend = [Patch(color=COLORS[k], label=t) for k, t in (("step", "step"), ("range", "other range"), ("api", "CUDA call"),
-              ("sync", "host sync"), ("kernel", "kernel"), ("copy", "copy"), ("pageable", "pageable copy"))]
+              ("sync", "host sync"), ("kernel", "kernels (paler: GPU busy less)"), ("copy", "copy"), ("pageable", "pageable copy"))]
     fig.legend(handles=legend, loc="lower center", ncol=7, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     try:

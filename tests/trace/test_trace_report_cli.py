@@ -94,3 +94,16 @@ def test_module_entry_point_runs_without_a_traceback(tmp_path):
 def _write(path, data: bytes):
     path.write_bytes(data)
     return path
+
+
+def test_a_busy_gpu_puts_the_kernels_before_the_waits_for_them(capsys):
+    """Chapter 08's kernel-bound job, traced on an H100: its blocking copies hold the CPU most of the step, but
+    they wait for kernels already queued (the GPU is busy 96% of it). The report ranks the kernels first and says
+    what the waits are, where before it ranked the copies first and sent a learner to fix what costs nothing."""
+    path = ROOT / "tests" / "data" / "traces" / "ch08" / "job-a-kineto.json.gz"
+    code, out, _ = run(capsys, path)
+    assert code == 0
+    findings = [line.strip() for line in out.splitlines() if line.strip()[:3] in ("1. ", "2. ", "3. ")]
+    assert findings[0].startswith("1. GPU busy 96% of step time: the kernels are the wall")
+    assert "top kernel takes 30% of GPU time" in findings[0]
+    assert all("busy 96% of the step: these waits are for kernels already queued" in line for line in findings[1:3])

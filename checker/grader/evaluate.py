@@ -560,7 +560,9 @@ def evaluate(chapter: Chapter, *, variant: str = "lab", submission: Path | None 
     candidate = resolve_candidate(chapter, variant, submission)
     # the fork server first: its imports (torch, seconds on a GPU machine) overlap the grader's own, which finding
     # the default device starts; started after them, the first run waited for both in turn
-    forkserver.prestart()
+    # (WORKBOOK_PRESTART_FIRST=0 puts it back after them: the A/B of scripts/plans/call7.env)
+    if os.environ.get("WORKBOOK_PRESTART_FIRST") != "0":
+        forkserver.prestart()
     ev = Evaluation(chapter, candidate, device or default_device(), trace_tool, with_ncu, keep_traces, progress,
                     only=only, bank=bank, learner=learner)
     if submission is not None:

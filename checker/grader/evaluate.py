@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 import shutil
 import statistics
@@ -559,11 +558,6 @@ def evaluate(chapter: Chapter, *, variant: str = "lab", submission: Path | None 
     """Grade one script. ``bank``: the slow script's speed shared by a grading worker's students (see
     checker.grader.baseline); without it, every candidate run is paired with a slow-script run."""
     candidate = resolve_candidate(chapter, variant, submission)
-    # the fork server first: its imports (torch, seconds on a GPU machine) overlap the grader's own, which finding
-    # the default device starts; started after them, the first run waited for both in turn
-    # (WORKBOOK_PRESTART_FIRST=0 puts it back after them: the A/B of scripts/plans/call7.env)
-    if os.environ.get("WORKBOOK_PRESTART_FIRST") != "0":
-        forkserver.prestart()
     ev = Evaluation(chapter, candidate, device or default_device(), trace_tool, with_ncu, keep_traces, progress,
                     only=only, bank=bank, learner=learner)
     if submission is not None:

@@ -284,7 +284,9 @@ def _render_kind(results: dict[str, Any]) -> str:
                if any(r["variant"] == v and r["trace_tool"] == t for r in runs)]
     lines = [
         f"Measured on **{results['gpu']}** (driver {results['driver']}, torch {results['torch']}, CUDA "
-        f"{results['cuda']}, {results['cpu_count']} CPU cores) on {results['date'][:10]}, by `scripts/gpu_verify.sh`; "
+        f"{results['cuda']}, {results['cpu_count']} CPU cores) on "
+        f"{' to '.join(results['dates'][::len(results['dates']) - 1]) if results.get('dates') else results['date'][:10]}, "
+        "by `scripts/gpu_verify.sh`; "
         "medians over the runs.",
         "",
     ]
@@ -348,7 +350,8 @@ def read_rows(files: list[Path], drop: list[str] = ()) -> list[dict[str, Any]]:
     unmatched = dropped - {key for key, _ in numbered}
     if unmatched:  # a typo would silently keep the row it meant to drop
         raise ValueError("no such row to drop: " + ", ".join(f"{name}#{n}" for name, n in sorted(unmatched)))
-    rows = [dict(json.loads(line), first_of_call=key[1] == 1) for key, line in numbered if key not in dropped]
+    rows = [dict(json.loads(line), first_of_call=key[1] == 1, source=key[0]) for key, line in numbered
+            if key not in dropped]
     for row in rows:  # older runs recorded the chapter as given on the command line ("01")
         row["chapter"] = get_chapter(str(row["chapter"])).id
     return rows
@@ -381,6 +384,10 @@ def assemble_manifest(manifest: Path) -> dict[str, dict[str, Any]]:
         env = json.loads((folder / kind["env"]).read_text())
         rows = read_rows([folder / f for f in kind["rows"]], kind.get("drop", []))
         for chapter_id, results in assemble(env, rows).items():
+            # the days its rows were measured (their files are named by date), where more than the env file's
+            days = sorted({r["source"][:10] for r in rows if r["chapter"] == chapter_id and r["source"][:4].isdigit()})
+            if len(days) > 1:
+                results["dates"] = days
             per_chapter.setdefault(chapter_id, []).append(results)
     return {chapter_id: chapter_results(chapter_id, kinds) for chapter_id, kinds in per_chapter.items()}
 

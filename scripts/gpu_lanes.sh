@@ -13,13 +13,15 @@
 # Needs what gpu_verify.sh needs (.whl/ and .debs/ carried).
 set -u
 OUT=${OUT:-/tmp/workbook-out}
+PLANS=${PLANS:-scripts/plans}  # where the plans are (a test points it and LANE_TMP elsewhere)
+LANE_TMP=${LANE_TMP:-/tmp}     # each lane's scratch is $LANE_TMP/lane<i>
 read -ra lanes <<< "${LANES:?name one plan per GPU, as LANES=\"call1 call2\"}"
 gpus=$(nvidia-smi -L | wc -l)
 if [ "${#lanes[@]}" -gt "$gpus" ]; then
   echo "gpu_lanes.sh: ${#lanes[@]} lanes but $gpus GPUs on this machine"; exit 2
 fi
 for name in "${lanes[@]}"; do
-  [ "$name" = - ] || [ -f "scripts/plans/$name.env" ] || { echo "gpu_lanes.sh: no plan scripts/plans/$name.env"; exit 2; }
+  [ "$name" = - ] || [ -f "$PLANS/$name.env" ] || { echo "gpu_lanes.sh: no plan $PLANS/$name.env"; exit 2; }
 done
 mkdir -p "$OUT"
 
@@ -28,12 +30,13 @@ STAGES=none OUT="$OUT/setup" bash scripts/gpu_verify.sh > "$OUT/setup.log" 2>&1 
 rm -rf "$OUT/setup"
 
 cpus=$(nproc); share=$(( cpus / ${#lanes[@]} )); started=$SECONDS
+[ "$share" -ge 1 ] || share=1  # fewer CPUs than lanes: lanes share them (first and last wrap below)
 for i in "${!lanes[@]}"; do
   name=${lanes[$i]}; [ "$name" = - ] && continue
-  first=$(( i * share )); last=$(( (i + 1) * share - 1 ))
-  scratch=/tmp/lane$i; rm -rf "$scratch"; mkdir -p -m 1777 "$scratch"
+  first=$(( i * share % cpus )); last=$(( first + share - 1 ))
+  scratch=$LANE_TMP/lane$i; rm -rf "$scratch"; mkdir -p -m 1777 "$scratch"
   (
-    set -a; . "scripts/plans/$name.env"; set +a
+    set -a; . "$PLANS/$name.env"; set +a
     # the plan's clock starts with its lane, this script's a little earlier
     DEADLINE=$(( ${DEADLINE:-100000} - started )); HARD_STOP=$(( ${HARD_STOP:-100000} - started ))
     export DEADLINE HARD_STOP SKIP_SETUP=1 GPU_LANES=${#lanes[@]} CUDA_VISIBLE_DEVICES=$i TMPDIR=$scratch \
@@ -47,8 +50,8 @@ wait
 for i in "${!lanes[@]}"; do
   for f in "$OUT/lane$i-${lanes[$i]}"/traces.tar.gz.part-*; do [ -e "$f" ] && mv "$f" "$OUT/lane$i-$(basename "$f")"; done
 done
-tar -C "$OUT" -czf /tmp/lanes.tar.gz --exclude='lane*-traces.tar.gz.part-*' . && \
-  find "$OUT" -mindepth 1 -maxdepth 1 ! -name 'lane*-traces.tar.gz.part-*' -exec rm -rf {} + && mv /tmp/lanes.tar.gz "$OUT/"
+tar -C "$OUT" -czf "$LANE_TMP/lanes.tar.gz" --exclude='lane*-traces.tar.gz.part-*' . && \
+  find "$OUT" -mindepth 1 -maxdepth 1 ! -name 'lane*-traces.tar.gz.part-*' -exec rm -rf {} + && mv "$LANE_TMP/lanes.tar.gz" "$OUT/"
 ls -la "$OUT"
 for i in "${!lanes[@]}"; do
   name=${lanes[$i]}; [ "$name" = - ] && continue

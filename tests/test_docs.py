@@ -341,6 +341,38 @@ def test_the_class_cost_table_is_copied_from_its_runs():
     assert machine in recorded.splitlines()
 
 
+def test_gpu_lanes_runs_plans_side_by_side_and_packs_what_they_wrote(tmp_path):
+    """scripts/gpu_lanes.sh on the CPU, with an nvidia-smi that lists two GPUs: one lane runs a plan, the other is
+    left idle ("-"); what comes back is one archive (a device call brings back 8 files at most) holding the lane's
+    log and checks.jsonl, and the lane's traces beside it. A GPU call must not be where its mistakes are found."""
+    import tarfile
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text('#!/bin/sh\n[ "$1" = -L ] && printf "GPU 0: fake\\nGPU 1: fake\\n"\n')
+    (fake / "nvidia-smi").chmod(0o755)
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    (plans / "tiny.env").write_text('STAGES="checks"\nPLAN="check:01:solution:torch:host_syncs"\nHARD_STOP=300\n')
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    scratch.mkdir()
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", PLANS=str(plans), LANE_TMP=str(scratch), OUT=str(out),
+               LANES="tiny -", SKIP_SETUP="1")
+    done = subprocess.run(["bash", "scripts/gpu_lanes.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "lane 0: tiny on GPU 0" in done.stdout and "lane 1" not in done.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["lane0-traces.tar.gz.part-aa", "lanes.tar.gz"]
+    with tarfile.open(out / "lanes.tar.gz") as packed:
+        names = {name.lstrip("./") for name in packed.getnames()}
+        assert {"setup.log", "lane0-tiny.log", "lane0-tiny/checks.jsonl"} <= names
+        row = json.loads(packed.extractfile("./lane0-tiny/checks.jsonl").read())
+    assert row["chapter"] == "01_item_syncs" and row["exit_code"] == 0
+    assert [c["status"] for c in row["checks"] if c["name"] == "host_syncs"] == ["passed"]
+    with pytest.raises(subprocess.CalledProcessError):  # more lanes than GPUs: refused in one line
+        subprocess.run(["bash", "scripts/gpu_lanes.sh"], cwd=ROOT, env=dict(env, LANES="tiny tiny tiny"),
+                       capture_output=True, text=True, timeout=60, check=True)
+
+
 @pytest.mark.slow
 def test_the_two_gpu_script_grades_a_mixed_class_on_the_cpu(tmp_path):
     """scripts/grade_two_gpus.sh's class, its stages' records and scripts/two_gpu_table.py, run on the CPU (DEVICE=cpu),

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -200,3 +201,57 @@ def test_the_servers_imports_fix_no_inductor_paths():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_a_run_forked_after_inductor_was_imported_keeps_its_compiler_files_in_its_own_folder(tmp_path):
+    """Where the candidate compiles, the server imports Inductor too (forkserver.COMPILER), whose codecache fixes its
+    precompiled-header folder under the importing process's TMPDIR and user: each run must get its own, or a run
+    dropped to another user cannot compile (PermissionError on the server's folder)."""
+    started = forkserver.Server(preload=("checker.candidate.launch",), later=forkserver.COMPILER)
+    sandbox.become_subreaper()
+    probe = """
+        import sys
+        had = "torch._inductor.compile_fx" in sys.modules
+        from torch._inductor import codecache
+        print(codecache._HEADER_DIR, codecache._HEADER_LOCK_DIR, had)
+    """
+    try:
+        (tmp_path / "tmp").mkdir()
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "TMPDIR": str(tmp_path / "tmp")}
+        spawn_script(started, tmp_path, "print('the first run')\n", env)  # served at once; then the server imports
+        code, output = spawn_script(started, tmp_path, probe, env)
+    finally:
+        started.close()
+    header, lock, preloaded = output.strip().splitlines()[-1].split()
+    assert preloaded == "True"  # the second run had it from the server: imported while the server was idle
+    assert header.startswith(str(tmp_path / "tmp") + os.sep) and header.endswith("precompiled_headers")
+    assert lock == header + os.sep + "locks"
+
+
+def test_a_server_whose_later_imports_fail_serves_no_more(tmp_path):
+    """What the server imports once idle may fail (or start CUDA): runs then start afresh, never from that state."""
+    started = forkserver.Server(preload=("checker.candidate.launch",), later=("no_such_module_here",))
+    sandbox.become_subreaper()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
+    try:
+        spawn_script(started, tmp_path, "print('the first run')\n", env)  # served before the later imports
+        time.sleep(1.0)  # idle: it imports what comes later, which fails
+        read, write = os.pipe()
+        try:
+            pid = started.spawn(["--script", str(tmp_path / "probe.py")], str(tmp_path), env, None, sandbox.Limits(),
+                                False, write)
+        finally:
+            os.close(write)
+            os.close(read)
+    finally:
+        started.close()
+    assert pid is None and started.ready is False
+    assert "could not import no_such_module_here" in started.why
+
+
+def test_the_server_imports_inductor_only_for_a_candidate_that_compiles(tmp_path):
+    compiling, eager = tmp_path / "a.py", tmp_path / "b.py"
+    compiling.write_text("import torch\nstep = torch.compile(step, mode='reduce-overhead')\n")
+    eager.write_text("import torch\nloss.backward()\n")
+    assert forkserver.calls_compile(compiling) and not forkserver.calls_compile(eager)
+    assert not forkserver.calls_compile(tmp_path / "missing.py")

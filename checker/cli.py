@@ -96,12 +96,11 @@ def _check_and_print(chapter, *, variant="lab", submission=None, device=None, tr
     """Compile the candidate first (a syntax error is reported before anything runs), grade it, print the report;
     a check of the learner's own lab is recorded in the progress file."""
     from checker.grader import forkserver
+
+    forkserver.prestart()  # its imports of torch overlap this process's own
     from checker.grader.evaluate import evaluate, resolve_candidate
 
-    candidate = resolve_candidate(chapter, variant, submission)
-    # its imports of torch (and of Inductor, for a candidate that compiles) overlap this process's own
-    forkserver.prestart(compiles=forkserver.calls_compile(candidate))
-    check_syntax(candidate)
+    check_syntax(resolve_candidate(chapter, variant, submission))
     own_lab = variant == "lab" and submission is None
     if own_lab:
         from checker.learner import progress

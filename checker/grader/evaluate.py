@@ -142,8 +142,7 @@ class Evaluation:
         self.only = only
         self.plan = make_plan(chapter, device, only, with_ncu)
         self.workdir = sandbox.check_folder()
-        forkserver.prestart(compiles=forkserver.calls_compile(candidate) or (bank is not None and forkserver.calls_compile(
-            chapter.solution_script)))  # its imports overlap what comes before the first run
+        forkserver.prestart()  # its imports overlap what comes before the first run
         # a chapter about loading data: a CPU trace's time spent waiting for a batch is the lesson, not hidden work
         self.loads_data = any(c.name in ("data_wait", "loader_settings", "triage") for c in chapter.checks)
         # a chapter that grades a diagnosis (chapter 08): the learner's jobs, drawn here from the grader's secret

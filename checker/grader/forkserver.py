@@ -43,23 +43,18 @@ import tempfile
 import time
 import traceback
 from dataclasses import asdict
-from pathlib import Path
 
 from checker.grader import sandbox
 
 # What the server imports before it forks runs: what every run imports (torch and the harness), what making an
 # optimizer imports (torch._dynamo, seconds of a run's set-up) and what the chapters' workloads import.
 PRELOAD = ("torch", "torch._dynamo", "torchvision", "checker.candidate.launch", "checker.lab", "checker.grader.referee")
-# What torch.compile imports on its first call (Inductor): seconds of each compiling run's set-up on a GPU machine
-# (chapter 07's solution: about 3.5 s a run, two runs a check). The server imports it only where the candidate
-# compiles (``prestart(compiles=True)``), and only once it is idle after forking its first run: that run (the slow
-# script's, which does not compile) does not wait for it. Where it started CUDA, or failed, the server serves no more
-# and runs start afresh. Inductor's codecache fixes one folder when imported (its precompiled headers, under the
-# importing process's TMPDIR and user name): each forked run points it at its own (``_own_inductor_paths``), or a
-# run dropped to another user could not compile (PermissionError on the server's folder: chapters 04 and 05 failed
-# so under CI when the server imported it first).
-COMPILER = ("torch._inductor.compile_fx",)
-LATER = "--later"  # on the server's command line: the modules after it are imported once it is idle
+# Not torch._inductor (what torch.compile imports on its first call), tried twice: imported first, it fixed a path
+# under the server's TMPDIR and user (codecache's precompiled headers: a run dropped to another user could not
+# compile) and saved a CPU check nothing (docs/results/check-phases-cpu-forkserver-optional.md); imported once the
+# server was idle, with that path made again in each run, it started CUDA on an H100 (torch._inductor.compile_fx
+# initializes the driver), so the server refused and every run of the check started afresh: chapter 07's check took
+# 78-84 s against 54-55 s (docs/results/history/2026-11-26-h100-session33-call5-compiler-preload-ab.jsonl).
 LAUNCH = "checker.candidate.launch"  # what a run runs; the referee (checker.grader.referee) is forked here too
 _MAX_MESSAGE = 1 << 20
 READY_TIMEOUT_S = 300.0  # the server's imports (seconds; minutes on a cold disk): past this, runs start afresh
@@ -108,14 +103,13 @@ class ForkedRun:
 class Server:
     """One fork server for this grading process, started on first use."""
 
-    def __init__(self, preload: tuple[str, ...] = PRELOAD, later: tuple[str, ...] = ()):
+    def __init__(self, preload: tuple[str, ...] = PRELOAD):
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.folder = folder = tempfile.mkdtemp(prefix="wb-forkserver-")  # its HOME and TMPDIR, removed at close
         env = sandbox.clean_environment()
         env.update(HOME=folder, TMPDIR=folder, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
         self.proc = subprocess.Popen(
-            [*sandbox.python_command("checker.grader.forkserver"), str(theirs.fileno()), *preload,
-             *((LATER, *later) if later else ())],
+            [*sandbox.python_command("checker.grader.forkserver"), str(theirs.fileno()), *preload],
             pass_fds=(theirs.fileno(),), env=env, cwd=folder, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True,
             preexec_fn=sandbox.die_with_parent_process,
@@ -176,17 +170,19 @@ class Server:
 _SERVER: Server | None = None
 
 
-def server(compiles: bool = False) -> Server | None:
-    """This process's fork server (started now if need be, with Inductor imported too where ``compiles``), or None
-    where runs start the ordinary way."""
+def server() -> Server | None:
+    """This process's fork server (started now if need be), or None where runs start the ordinary way."""
     global _SERVER
     if not enabled():
         return None
-    if _SERVER is not None and _SERVER.ready is not False and _SERVER.proc.poll() is not None:
-        _SERVER = None  # it ended while serving: start another (one that refused stays refused)
+    if _SERVER is not None and _SERVER.proc.poll() is not None:
+        if _SERVER.ready is None:
+            _SERVER.wait_ready()  # it ended before its answer was read: a refusal it sent stays one
+        if _SERVER.ready is not False:
+            _SERVER = None  # it ended while serving: start another (one that refused stays refused)
     if _SERVER is None:
         sandbox.become_subreaper()  # before any run is reparented
-        _SERVER = Server(PRELOAD, COMPILER if compiles else ())
+        _SERVER = Server()
         atexit.register(stop)
     return _SERVER
 
@@ -198,33 +194,9 @@ def refused() -> str | None:
     return _SERVER.why or "unknown"
 
 
-def prestart(compiles: bool = False) -> None:
-    """Start the server now, so that its imports overlap the grader's own work before the first run; ``compiles``:
-    the candidate calls torch.compile, so the server imports Inductor too."""
-    server(compiles)
-
-
-def calls_compile(script: Path) -> bool:
-    """Whether ``script`` calls torch.compile: then the server imports Inductor too (a hint; a wrong guess costs
-    seconds, never a verdict). ``WORKBOOK_FORKSERVER_COMPILER=0``: never (each compiling run imports it itself)."""
-    if os.environ.get("WORKBOOK_FORKSERVER_COMPILER") == "0":
-        return False
-    try:
-        return "compile(" in Path(script).read_text(errors="replace")
-    except OSError:
-        return False
-
-
-def _own_inductor_paths() -> None:
-    """In a run forked from a server that imported Inductor: the folders its codecache fixed at import, under the
-    server's TMPDIR and user, made again from the run's (as importing it in the run would have)."""
-    codecache = sys.modules.get("torch._inductor.codecache")
-    if codecache is None or not hasattr(codecache, "_HEADER_DIR"):
-        return
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
-    codecache._HEADER_DIR = os.path.join(default_cache_dir(), "precompiled_headers")
-    codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
+def prestart() -> None:
+    """Start the server now, so that its imports overlap the grader's own work before the first run."""
+    server()
 
 
 def run_module(module: str, args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
@@ -316,17 +288,18 @@ def main(argv: list[str]) -> int:  # pragma: no cover - runs as the server proce
     # dumpable again, as a process started afresh is
     sandbox._LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     sock = socket.socket(fileno=int(argv[0]))
-    names = argv[1:]
-    now, later = (names[:names.index(LATER)], names[names.index(LATER) + 1:]) if LATER in names else (names, [])
-    why = _import_all(now)
+    why = ""
+    try:
+        for name in argv[1:]:
+            importlib.import_module(name)
+    except BaseException as err:  # noqa: BLE001 - reported to the grader, which then starts runs itself
+        why = f"the fork server could not import {name}: {type(err).__name__}: {err}"
+    if not why and _cuda_started():
+        why = "CUDA was started while the fork server imported torch"
     sock.send(json.dumps({"ready": not why, "why": why}).encode())
     if why:
         return 1
-    served = 0
     while True:
-        # idle after its first run (the slow script's, which does not compile, need not wait): import what comes later
-        if later and served and not select.select([sock], [], [], 0)[0]:
-            why, later = _import_all(later), []  # a run that asks meanwhile waits for it
         try:
             data, fds, _flags, _addr = socket.recv_fds(sock, _MAX_MESSAGE, 4)
         except OSError:
@@ -334,29 +307,14 @@ def main(argv: list[str]) -> int:  # pragma: no cover - runs as the server proce
         if not data:
             return 0  # the grader closed its end, or ended
         try:
-            if why:  # what it imported later failed or started CUDA: this state is not fit to fork runs from
-                raise RuntimeError(why)
             request = json.loads(data)
             pid = _fork_run(sock, request, fds)
-            served += 1
             sock.send(json.dumps({"pid": pid}).encode())
         except Exception as err:  # noqa: BLE001
             sock.send(json.dumps({"pid": None, "why": f"{type(err).__name__}: {err}"}).encode())
         finally:
             for fd in fds:
                 os.close(fd)
-
-
-def _import_all(names: list[str]) -> str:  # pragma: no cover - server
-    """Import ``names``; why this process cannot fork runs afterwards ("" where it can)."""
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except BaseException as err:  # noqa: BLE001 - reported to the grader, which then starts runs itself
-            return f"the fork server could not import {name}: {type(err).__name__}: {err}"
-    if _cuda_started():
-        return f"CUDA was started while the fork server imported {', '.join(names)}"
-    return ""
 
 
 def _fork_run(sock: socket.socket, request: dict, fds: list[int]) -> int:  # pragma: no cover - server
@@ -410,7 +368,6 @@ def _become_run(request: dict, fds: list[int], middle: int) -> None:  # pragma: 
         os.environ.clear()
         os.environ.update(request["env"])
         tempfile.tempdir = None  # TMPDIR is the run's now
-        _own_inductor_paths()
         random.seed()  # not the server's state, shared by every run it forked
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()

@@ -94,12 +94,14 @@ def describe_machine(device: str) -> str:
         name = f"{torch.cuda.get_device_name(0)} (driver {driver[0] if driver else 'unknown'}, CUDA {torch.version.cuda})"
     else:
         name = platform.processor() or platform.machine()
-    return f"{name} ({os.cpu_count()} cores), Python {platform.python_version()}, torch {torch.__version__}"
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    shown = f"{cpus} cores" if cpus == os.cpu_count() else f"{cpus} of its {os.cpu_count()} cores"  # pinned (lanes)
+    return f"{name} ({shown}), Python {platform.python_version()}, torch {torch.__version__}"
 
 
 def write_table(args, machine: str, rows, load: float) -> None:
     lines = [f"Measured by `scripts/class_cost.py` on {machine}, "
-             f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}, load average {load:.1f} at the start. "
+             f"written {datetime.now(timezone.utc).isoformat(timespec='seconds')}, load average {load:.1f} at the start. "
              "Each class: copies of the reference solution and of the unmodified lab, alternating; paired = "
              "`--baseline-every 0` (the slow script beside every run), shared = the default.", "",
              "| chapter | mode | students | wall s | median s per student | verdicts as paired |",

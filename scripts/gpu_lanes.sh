@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Several device plans at once on a machine with several GPUs: one lane per GPU, each lane a
 # scripts/gpu_verify.sh run of one plan (scripts/plans/<name>.env) on its own GPU and its own contiguous share of
-# the CPUs, with its own scratch folder, so that a four-GPU call answers four one-GPU calls.
+# the CPUs, with its own scratch folder, so that a four-GPU call gives the verdicts of four one-GPU calls (not
+# their timings alone: a check timed beside others is not a check timed alone).
 #
 #   LANES="call1 call2 call3 call4" OUT=$OUT bash scripts/gpu_lanes.sh
 #

@@ -73,7 +73,7 @@ def render(merged: dict) -> str:
         same = {n: r["verdict"] for n, r in one["students"].items()} == \
                {n: r["verdict"] for n, r in two["students"].items()}
         lines += ["", f"Two GPUs took {two['wall_s'] / one['wall_s']:.2f}x the wall time of one; every student's "
-                  f"verdict {'was the same' if same else 'was NOT the same'} on one GPU and on two."]
+                  f"pass or fail {'was the same' if same else 'was NOT the same'} on one GPU and on two."]
     checks = merged.get("checks")
     if checks:
         agree = all(checks[name]["verdict"] == stage["students"][name]["verdict"]
@@ -82,7 +82,7 @@ def render(merged: dict) -> str:
         where = (f" ({run['machine']['gpus'][0]}, {run['machine']['date'][:10]}, `{run['source']}`)"
                  if run.get("machine", {}).get("gpus") else "")
         lines += ["", f"`workbook check --submission` of each student on one GPU{where}, one at a time: every "
-                  f"verdict {'the same as' if agree else 'NOT always the same as'} grading's."]
+                  f"pass or fail {'the same as' if agree else 'NOT always the same as'} grading's."]
     lines += ["", "| student | expected | " + " | ".join(f"{k.replace('_', ' ')}: verdict (failed checks), s, worker"
                                                     for k in STAGE_ORDER if k in merged["stages"])
               + (" | workbook check: verdict (failed checks), s" if checks else "") + " |",

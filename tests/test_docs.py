@@ -398,4 +398,4 @@ def test_the_two_gpu_script_grades_a_mixed_class_on_the_cpu(tmp_path):
     assert {name: row["verdict"] for name, row in merged["checks"].items()} == graded
     assert "same_work" in merged["stages"]["one_gpu"]["students"]["student04-cheat-half_batch"]["failed_checks"]
     text = load_script("scripts/two_gpu_table.py").render(merged)
-    assert "no GPU (the CPU)" in text and "every verdict the same as grading's" in text
+    assert "no GPU (the CPU)" in text and "every pass or fail the same as grading's" in text

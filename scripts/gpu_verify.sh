@@ -69,7 +69,8 @@ print(json.dumps({
     "gpu": torch.cuda.get_device_name(0), "nvidia_smi": smi,
     # where scripts/gpu_lanes.sh ran this beside other lanes: its GPU, its CPUs and how many lanes shared the host
     "lane": {"cuda_visible_devices": os.environ["CUDA_VISIBLE_DEVICES"], "cpus": len(os.sched_getaffinity(0)),
-             "lanes": int(os.environ.get("GPU_LANES", "1"))} if os.environ.get("GPU_LANES") else None, "driver": smi.split(", ")[1] if smi else None,
+             "lanes": int(os.environ["GPU_LANES"])} if os.environ.get("GPU_LANES") else None,
+    "driver": smi.split(", ")[1] if smi else None,
     "torch": torch.__version__, "cuda": torch.version.cuda, "cpu_count": os.cpu_count(),
     "nsys": version([os.environ["WORKBOOK_NSYS"], "--version"]), "ncu": version(["ncu", "--version"]),
     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -37,7 +37,7 @@ def main() -> None:
     device = torch.device(args.device)
     rows: list[dict] = []
 
-    def emit(_out, **row):  # printed as it comes; written to --out at the end
+    def emit(**row):  # printed as it comes; written to --out at the end
         rows.append(row)
         print(json.dumps(row), flush=True)
 
@@ -45,7 +45,7 @@ def main() -> None:
     began = time.perf_counter()
     built = workload.build(cfg, device)
     torch.cuda.synchronize() if device.type == "cuda" else None
-    emit(args.out, what="build (model on the device, images made)", s=round(time.perf_counter() - began, 3))
+    emit(what="build (model on the device, images made)", s=round(time.perf_counter() - began, 3))
 
     began = time.perf_counter()
     for _ in range(8):
@@ -53,7 +53,7 @@ def main() -> None:
         if pid == 0:
             os._exit(0)
         os.waitpid(pid, 0)
-    emit(args.out, what="fork and reap 8 bare processes, one at a time", s=round(time.perf_counter() - began, 3))
+    emit(what="fork and reap 8 bare processes, one at a time", s=round(time.perf_counter() - began, 3))
 
     for workers, pin in ((8, True), (8, False), (0, False)):
         loader = DataLoader(built.extras["uint8_dataset"], batch_size=cfg["batch_size"],
@@ -67,16 +67,16 @@ def main() -> None:
         more = min(20, int(cfg["epoch_batches"]) - 1)  # within the first epoch
         for _ in range(more):
             next(batches)
-        emit(args.out, what=f"DataLoader workers={workers} pin_memory={pin}", iter_s=round(started - began, 3),
+        emit(what=f"DataLoader workers={workers} pin_memory={pin}", iter_s=round(started - began, 3),
              first_batch_s=round(first - started, 3), next_batches=more, next_s=round(time.perf_counter() - first, 3))
         del batches, loader
 
     began = time.perf_counter()
     model = built.model.to(memory_format=torch.channels_last)
-    emit(args.out, what="model.to(channels_last)", s=round(time.perf_counter() - began, 3))
+    emit(what="model.to(channels_last)", s=round(time.perf_counter() - began, 3))
     began = time.perf_counter()
     torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4, fused=device.type == "cuda" or None)
-    emit(args.out, what="SGD(fused=True)", s=round(time.perf_counter() - began, 3))
+    emit(what="SGD(fused=True)", s=round(time.perf_counter() - began, 3))
     if args.out:
         with open(args.out, "a") as f:
             f.writelines(json.dumps(row) + "\n" for row in rows)

@@ -285,7 +285,7 @@ def _render_kind(results: dict[str, Any]) -> str:
     lines = [
         f"Measured on **{results['gpu']}** (driver {results['driver']}, torch {results['torch']}, CUDA "
         f"{results['cuda']}, {results['cpu_count']} CPU cores) on "
-        f"{' to '.join(results['dates'][::len(results['dates']) - 1]) if results.get('dates') else results['date'][:10]}, "
+        f"{results['dates'][0] + ' to ' + results['dates'][-1] if results.get('dates') else results['date'][:10]}, "
         "by `scripts/gpu_verify.sh`; "
         "medians over the runs.",
         "",

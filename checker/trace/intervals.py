@@ -71,3 +71,15 @@ def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.nda
     s, e = np.maximum(starts, lo), np.minimum(ends, hi)
     keep = e > s
     return s[keep], e[keep]
+
+
+def covered_before(points: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each point, the time before it covered by at least one of the intervals (overlaps counted once)."""
+    points = np.asarray(points, dtype=np.float64)
+    run_start, run_end = merge(starts, ends)
+    if not len(run_start):
+        return np.zeros(len(points))
+    covered = np.r_[0.0, np.cumsum(run_end - run_start)]
+    i = np.maximum(np.searchsorted(run_start, points, side="right") - 1, 0)
+    inside = np.clip(points - run_start[i], 0, run_end[i] - run_start[i])
+    return np.where(points >= run_start[0], covered[i] + inside, 0.0)

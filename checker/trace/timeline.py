@@ -16,6 +16,7 @@ import numpy as np
 
 from checker.trace.analyses.syncs import sync_rows
 from checker.trace.errors import TraceError
+from checker.trace.intervals import covered_before
 
 ROWS = ("ranges", "CUDA API", "kernels", "copies")
 COLORS = {"step": "#9ecae1", "range": "#6baed6", "api": "#bdbdbd", "sync": "#d62728", "kernel": "#2ca02c",
@@ -52,19 +53,6 @@ def _bars(ax, y: float, starts, ends, lo: int, color: str, height: float = 0.8, 
     ax.broken_barh(list(zip(left, width)), (y - height / 2, height), facecolors=color, edgecolors="none")
 
 
-def _busy_before(points, starts, ends) -> np.ndarray:
-    """For each point, the time before it covered by at least one of the intervals (which may overlap)."""
-    order = np.argsort(starts, kind="stable")
-    s, e = np.asarray(starts, dtype=np.float64)[order], np.asarray(ends, dtype=np.float64)[order]
-    e = np.maximum.accumulate(e)  # merge: an interval ends no earlier than any that started before it
-    new = np.r_[True, s[1:] > e[:-1]]  # where a merged run begins
-    run_start, run_end = s[new], e[np.r_[new[1:], True]]  # a run ends where the next begins, or at the last
-    covered = np.r_[0.0, np.cumsum(run_end - run_start)]
-    i = np.searchsorted(run_start, points, side="right") - 1
-    inside = np.clip(points - run_start[np.maximum(i, 0)], 0, (run_end - run_start)[np.maximum(i, 0)])
-    return np.where(i >= 0, covered[np.maximum(i, 0)] + inside, 0.0)
-
-
 def _occupancy(ax, y: float, starts, ends, lo: int, hi: int, color: str, bins: int = 1500) -> None:
     """The GPU's kernels as a strip about a pixel per bin, each bin as opaque as the share of it the GPU was busy
     (at least faintly where it ran anything): a comb of kernels far shorter than a pixel, with idle gaps between
@@ -74,7 +62,7 @@ def _occupancy(ax, y: float, starts, ends, lo: int, hi: int, color: str, bins: i
     from matplotlib.colors import to_rgba
 
     edges = np.linspace(lo, hi, bins + 1)
-    busy = np.diff(_busy_before(edges, starts, ends)) / np.diff(edges)
+    busy = np.diff(covered_before(edges, starts, ends)) / np.diff(edges)
     used = busy > 0
     rgba = np.tile(to_rgba(color), (int(used.sum()), 1))
     rgba[:, 3] = np.clip(busy[used], 0.12, 1.0)

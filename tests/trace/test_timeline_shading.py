@@ -16,7 +16,7 @@ from hypothesis import strategies as st  # noqa: E402
 def test_the_timelines_busy_time_is_the_union_of_the_kernels(intervals, points):
     """The kernels row's shading reads the time covered by at least one kernel before each point: overlapping
     kernels (several streams) count once, as a pixel-by-pixel count of the covered time says."""
-    from checker.trace.timeline import _busy_before
+    from checker.trace.intervals import covered_before
 
     starts = np.array([s for s, _ in intervals], dtype=float)
     ends = starts + np.array([d for _, d in intervals], dtype=float)
@@ -24,4 +24,4 @@ def test_the_timelines_busy_time_is_the_union_of_the_kernels(intervals, points):
     for s, e in zip(starts.astype(int), ends.astype(int)):
         covered[s + 50:e + 50] = True
     expected = [covered[:p + 50].sum() for p in points]
-    assert _busy_before(np.array(points, dtype=float), starts, ends).tolist() == expected
+    assert covered_before(np.array(points, dtype=float), starts, ends).tolist() == expected

@@ -291,3 +291,28 @@ def test_a_dataloader_subclass_that_redefines_a_setting_is_refused():
     outcome = loader_settings(FakeEvaluation(traced_run=FakeRun(loader=lying, workers={1, 2})),
                               spec("loader_settings", WORKERS_REQUIRED))
     assert outcome.status == FAILED and any("redefines num_workers" in e for e in outcome.evidence)
+
+
+@pytest.mark.slow
+@needs_trace_engine
+@pytest.mark.parametrize("variant, passes", [("solution", True), ("lab", False)])
+def test_chapter_03_judged_from_a_traced_tail_as_from_a_traced_pair(monkeypatch, pristine_lab, variant, passes):
+    """traced_tail (chapter 07 sets it on a GPU): the first timed pair is traced after its windows. Speed is not
+    graded on a CPU, so chapter 03's throughput is given a low CPU bar here, for a timed pair to carry the trace:
+    the trace checks judge the steps after the window as they judge a traced run's, with no traced pair made."""
+    from checker.base.chapters import get_chapter
+    from checker.grader.evaluate import evaluate
+
+    chapter = get_chapter("03")
+    monkeypatch.setitem(chapter.workload["cpu"], "traced_tail", True)
+    throughput = chapter.check("throughput")
+    monkeypatch.setitem(throughput.threshold, "cpu", 0.5)
+    monkeypatch.delitem(throughput.skip, "cpu")
+    submission = pristine_lab(chapter.id) if variant == "lab" else None
+    report = evaluate(chapter, variant=variant, submission=submission, device="cpu")
+    runs = [t["what"] for t in report.timings if t["kind"] == "run"]
+    checks = {c.name: c.status for c in report.checks}
+    assert report.passed == passes, checks
+    assert len(runs) == 2 and all(what.startswith("timed run") for what in runs), runs  # no traced pair of its own
+    assert runs[1].endswith("then traced")
+    assert checks["data_wait"] == checks["loader_settings"] == ("passed" if passes else "failed")

@@ -146,3 +146,37 @@ def test_only_the_candidates_runs_get_its_cache(monkeypatch, tmp_path):
     ev._run(chapter.slow_script, "baseline", (1, 2))
     ev._run(chapter.solution_script, "candidate", (1, 2))
     assert seen[chapter.slow_script] is None and seen[chapter.solution_script] == ev.compile_store is not None
+
+
+# -- the traced tail: the first timed pair is the traced pair (chapter.toml's traced_tail) ---------------------
+def test_a_traced_tail_is_planned_only_for_torch_traces_where_speed_is_graded():
+    from checker.grader.plan import make_plan
+
+    chapter = get_chapter("07")
+    assert chapter.config("cuda").get("traced_tail")
+    steps = int(chapter.config("cuda")["trace_steps"])
+    assert make_plan(chapter, "cuda").tail == steps
+    assert "after its windows" in make_plan(chapter, "cuda").describe()
+    assert make_plan(chapter, "cuda", trace_tool="nsys").tail == 0  # nsys wraps a whole process: a run of its own
+    assert make_plan(chapter, "cuda", only={"host_syncs"}).tail == 0  # no timed pair to carry it
+    assert make_plan(chapter, "cpu").tail == 0  # speed is not graded on a CPU here
+    assert make_plan(get_chapter("01"), "cuda").tail == 0  # not set there: a traced pair of its own
+
+
+def test_with_a_traced_tail_the_first_pair_is_traced_and_no_other_run_is_made(monkeypatch):
+    chapter = get_chapter("07")
+    ev = Evaluation(chapter, chapter.solution_script, "cpu")
+    ev.device, ev.cfg = "cuda", chapter.config("cuda")
+    ev.plan = dataclasses.replace(ev.plan, trials=3, traced=True, tail=10, timed_checks=("throughput",))
+    made = []
+
+    def run(script, what, secret, **kwargs):
+        made.append((script, what, kwargs))
+        return Window(10.0 if script == ev.reference_script else 1.0)  # 10x: one pair decides
+
+    ev._run = run
+    ev.make_runs()
+    assert len(made) == 2 and ev.traced is ev.timed_pairs[0]
+    (_, _, baseline), (_, what, candidate) = made
+    assert candidate == {"trace": "torch", "trace_tail": 10} and baseline == {} and "then traced" in what
+    assert ev.all_pairs() == [ev.timed_pairs[0]]  # its weights are judged once

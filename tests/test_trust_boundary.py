@@ -161,7 +161,7 @@ def trace_of(steps, op_in=None, step_ms=10, covered=0.6, python_in_op=None):
 
 
 def test_a_trace_of_the_steps_the_harness_ran_is_believed():
-    assert trace_problem(trace_of([5, 6, 7]), Stamped(30), warmup=5, trace_steps=3, device="cpu") is None
+    assert trace_problem(trace_of([5, 6, 7]), Stamped(30), first_step=5, trace_steps=3, device="cpu") is None
 
 
 def test_extra_step_ranges_make_the_trace_unbelievable():
@@ -303,3 +303,34 @@ def test_a_run_compiles_into_its_own_folder_unless_a_kept_cache_is_given(tmp_pat
     kept = tmp_path / "kept"
     env.update(compile_cache.environment(kept))
     assert env["TORCHINDUCTOR_CACHE_DIR"] == str(kept)
+
+
+@pytest.mark.slow
+def test_a_timed_run_with_a_traced_tail_is_timed_then_traced_in_one_process(tmp_path):
+    """--trace-tail: the window is timed untraced and the weights sent; then the steps after it are traced, stamped
+    on the grader's clock and sent as the trace, which the grader believes only for those steps."""
+    from checker.trace import load
+
+    chapter = get_chapter("01")
+    warmup, steps, tail = int(chapter.config("cpu")["warmup"]), int(chapter.config("cpu")["warmup"]) + 3, 4
+    result = run_script(chapter, chapter.slow_script, "cpu", steps=steps, trace="torch", trace_tail=tail,
+                        seed=3, window_key=5)
+    assert result.weights and len(result.step_ms) == 3 and result.samples_per_s  # the window: 3 steps, untraced
+    assert result.trace_first_step == steps and len(result.trace_stamps_ns) == tail + 1
+    trace = load(result.trace_file)
+    assert sorted(int(s) for s in trace.get_steps()["step"]) == list(range(steps, steps + tail))
+    assert trace_problem(trace, result, steps, tail, "cpu") is None
+    assert "added, removed or renamed" in trace_problem(trace, result, warmup, tail, "cpu")
+
+
+@pytest.mark.slow
+def test_traced_steps_after_the_window_that_the_grader_did_not_ask_for_end_the_run(tmp_path):
+    body = HEAD + textwrap.dedent("""
+        from checker.candidate import session as harness
+        for step, batch in session.steps(session.batches):
+            pass
+        harness.LAUNCH.channel.send({"type": "tail"})
+        session.finish()
+    """)
+    with pytest.raises(ScriptError, match="traced steps after the window out of turn"):
+        run(script(tmp_path, body))

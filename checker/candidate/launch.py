@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace", choices=("torch", "none"), default="none",
                         help="torch: record the timed window with torch.profiler")
     parser.add_argument("--trace-out", type=Path, default=None, help="where to write the torch.profiler trace")
+    parser.add_argument("--trace-tail", type=int, default=0, metavar="N",
+                        help="with --trace torch: record N steps after the timed window instead of the window")
     parser.add_argument("--channel", type=Path, default=None, help=argparse.SUPPRESS)  # the grader's
     args, script_args = parser.parse_known_args(argv)
     if script_args[:1] == ["--"]:
@@ -67,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
     channel = Channel(args.channel) if args.channel else None
     options = harness.LaunchOptions(trace=None if args.trace == "none" else args.trace, trace_out=args.trace_out,
-                                    channel=channel)
+                                    trace_tail=max(args.trace_tail, 0), channel=channel)
     if channel is not None:
         handshake = channel.receive()
         options.seed = int(handshake["seed"])

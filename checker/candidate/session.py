@@ -54,6 +54,7 @@ class LaunchOptions:
 
     trace: str | None = None  # "torch": record the window with torch.profiler
     trace_out: Path | None = None
+    trace_tail: int = 0  # with trace "torch": record this many steps after the window instead of the window
     channel: Channel | None = None  # under the grader
     seed: int | None = None  # the run's seed, from the grader
 
@@ -62,7 +63,7 @@ LAUNCH: LaunchOptions | None = None
 _CURRENT: "Session | None" = None
 
 HARNESS_KEYS = ("steps", "warmup", "log_every", "trace_steps", "seed", "trials", "timeout_s", "memory_mb",
-                "same_run_trace")
+                "traced_tail")
 
 
 def current() -> "Session | None":
@@ -194,14 +195,19 @@ class Session:
         self._stepped = True
         self.loader_settings = _loader_settings(source)
         batches = iter(source)
-        for step in range(self.total_steps):
+        tail = self._tail_steps()
+        for step in range(self.total_steps + tail):
             if step == 0:
                 self._t_first_step = time.perf_counter_ns()
                 self._send({"type": "first_step"})
             if step == self.warmup:
                 self._open_window()
-            if self._window_open:
+            if step == self.total_steps:
+                self._close_window()
+                self._open_tail()
+            if self._window_open or self._tail_open:
                 self._send({"type": "step", "n": step})
+            if self._window_open:
                 self.step_starts_ns.append(time.perf_counter_ns())
             with marked_range(f"step {step}"):
                 with marked_range("data"):
@@ -219,8 +225,11 @@ class Session:
                 if self._window_open:
                     self.samples += _batch_size(batch)
                 yield step, batch
-            self.steps_done = step + 1
-        self._close_window()
+            self.steps_done = min(step + 1, self.total_steps)
+        if tail:
+            self._close_tail()
+        else:
+            self._close_window()
 
     def finish(self) -> dict[str, Any]:
         """Print and return what this process measured (the grader measures for itself)."""
@@ -244,6 +253,12 @@ class Session:
 
     # -- the timed window --------------------------------------------------------------------------
     _window_open = False
+    _tail_open = False
+
+    @staticmethod
+    def _tail_steps() -> int:
+        """Steps traced after the window (the grader's ``--trace-tail``): the window itself is then not traced."""
+        return LAUNCH.trace_tail if LAUNCH is not None and LAUNCH.trace == "torch" else 0
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -263,7 +278,7 @@ class Session:
 
     def _open_window(self) -> None:
         self._sync()
-        if LAUNCH is not None and LAUNCH.trace == "torch":
+        if LAUNCH is not None and LAUNCH.trace == "torch" and not self._tail_steps():
             self._start_profiler()  # before the window opens: starting the profiler is not the step's work
         if self.device.type == "cuda":
             torch.cuda.profiler.start()
@@ -294,6 +309,22 @@ class Session:
             self._send({"type": "weights"}, state_bytes(self.model))
         if self.device.type == "cuda":
             torch.cuda.profiler.stop()
+        self._export_trace()
+
+    def _open_tail(self) -> None:
+        """After the window (its weights sent): the traced steps of a run that is also timed. Starting the profiler
+        here costs the window nothing."""
+        self._start_profiler()
+        self._send({"type": "tail"})
+        self._tail_open = True
+
+    def _close_tail(self) -> None:
+        self._sync()
+        self._tail_open = False
+        self._send({"type": "tail_close"})
+        self._export_trace()
+
+    def _export_trace(self) -> None:
         if self._profiler is not None:
             self._profiler.__exit__(None, None, None)
             out = LAUNCH.trace_out or Path(f"{self.chapter.id}.trace.json.gz")

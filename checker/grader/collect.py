@@ -30,11 +30,12 @@ OP_COVERAGE_FLOOR = 0.15
 TRAINING_CODE = r"(torch/nn/modules/|torch/optim/|chapters/)"
 
 
-def trace_problem(trace, run: RunResult, warmup: int, trace_steps: int, device: str,
+def trace_problem(trace, run: RunResult, first_step: int, trace_steps: int, device: str,
                   excuse_data_wait: bool = False) -> str | None:
     """Why a trace cannot be the record of ``run``, or None when it can.
 
-    The harness traces exactly the steps warmup .. warmup+trace_steps-1, once each. The grader stamped the
+    The harness traces exactly the steps first_step .. first_step+trace_steps-1, once each (the steps after the
+    warm-up in a traced run; the steps after the window in a timed run with a traced tail). The grader stamped the
     same steps on its own clock as they started, so the span of the trace's steps must match the span the
     grader saw (give or take the profiler's own cost), and every step must hold work. On a CPU, where speed is
     not graded and so hidden work costs a submission nothing, the trace must also account for the steps: most
@@ -42,14 +43,14 @@ def trace_problem(trace, run: RunResult, warmup: int, trace_steps: int, device: 
     (an op replaced to hold the step out of the count's sight).
     """
     steps = trace.get_steps()
-    expected = list(range(warmup, warmup + trace_steps))
+    expected = list(range(first_step, first_step + trace_steps))
     found = sorted(int(s) for s in steps["step"])
     if found != expected:
         shown = ", ".join(map(str, found[:12])) + (" ..." if len(found) > 12 else "")
         return (f"holds step ranges [{shown or 'none'}], but the harness ran steps {expected[0]}..{expected[-1]} "
                 "once each: step ranges were added, removed or renamed")
     span_ns = int(steps["end_ns"].max() - steps["start_ns"].min())
-    stamps = run.step_stamps_ns
+    stamps = getattr(run, "trace_stamps_ns", None) or run.step_stamps_ns
     if len(stamps) >= 2:
         stamped_ns = stamps[-1] - stamps[0]
         if abs(span_ns - stamped_ns) > 0.25 * stamped_ns + 50e6:

@@ -140,7 +140,7 @@ class Evaluation:
         self.chapter, self.candidate, self.device, self.trace_tool = chapter, candidate, device, trace_tool
         self.cfg = chapter.config(device)
         self.only = only
-        self.plan = make_plan(chapter, device, only, with_ncu)
+        self.plan = make_plan(chapter, device, only, with_ncu, trace_tool)
         self.workdir = sandbox.check_folder()
         forkserver.prestart()  # its imports overlap what comes before the first run
         # a chapter about loading data: a CPU trace's time spent waiting for a batch is the lesson, not hidden work
@@ -293,7 +293,7 @@ class Evaluation:
         """Every run the plan asks for, before the first check, so that the referee judges them all."""
         if self.plan.timed:
             self._timed_runs(self.plan.trials)
-        if self.plan.traced:
+        if self.plan.traced and self.traced is None:
             self._traced_runs()
         if self.plan.jobs:
             self._job_runs()
@@ -317,13 +317,18 @@ class Evaluation:
         for trial in range(trials):
             what = f"timed run, trial {trial + 1} (of up to {trials})"
             secret = self._secret()
+            # the first pair is the traced pair where the plan says so: traced after its windows
+            tail = {"trace": "torch", "trace_tail": self.plan.tail} if self.plan.tail and trial == 0 else {}
+            base_tail = tail if self.plan.trace_baseline else {}
             if trial % 2 == 0:
-                b = self._run(baseline, what, secret)
-                c = self._run(self.candidate, what, secret)
+                b = self._run(baseline, what + (", then traced" if base_tail else ""), secret, **base_tail)
+                c = self._run(self.candidate, what + (", then traced" if tail else ""), secret, **tail)
             else:
                 c = self._run(self.candidate, what, secret)
                 b = self._run(baseline, what, secret)
             self.timed_pairs.append((b, c))
+            if tail:
+                self.traced = self.timed_pairs[-1]  # the same pair: its weights are judged once
             if len(self.timed_pairs) >= least and self._settled():
                 if len(self.timed_pairs) < trials:
                     self.say(f"  the speed is clear after {len(self.timed_pairs)} pair(s): no more timed runs")
@@ -392,8 +397,10 @@ class Evaluation:
 
     # ---- evidence -----------------------------------------------------------------------------------------
     def all_pairs(self) -> list[tuple[RunResult, RunResult]]:
-        """Every pair made: the timed pairs, then the traced pair (whatever the candidate ran, its work is checked)."""
-        return list(self.timed_pairs) + ([self.traced] if self.traced is not None else [])
+        """Every pair made: the timed pairs, then the traced pair unless it is one of them (whatever the candidate
+        ran, its work is checked)."""
+        traced = [self.traced] if self.traced is not None and not any(p is self.traced for p in self.timed_pairs) else []
+        return list(self.timed_pairs) + traced
 
     def speed(self) -> Speed:
         return speed_of(self.timed_pairs, self.bank if self.uses_bank else None)
@@ -452,7 +459,8 @@ class Evaluation:
         began = time.perf_counter()
         trace = load(trace_file)
         self._timing("parse", f"{role}'s trace", began)
-        problem = trace_problem(trace, run, int(self.cfg["warmup"]), int(self.cfg.get("trace_steps", 10)), self.device,
+        first = run.trace_first_step if run.trace_first_step is not None else int(self.cfg["warmup"])
+        problem = trace_problem(trace, run, first, int(self.cfg.get("trace_steps", 10)), self.device,
                                 excuse_data_wait=self.loads_data)
         return TraceMismatch(f"the {role}'s trace {problem}") if problem else trace
 

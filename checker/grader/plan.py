@@ -8,7 +8,10 @@ No check is named here. A check that is skipped on this device (chapter.toml's `
   were made;
 * the traced pair, when a check needs the candidate's run or trace, or the referee has only it to judge
   (speed is not graded here): the candidate traced with the chosen tool, its baseline traced too when a
-  check needs BASELINE_TRACE;
+  check needs BASELINE_TRACE. Where the chapter sets ``traced_tail`` for the device, speed is graded and the
+  tool is torch.profiler, the first timed pair is the traced pair: its runs go on for ``trace_steps`` traced
+  steps after their windows (the weights and the clock already in), so no process of their own is started,
+  warmed up and compiled for the traces;
 * the referee, when a check needs VERDICTS: every pair's weights, in a fresh process;
 * Nsight Compute, when a check needs NCU and ``--with-ncu`` asked for it (it takes minutes);
 * a traced run of every job of the learner's assignment, the chapter's own slow script with each job's code
@@ -17,6 +20,7 @@ No check is named here. A check that is skipped on this device (chapter.toml's `
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from checker import checks
@@ -36,6 +40,7 @@ class Plan:
     ncu: tuple[str, ...] = ()           # the checks whose NCU target is profiled
     timed_checks: tuple[str, ...] = ()  # the checks that read the timed pairs (they say when there are enough)
     jobs: bool = False                  # every job of the learner's assignment, traced by the grader (chapter 08)
+    tail: int = 0                       # > 0: the first timed pair is the traced pair, this many steps traced after
 
     @property
     def timed(self) -> bool:
@@ -45,7 +50,10 @@ class Plan:
         parts = []
         if self.trials:
             parts.append(f"{self.trials} timed pair(s)")
-        if self.traced:
+        if self.traced and self.tail:
+            parts.append(f"the first pair traced for {self.tail} steps after its windows"
+                         + (" (both runs)" if self.trace_baseline else " (the candidate's run)"))
+        elif self.traced:
             parts.append("a traced pair" + (" (both traced)" if self.trace_baseline else ""))
         if self.referee:
             parts.append("the referee")
@@ -66,7 +74,8 @@ def static_skip(chapter: Chapter, spec, device: str, only: set[str] | None) -> s
     return skip
 
 
-def make_plan(chapter: Chapter, device: str, only: set[str] | None = None, with_ncu: bool = False) -> Plan:
+def make_plan(chapter: Chapter, device: str, only: set[str] | None = None, with_ncu: bool = False,
+              trace_tool: str = "torch") -> Plan:
     declared = [spec.name for spec in chapter.checks]
     for name in declared:
         if name not in checks.KINDS:
@@ -86,6 +95,10 @@ def make_plan(chapter: Chapter, device: str, only: set[str] | None = None, with_
     # the traced pair: for what only a traced run shows, or as the one pair the referee judges
     traced = bool(wanted & {RUN, TRACE, BASELINE_TRACE, NCU}) or (VERDICTS in wanted and not trials)
     ncu = tuple(name for name in selected if NCU in needs[name]) if with_ncu and device == "cuda" else ()
+    cfg = chapter.config(device)
+    tail = int(cfg.get("trace_steps", 10)) if traced and trials and trace_tool == "torch" and cfg.get("traced_tail") else 0
+    if os.environ.get("WORKBOOK_TRACED_TAIL") == "0":  # the grader's own switch: a traced pair of its own (an A/B)
+        tail = 0
     return Plan(selected=selected, skipped=skipped, trials=trials, traced=traced,
                 trace_baseline=BASELINE_TRACE in wanted, referee=VERDICTS in wanted, ncu=ncu,
-                timed_checks=tuple(name for name in selected if TIMED in needs[name]), jobs=JOBS in wanted)
+                timed_checks=tuple(name for name in selected if TIMED in needs[name]), jobs=JOBS in wanted, tail=tail)

@@ -65,6 +65,8 @@ class RunResult:
     copy: Path | None = None  # the run's copy of the script: traces and errors name it, reports name the original
     phases_s: dict[str, float] = field(default_factory=dict)
     step_stamps_ns: list[int] = field(default_factory=list, repr=False)  # grader clock: timed step starts, then close
+    trace_first_step: int | None = None  # the first step its trace records (None: no trace)
+    trace_stamps_ns: list[int] = field(default_factory=list, repr=False)  # grader clock: traced step starts, then end
     steps: int = 0  # steps the run made, warm-up included
     workers_at_first_step: set[int] = field(default_factory=set)  # processes under the run, by pid
     workers_at_close: set[int] = field(default_factory=set)
@@ -81,7 +83,7 @@ PHASES = (
     ("setup", "built", "first_step"),         # the script's own setup (model, optimizer, DataLoader)
     ("warm-up", "first_step", "open"),        # untimed steps: torch.compile, autotuning, workers starting
     ("timed", "open", "weights"),             # the timed window, the trained weights' transfer included
-    ("after", "weights", "done"),             # trace export, the rest of the script
+    ("after", "weights", "done"),             # trace export (and the traced steps after the window), the rest
     ("exit", "done", "exit"),                 # the process stopped (or, under nsys or ncu, ending and writing its report)
 )
 
@@ -144,9 +146,11 @@ class _Protocol:
 
 class _Run:
     def __init__(self, chapter: Chapter, script: Path, device: str, total_steps: int, warmup: int, seed: int,
-                 window_key: int, folder: sandbox.RunFolder, display: str):
+                 window_key: int, folder: sandbox.RunFolder, display: str, tail: int = 0):
         self.chapter, self.script, self.device, self.display = chapter, script, device, display
         self.total_steps, self.warmup = total_steps, warmup
+        self.tail = tail  # steps traced after the window (--trace-tail)
+        self.tail_stamps: list[int] = []
         self.seed, self.window_key = seed, window_key
         self.folder = folder
         self.clock: dict[str, int] = {}
@@ -185,10 +189,23 @@ class _Run:
         elif kind == "open":
             self._answer({"window_key": self.window_key})
         elif kind == "step":
-            if "open" not in self.clock or "close" in self.clock or header.get("n") != self.expected_step:
+            in_tail = "tail" in self.clock and "tail_close" not in self.clock
+            if (not in_tail and ("open" not in self.clock or "close" in self.clock)) \
+                    or header.get("n") != self.expected_step:
                 raise self.broken(f"reported step {header.get('n')!r} where the harness is at step {self.expected_step}")
-            self.step_stamps.append(now)
+            (self.tail_stamps if in_tail else self.step_stamps).append(now)
             self.expected_step += 1
+        elif kind == "tail":
+            if not self.tail or "weights" not in self.clock or "tail" in self.clock:
+                raise self.broken("began traced steps after the window out of turn")
+            self.clock["tail"] = now
+        elif kind == "tail_close":
+            if "tail" not in self.clock or "tail_close" in self.clock \
+                    or self.expected_step != self.total_steps + self.tail:
+                raise self.broken(f"ended the traced steps after step {self.expected_step - 1}, not "
+                                  f"{self.total_steps + self.tail - 1}")
+            self.clock["tail_close"] = now
+            self.tail_stamps.append(now)
         elif kind == "close":
             if self.expected_step != self.total_steps:
                 raise self.broken(f"closed the window after step {self.expected_step - 1}, not {self.total_steps - 1}")
@@ -197,7 +214,8 @@ class _Run:
         elif kind == "weights":
             self.weights = payload
         elif kind == "trace":
-            if "weights" not in self.clock or self.trace_bytes is not None or payload is None:
+            if "weights" not in self.clock or (self.tail and "tail_close" not in self.clock) \
+                    or self.trace_bytes is not None or payload is None:
                 raise self.broken("sent a trace out of turn")
             self.trace_bytes = payload
         elif kind == "first_step":
@@ -234,6 +252,7 @@ def run_script(
     display: str | None = None,
     profiler: tuple[str, str, list[str]] | None = None,
     compile_cache: "compile_caches.Claim | None" = None,
+    trace_tail: int = 0,
 ) -> RunResult:
     """Run ``script`` for ``chapter`` on ``device`` in a fresh, private process, measured from outside.
 
@@ -242,7 +261,8 @@ def run_script(
     ``profiler``: ("ncu", path to ncu, its options): the process runs under Nsight Compute, whose report (in the
     run's folder) becomes the result's ``trace_file``. ``compile_cache``: torch.compile's caches of this
     script's earlier runs (checker.grader.compile_cache), put in place before the run and copied back after it.
-    A run is stopped as soon as it has said it is done (its exit and its workers' shutdown are not waited for),
+    ``trace_tail`` (with ``trace="torch"``): the trace records that many steps after the window, in the same process,
+    instead of the window: one run both timed and traced. A run is stopped as soon as it has said it is done (its exit and its workers' shutdown are not waited for),
     unless a profiler around it writes its report when the process ends.
     """
     cfg = chapter.config(device)
@@ -257,9 +277,12 @@ def run_script(
     script_args = ["--device", device, "--steps", str(total_steps)] + list(extra_args or [])
     launch_args = ["--channel", str(folder.path), "--script", str(folder.script)]
     trace_file = None
+    traced_after = trace_tail if trace == "torch" else 0
     if trace == "torch":
         trace_file = folder.path / "trace.json.gz"
         launch_args += ["--trace", "torch", "--trace-out", str(trace_file)]
+        if traced_after:
+            launch_args += ["--trace-tail", str(traced_after)]
     command = [*sandbox.python_command(), *launch_args]
     if trace == "nsys":
         nsys = require_tool("nsys", "--trace-tool nsys")
@@ -284,7 +307,7 @@ def run_script(
     # a run no profiler must start is forked from a process that has imported torch already (forkserver.py)
     server = forkserver.server() if trace != "nsys" and profiler is None else None
     known_children = sandbox.descendants(os.getpid())
-    run = _Run(chapter, script, device, total_steps, warmup, seed, window_key, folder, display)
+    run = _Run(chapter, script, device, total_steps, warmup, seed, window_key, folder, display, tail=traced_after)
     protocol = _Protocol(run)
     evt = os.open(folder.path / "evt", os.O_RDWR | os.O_NONBLOCK)  # RDWR: never an EOF before the run connects
     tail: deque[bytes] = deque()
@@ -375,7 +398,8 @@ def run_script(
         trace_file = export_report(trace_file, folder.path)
     elif trace == "torch":
         if run.trace_bytes is None:
-            raise ScriptError(f"{display} sent no torch.profiler trace (the harness sends it when the window closes)")
+            when = "after its traced steps" if traced_after else "when the window closes"
+            raise ScriptError(f"{display} sent no torch.profiler trace (the harness sends it {when})")
         # what the harness sent at export, kept where the run cannot reach: the file in the run's folder may
         # have been rewritten since, and is not read
         trace_file = sandbox.grader_folder(workdir, "trace-") / "trace.json.gz"
@@ -397,6 +421,8 @@ def run_script(
         copy=folder.script,
         phases_s=phases(run.clock),
         step_stamps_ns=stamps,
+        trace_first_step=None if trace is None else total_steps if traced_after else warmup,
+        trace_stamps_ns=run.tail_stamps if traced_after else stamps,
         steps=total_steps,
         workers_at_first_step=run.workers_at_first_step,
         workers_at_close=run.workers_at_close,

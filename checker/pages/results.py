@@ -285,7 +285,7 @@ def _render_kind(results: dict[str, Any]) -> str:
     lines = [
         f"Measured on **{results['gpu']}** (driver {results['driver']}, torch {results['torch']}, CUDA "
         f"{results['cuda']}, {results['cpu_count']} CPU cores) on "
-        f"{results['dates'][0] + ' to ' + results['dates'][-1] if results.get('dates') else results['date'][:10]}, "
+        f"{_days(results.get('dates')) or results['date'][:10]}, "
         "by `scripts/gpu_verify.sh`; "
         "medians over the runs.",
         "",
@@ -384,12 +384,19 @@ def assemble_manifest(manifest: Path) -> dict[str, dict[str, Any]]:
         env = json.loads((folder / kind["env"]).read_text())
         rows = read_rows([folder / f for f in kind["rows"]], kind.get("drop", []))
         for chapter_id, results in assemble(env, rows).items():
-            # the days its rows were measured (their files are named by date), where more than the env file's
+            # the days its rows were measured (their files are named by date), where other than the env file's day
             days = sorted({r["source"][:10] for r in rows if r["chapter"] == chapter_id and r["source"][:4].isdigit()})
-            if len(days) > 1:
+            if days and days != [str(env.get("date", ""))[:10]]:
                 results["dates"] = days
             per_chapter.setdefault(chapter_id, []).append(results)
     return {chapter_id: chapter_results(chapter_id, kinds) for chapter_id, kinds in per_chapter.items()}
+
+
+def _days(days: list[str] | None) -> str:
+    """'2026-11-25 to 2026-11-26', or the one day, or '' for none."""
+    if not days:
+        return ""
+    return days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -172,8 +172,11 @@ def recorded_same_work(chapter_id: str, files: list[str]):
     for name in files:
         for line in (ROOT / "docs" / "results" / "history" / name).read_text().splitlines():
             row = json.loads(line)
-            if get_chapter(str(row["chapter"])).id == chapter_id:
-                yield row["variant"], next(c for c in row["checks"] if c["name"] == "same_work")["measured"]
+            if get_chapter(str(row["chapter"])).id != chapter_id:
+                continue
+            found = next((c for c in row.get("checks", []) if c["name"] == "same_work"), {})
+            if found.get("measured"):  # a check cut off, or same_work skipped by --only, measured nothing
+                yield row["variant"], found["measured"]
 
 
 def weights_rejected(distance: float, worst_layer: float, limits: dict) -> bool:

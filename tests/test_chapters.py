@@ -148,3 +148,35 @@ def test_chapter_01s_gpu_weight_tolerance_passes_every_recorded_float32_pair():
             assert not weights_rejected(distance, measured["worst_layer"], limits), (variant, distance)
             judged += 1
     assert judged >= 18
+
+
+def test_chapter_01s_traced_pair_tells_float32_from_bf16():
+    """Chapter 01 keeps a traced pair of its own on a GPU: after its 50 steps every recorded float32 pair (solution
+    and lab, H100 and H200) lands inside traced_weight_tolerance and every bf16 cheat outside it, while the timed
+    pairs' tolerance lets both through (chapter.toml says why)."""
+    from checker.checks.same_work import tolerances, traced_limits
+    from gradinglib import recorded_same_work, weights_rejected
+
+    spec = get_chapter("01").check("same_work")
+    timed = tolerances(spec, "cuda")
+    short = traced_limits(spec, "cuda", timed)
+    assert short["weight_tolerance"] < timed["weight_tolerance"] and traced_limits(spec, "cpu", timed) == timed
+    rows = ["2026-11-23-h100-trust-1.jsonl", "2026-11-23-h100-trust-2.jsonl", "2026-11-25-h100-phases-before.jsonl",
+            "2026-11-25-h100-session29-call1-checks.jsonl", "2026-11-25-h100-session30-call2-checks.jsonl",
+            "2026-11-25-h100-session31-call1-checks.jsonl", "2026-11-25-h200-call5-checks.jsonl",
+            "2026-11-26-h100-session33-call4-prestart-ab.jsonl", "2026-11-25-h100-call2-checks-graded-twice.jsonl",
+            "2026-11-25-h100-call4-checks.jsonl", "2026-11-25-h100-call8-start-ahead-checks.jsonl",
+            "2026-11-25-h100-session29-call3-forkserver-refused.jsonl", "2026-11-25-h100-session29-call4-forkserver-ab.jsonl",
+            "2026-11-25-h200-call3-checks.jsonl", "2026-11-26-h100-session34-call12-01-traced-pair.jsonl"]
+    bf16 = ("cheat/gpu/poll_wait_01", "cheat/gpu/junk_work_01", "cheat/gpu/rewrite_trace_01")
+    seen = {"honest": 0, "bf16": 0}
+    for variant, measured in recorded_same_work("01_item_syncs", rows):
+        kind = "honest" if variant in ("solution", "lab") else "bf16" if variant in bf16 else None
+        distances = measured.get("weight_distances") or []
+        if kind is None or len(distances) < 2:
+            continue  # another cheat, or a check that made no traced pair
+        traced = distances[-1]  # the pairs are the timed ones, then the traced pair
+        assert weights_rejected(traced, 0.0, short) == (kind == "bf16"), (variant, traced)
+        assert not weights_rejected(traced, 0.0, timed)
+        seen[kind] += 1
+    assert seen["honest"] >= 20 and seen["bf16"] >= 4

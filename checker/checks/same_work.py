@@ -52,6 +52,17 @@ def tolerances(spec, device: str) -> dict[str, float]:
             "layer_tolerance": _tolerance(spec, "layer_tolerance", device, 2.5 * weight)}
 
 
+def traced_limits(spec, device: str, limits: dict[str, float]) -> dict[str, float]:
+    """The tolerances for the traced pair when it is a pair of its own: ``traced_weight_tolerance`` over all tensors
+    where chapter.toml sets one for the device (one layer's tolerance stays the timed pairs'), else the timed pairs'.
+    A traced pair trains only warm-up plus trace_steps steps, where float32's own spread has had less time to grow
+    than a lower precision's systematic difference (chapter 01)."""
+    weight = _tolerance(spec, "traced_weight_tolerance", device, float("nan"))
+    if weight != weight:  # not set
+        return limits
+    return dict(limits, weight_tolerance=weight)
+
+
 def _weight_problems(far: dict, limits: dict[str, float], reference: str) -> list[tuple[str, str]]:
     """(the measure that differs, its evidence line) for one candidate's weights against the reference's."""
     problems = []
@@ -123,8 +134,10 @@ def failure_measure(measured: dict, threshold) -> str | None:
 def same_work(evidence, spec):
     """trains the same model on the same samples and ends at the baseline's loss"""
     limits = tolerances(spec, evidence.device)
+    short = traced_limits(spec, evidence.device, limits)
     reference = evidence.reference
     pairs = evidence.pairs
+    timed = len(evidence.timed)
     verdicts = evidence.verdicts
     lines: list[str] = []
     failed_on: list[str] = []  # the measure behind each line of evidence, in the same order
@@ -144,7 +157,8 @@ def same_work(evidence, spec):
         far = cand["distance"]
         distances.append(far["relative"])
         worst_layers.append(far["worst_tensor"])
-        for measure, line in _weight_problems(far, limits, reference):
+        # the traced pair (when it is a pair of its own: fewer steps than a timed pair) may have tolerances of its own
+        for measure, line in _weight_problems(far, short if index >= timed else limits, reference):
             failed_on.append(measure)
             lines.append(line)
     measured: dict = {"pairs": len(pairs)}
@@ -175,6 +189,8 @@ def same_work(evidence, spec):
             lines.append(moved["line"])
             failed_on.append("before_window")
     threshold = {k: limits[k] for k in ("weight_tolerance", "layer_tolerance", "rel_tolerance")}
+    if short is not limits and len(pairs) > timed:
+        threshold["traced_weight_tolerance"] = short["weight_tolerance"]
     if not lines:
         lines.append(f"weights within {max(distances):.2f} of the {reference}'s training (tolerance "
                         f"{limits['weight_tolerance']:g}), held-out loss {measured['candidate_eval_loss']:.4f} vs "

@@ -180,3 +180,35 @@ def test_chapter_01s_traced_pair_tells_float32_from_bf16():
         assert not weights_rejected(traced, 0.0, timed)
         seen[kind] += 1
     assert seen["honest"] >= 20 and seen["bf16"] >= 4
+
+
+def test_same_work_judges_a_traced_pair_of_its_own_by_its_own_tolerance():
+    """Chapter 01 on a GPU: 0.03 of the training apart passes in a timed pair (tolerance 0.1) and fails in the
+    traced pair (traced_weight_tolerance 0.018); a traced pair that is the first timed pair (traced_tail) is a
+    timed pair."""
+    from pathlib import Path
+
+    from checker.checks.evidence import Evidence
+    from checker.checks.same_work import same_work
+
+    class Run:
+        samples = 512
+
+    def judged(relative):
+        return {"baseline": {"eval_loss": 1.0}, "candidate": {"eval_loss": 1.0, "distance": {
+            "relative": relative, "worst_tensor": relative, "worst_tensor_name": "fc.weight", "counts_differ": []}}}
+
+    chapter = get_chapter("01")
+    spec = chapter.check("same_work")
+    timed, traced = (Run(), Run()), (Run(), Run())
+
+    def verdict(pairs_timed, pair_traced, distances):
+        evidence = Evidence(chapter=chapter, device="cuda", trace_tool="torch", candidate=Path("train.py"), cfg={},
+                            timed=pairs_timed, traced=pair_traced,
+                            verdicts={i: judged(d) for i, d in enumerate(distances)})
+        return same_work(evidence, spec)
+
+    assert verdict((timed,), traced, [0.03, 0.01]).status == "passed"
+    failed = verdict((timed,), traced, [0.01, 0.03])
+    assert failed.status == "failed" and "tolerance 0.018" in failed.evidence[0]
+    assert verdict((timed,), timed, [0.03]).status == "passed"  # the traced pair is the timed one: 0.1 applies

@@ -118,7 +118,8 @@ class Evaluation:
     * the traced pair: the candidate traced with the chosen tool, its baseline traced too when a check
       compares counts with the baseline's trace. Where speed is not graded it is the only pair, so the run
       whose trace is read is also the run whose work is checked: a script cannot behave one way when traced
-      and another way when it is not.
+      and another way when it is not. Where the plan has a traced tail (``traced_tail``), the traced pair is the
+      first timed pair, traced for ``trace_steps`` steps after its windows.
     """
 
     def __init__(self, chapter: Chapter, candidate: Path, device: str, trace_tool: str = "torch", with_ncu: bool = False,

@@ -129,6 +129,19 @@ def test_unknown_chapter_says_which_exist():
         get_chapter("99")
 
 
+# Every committed GPU run of chapter 01 with same_work measured (docs/results/history), H100 and H200
+CHAPTER_01_GPU_ROWS = (
+    "2026-11-23-h100-trust-1.jsonl", "2026-11-23-h100-trust-2.jsonl", "2026-11-25-h100-phases-before.jsonl",
+    "2026-11-25-h100-call2-checks-graded-twice.jsonl", "2026-11-25-h100-call4-checks.jsonl",
+    "2026-11-25-h100-call8-start-ahead-checks.jsonl", "2026-11-25-h100-session29-call1-checks.jsonl",
+    "2026-11-25-h100-session29-call3-forkserver-refused.jsonl", "2026-11-25-h100-session29-call4-forkserver-ab.jsonl",
+    "2026-11-25-h100-session30-call2-checks.jsonl", "2026-11-25-h100-session31-call1-checks.jsonl",
+    "2026-11-25-h200-call3-checks.jsonl", "2026-11-25-h200-call5-checks.jsonl",
+    "2026-11-26-h100-session33-call4-prestart-ab.jsonl", "2026-11-26-h100-session34-call8-checks.jsonl",
+    "2026-11-26-h100-session34-call12-01-traced-pair.jsonl",
+)
+
+
 def test_chapter_01s_gpu_weight_tolerance_passes_every_recorded_float32_pair():
     """Chapter 01's same_work on a GPU: every float32 pair measured (solution and lab, H100 and H200) lands inside the
     committed weight tolerances, the lab's 0.054 of session 34 included (chapter.toml says why bf16 cannot be told
@@ -137,11 +150,8 @@ def test_chapter_01s_gpu_weight_tolerance_passes_every_recorded_float32_pair():
     from gradinglib import recorded_same_work, weights_rejected
 
     limits = tolerances(get_chapter("01").check("same_work"), "cuda")
-    rows = ["2026-11-25-h100-session30-call2-checks.jsonl", "2026-11-25-h100-session31-call1-checks.jsonl",
-            "2026-11-25-h200-call5-checks.jsonl", "2026-11-26-h100-session33-call4-prestart-ab.jsonl",
-            "2026-11-26-h100-session34-call8-checks.jsonl"]
     judged = 0
-    for variant, measured in recorded_same_work("01_item_syncs", rows):
+    for variant, measured in recorded_same_work("01_item_syncs", CHAPTER_01_GPU_ROWS):
         if variant not in ("solution", "lab"):
             continue
         for distance in measured["weight_distances"]:
@@ -161,16 +171,9 @@ def test_chapter_01s_traced_pair_tells_float32_from_bf16():
     timed = tolerances(spec, "cuda")
     short = traced_limits(spec, "cuda", timed)
     assert short["weight_tolerance"] < timed["weight_tolerance"] and traced_limits(spec, "cpu", timed) == timed
-    rows = ["2026-11-23-h100-trust-1.jsonl", "2026-11-23-h100-trust-2.jsonl", "2026-11-25-h100-phases-before.jsonl",
-            "2026-11-25-h100-session29-call1-checks.jsonl", "2026-11-25-h100-session30-call2-checks.jsonl",
-            "2026-11-25-h100-session31-call1-checks.jsonl", "2026-11-25-h200-call5-checks.jsonl",
-            "2026-11-26-h100-session33-call4-prestart-ab.jsonl", "2026-11-25-h100-call2-checks-graded-twice.jsonl",
-            "2026-11-25-h100-call4-checks.jsonl", "2026-11-25-h100-call8-start-ahead-checks.jsonl",
-            "2026-11-25-h100-session29-call3-forkserver-refused.jsonl", "2026-11-25-h100-session29-call4-forkserver-ab.jsonl",
-            "2026-11-25-h200-call3-checks.jsonl", "2026-11-26-h100-session34-call12-01-traced-pair.jsonl"]
     bf16 = ("cheat/gpu/poll_wait_01", "cheat/gpu/junk_work_01", "cheat/gpu/rewrite_trace_01")
     seen = {"honest": 0, "bf16": 0}
-    for variant, measured in recorded_same_work("01_item_syncs", rows):
+    for variant, measured in recorded_same_work("01_item_syncs", CHAPTER_01_GPU_ROWS):
         kind = "honest" if variant in ("solution", "lab") else "bf16" if variant in bf16 else None
         distances = measured.get("weight_distances") or []
         if kind is None or len(distances) < 2:

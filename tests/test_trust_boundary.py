@@ -139,7 +139,7 @@ def test_distance_is_zero_for_the_same_training_and_large_for_an_untrained_layer
 # -- the trace against the grader's stamps ---------------------------------------------------------------
 class Stamped:
     def __init__(self, span_ms: float):
-        self.step_stamps_ns = [0, int(span_ms * 1e6)]
+        self.trace_stamps_ns = [0, int(span_ms * 1e6)]  # the traced steps as the grader stamped them
 
 
 def trace_of(steps, op_in=None, step_ms=10, covered=0.6, python_in_op=None):

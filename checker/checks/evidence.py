@@ -81,6 +81,13 @@ class Diagnosis:
     fix_job: str | None = None                # the job the candidate's script was run (and timed) as
 
 
+def pairs_of(timed, traced) -> tuple[tuple[Any, Any], ...]:
+    """Every pair whose work is judged: the timed pairs, then the traced pair unless it is one of them (a traced
+    tail: the first timed pair, traced after its windows)."""
+    own = traced is not None and not any(pair is traced for pair in timed)
+    return tuple(timed) + ((traced,) if own else ())
+
+
 @dataclass(frozen=True)
 class Evidence:
     """Everything the grader measured of one candidate, for the checks to judge."""
@@ -105,8 +112,8 @@ class Evidence:
 
     @property
     def pairs(self) -> tuple[tuple[Any, Any], ...]:
-        """Every pair whose work is judged: the timed pairs, then the traced pair when it was made."""
-        return self.timed + ((self.traced,) if self.traced is not None and self.traced not in self.timed else ())
+        """Every pair whose work is judged (the referee's verdicts are indexed by it): ``pairs_of``."""
+        return pairs_of(self.timed, self.traced)
 
     @property
     def candidate_run(self):

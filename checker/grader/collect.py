@@ -50,7 +50,7 @@ def trace_problem(trace, run: RunResult, first_step: int, trace_steps: int, devi
         return (f"holds step ranges [{shown or 'none'}], but the harness ran steps {expected[0]}..{expected[-1]} "
                 "once each: step ranges were added, removed or renamed")
     span_ns = int(steps["end_ns"].max() - steps["start_ns"].min())
-    stamps = getattr(run, "trace_stamps_ns", None) or run.step_stamps_ns
+    stamps = run.trace_stamps_ns
     if len(stamps) >= 2:
         stamped_ns = stamps[-1] - stamps[0]
         if abs(span_ns - stamped_ns) > 0.25 * stamped_ns + 50e6:

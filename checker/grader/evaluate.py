@@ -17,7 +17,7 @@ from checker.base.errors import WorkbookError
 from checker.base.paths import display_path
 from checker.base.tools import require_tool
 from checker.checks import FAILED, SKIPPED, CheckResult
-from checker.checks.evidence import Diagnosis, Evidence, JobRun, Speed, TraceMismatch
+from checker.checks.evidence import Diagnosis, Evidence, JobRun, Speed, TraceMismatch, pairs_of
 from checker.checks.same_work import pair_problems, tolerances
 from checker.grader import assignment as assignments
 from checker.grader import compile_cache, forkserver, sandbox
@@ -398,10 +398,9 @@ class Evaluation:
 
     # ---- evidence -----------------------------------------------------------------------------------------
     def all_pairs(self) -> list[tuple[RunResult, RunResult]]:
-        """Every pair made: the timed pairs, then the traced pair unless it is one of them (whatever the candidate
-        ran, its work is checked)."""
-        traced = [self.traced] if self.traced is not None and not any(p is self.traced for p in self.timed_pairs) else []
-        return list(self.timed_pairs) + traced
+        """Every pair made, in the order the evidence indexes the referee's verdicts (whatever the candidate ran, its
+        work is checked)."""
+        return list(pairs_of(self.timed_pairs, self.traced))
 
     def speed(self) -> Speed:
         return speed_of(self.timed_pairs, self.bank if self.uses_bank else None)
@@ -419,8 +418,9 @@ class Evaluation:
         if self.plan.referee:
             self.say("referee: the trained weights, in a fresh process")
             began = time.perf_counter()
-            verdicts = ask_referee(self.chapter, self.device, self.all_pairs(), self.workdir, cfg=self.pair_cfg)
-            self._timing("referee", f"{len(self.all_pairs())} pairs' weights", began)
+            pairs = self.all_pairs()
+            verdicts = ask_referee(self.chapter, self.device, pairs, self.workdir, cfg=self.pair_cfg)
+            self._timing("referee", f"{len(pairs)} pairs' weights", began)
         ncu = {}
         for name in self.plan.ncu:
             found = traces.get("candidate")

@@ -64,7 +64,6 @@ class RunResult:
     trace_file: Path | None = None
     copy: Path | None = None  # the run's copy of the script: traces and errors name it, reports name the original
     phases_s: dict[str, float] = field(default_factory=dict)
-    step_stamps_ns: list[int] = field(default_factory=list, repr=False)  # grader clock: timed step starts, then close
     trace_first_step: int | None = None  # the first step its trace records (None: no trace)
     trace_stamps_ns: list[int] = field(default_factory=list, repr=False)  # grader clock: traced step starts, then end
     steps: int = 0  # steps the run made, warm-up included
@@ -420,7 +419,6 @@ def run_script(
         trace_file=trace_file,
         copy=folder.script,
         phases_s=phases(run.clock),
-        step_stamps_ns=stamps,
         trace_first_step=None if trace is None else total_steps if traced_after else warmup,
         trace_stamps_ns=run.tail_stamps if traced_after else stamps,
         steps=total_steps,

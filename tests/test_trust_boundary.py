@@ -229,9 +229,23 @@ def test_the_labs_and_solutions_pass_the_scan():
 @pytest.mark.parametrize("line", [
     "torch.autograd.profiler._is_profiler_enabled", "sys._getframe(1)", "exec(code)", "import inspect",
     "from checker.candidate import session", "open('/proc/self/maps').read()", "os.environ.get('NSYS_CONFIG')",
+    "clean = session._window_closed", "if getattr(session, 'x') or session._tail_open: pass",
 ])
 def test_probes_are_found_with_their_line(line):
     assert findings(f"x = 1\n{line}\n")[0].startswith("line 2:")
+
+
+def test_every_name_the_harness_keeps_about_its_window_and_tail_is_refused():
+    """A name added to the session's window or tail state is one more tell, unless the scan knows it."""
+    import re
+
+    from checker.grader.scan import PROBE_ATTRIBUTES
+
+    source = (ROOT / "checker" / "candidate" / "session.py").read_text()
+    names = set(re.findall(r"self\.(_(?:window|tail)\w*)", source))
+    names |= set(re.findall(r"def (_\w*(?:window|tail)\w*)\(", source))
+    assert {"_window_end", "_tail_open", "_close_window"} <= names  # the pattern still finds them
+    assert names <= set(PROBE_ATTRIBUTES), names - set(PROBE_ATTRIBUTES)
 
 
 def test_words_in_docstrings_are_not_probes():
@@ -321,6 +335,27 @@ def test_a_timed_run_with_a_traced_tail_is_timed_then_traced_in_one_process(tmp_
     assert sorted(int(s) for s in trace.get_steps()["step"]) == list(range(steps, steps + tail))
     assert trace_problem(trace, result, steps, tail, "cpu") is None
     assert "added, removed or renamed" in trace_problem(trace, result, warmup, tail, "cpu")
+
+
+@pytest.mark.slow
+def test_under_a_traced_tail_nothing_the_script_reads_tells_a_timed_step_from_a_traced_one(tmp_path):
+    """A script that knew where the window ends could keep a pattern in the timed steps and drop it in the traced
+    ones. It is told one number of steps (argv, total_steps, cfg), the tail's included, and what the window measured
+    appears only after the last step: on every step it reads the same."""
+    body = HEAD + textwrap.dedent("""
+        import sys
+        seen = []
+        for step, batch in session.steps(session.batches):
+            seen.append((session.total_steps, session.cfg["steps"], session.window_s, session.samples,
+                         len(session.step_starts_ns), session.steps_done - step))
+        told = int(sys.argv[sys.argv.index("--steps") + 1])
+        if len(set(seen)) != 1 or told != len(seen) or seen[0][0] != len(seen):
+            raise SystemExit(f"told --steps {told}, ran {len(seen)} steps, read {sorted(set(seen), key=str)}")
+        session.finish()
+    """)
+    result = run(script(tmp_path, body), steps=7, trace="torch", trace_tail=3)
+    assert len(result.step_ms) == 2 and result.trace_first_step == 7  # the window: steps 5 and 6; traced: 7 to 9
+    assert result.weights and result.samples_per_s
 
 
 @pytest.mark.slow

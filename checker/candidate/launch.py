@@ -44,7 +44,7 @@ def _outcome(script: Path, error: dict | None) -> dict:
         return {"type": "error", **error}
     if session is None:
         return {"type": "error", "error": "the script never called checker.lab.start(...)"}
-    if not session._closed:
+    if not session._window_closed:
         return {"type": "incomplete", "steps_done": session.steps_done, "steps_expected": session.total_steps,
                 "error": f"the script left session.steps() after {session.steps_done} of "
                          f"{session.total_steps} steps"}
@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch: record the timed window with torch.profiler")
     parser.add_argument("--trace-out", type=Path, default=None, help="where to write the torch.profiler trace")
     parser.add_argument("--trace-tail", type=int, default=0, metavar="N",
-                        help="with --trace torch: record N steps after the timed window instead of the window")
+                        help="with --trace torch: the last N of the script's --steps are traced, after the timed "
+                             "window, instead of the window")
     parser.add_argument("--channel", type=Path, default=None, help=argparse.SUPPRESS)  # the grader's
     args, script_args = parser.parse_known_args(argv)
     if script_args[:1] == ["--"]:

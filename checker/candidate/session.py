@@ -153,8 +153,14 @@ class Session:
         self.chapter = get_chapter(chapter_id)
         self.device = torch.device(device)
         self.cfg = cfg
+        # every step steps() hands out; under a traced tail (the grader's --trace-tail N) its last N steps are traced
+        # after the window. Only the harness knows where the window ends: the script sees one run of total_steps.
         self.total_steps = int(cfg["steps"])
         self.warmup = min(int(cfg.get("warmup", 0)), self.total_steps)
+        self._window_end = self.total_steps - self._tail_steps()
+        if self._window_end <= self.warmup:
+            raise SystemExit(f"--steps {self.total_steps} with --trace-tail {self._tail_steps()}: no step is left "
+                             f"for the timed window after the {self.warmup} warm-up steps")
         self.log_every = int(cfg.get("log_every", 0)) or None
         self.seed = int(cfg.get("seed", 0))
         torch.manual_seed(self.seed)
@@ -166,13 +172,18 @@ class Session:
         self.extras = self.workload.extras
         self._head_rms = initial_rms(self.model)
         self.steps_done = 0
+        # what the window measured: set once every step has run, so that nothing the script can read changes
+        # where the window ends and the traced tail begins
         self.samples = 0
         self.window_s: float | None = None
         self.warmup_s: float | None = None
         self.step_starts_ns: list[int] = []
+        self._window_samples = 0
+        self._window_s: float | None = None
+        self._window_stamps_ns: list[int] = []
         self.trace_file: Path | None = None
         self._stepped = False
-        self._closed = False
+        self._window_closed = False
         self._profiler = None
         self.loader_settings: dict[str, Any] | None = None
         self._send({"type": "built"})
@@ -195,20 +206,19 @@ class Session:
         self._stepped = True
         self.loader_settings = _loader_settings(source)
         batches = iter(source)
-        tail = self._tail_steps()
-        for step in range(self.total_steps + tail):
+        for step in range(self.total_steps):
             if step == 0:
                 self._t_first_step = time.perf_counter_ns()
                 self._send({"type": "first_step"})
             if step == self.warmup:
                 self._open_window()
-            if step == self.total_steps:
+            if step == self._window_end:  # only with a traced tail: the window ends before the last steps
                 self._close_window()
                 self._open_tail()
             if self._window_open or self._tail_open:
                 self._send({"type": "step", "n": step})
             if self._window_open:
-                self.step_starts_ns.append(time.perf_counter_ns())
+                self._window_stamps_ns.append(time.perf_counter_ns())
             with marked_range(f"step {step}"):
                 with marked_range("data"):
                     try:
@@ -223,13 +233,15 @@ class Session:
                                 "(a list, a DataLoader) to session.steps()"
                             ) from None
                 if self._window_open:
-                    self.samples += _batch_size(batch)
+                    self._window_samples += _batch_size(batch)
                 yield step, batch
-            self.steps_done = min(step + 1, self.total_steps)
-        if tail:
+            self.steps_done = step + 1
+        if self._tail_open:
             self._close_tail()
         else:
             self._close_window()
+        self.samples, self.window_s, self.step_starts_ns = \
+            self._window_samples, self._window_s, list(self._window_stamps_ns)
 
     def finish(self) -> dict[str, Any]:
         """Print and return what this process measured (the grader measures for itself)."""
@@ -240,7 +252,7 @@ class Session:
             print(
                 f"{self.chapter.id} on {result['device_name']}: {result['samples']} samples in "
                 f"{result['window_s']:.3f} s = {result['samples_per_s']:,.0f} samples/s "
-                f"(steps {self.warmup}..{self.total_steps - 1} timed)"
+                f"(steps {self.warmup}..{self._window_end - 1} timed)"
             )
         return result
 
@@ -299,10 +311,10 @@ class Session:
     def _close_window(self) -> None:
         self._sync()
         t1 = time.perf_counter_ns()
-        self.step_starts_ns.append(t1)
-        self.window_s = (t1 - self._t0) / 1e9
+        self._window_stamps_ns.append(t1)
+        self._window_s = (t1 - self._t0) / 1e9
         self._window_open = False
-        self._closed = True
+        self._window_closed = True
         self._send({"type": "close"})
         if _channel() is not None:
             # the window ends, on the grader's clock, when these bytes have arrived

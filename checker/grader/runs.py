@@ -273,10 +273,12 @@ def run_script(
         workdir = sandbox.check_folder()
     identity = sandbox.run_identity()
     folder = sandbox.RunFolder.create(workdir, script, identity)
-    script_args = ["--device", device, "--steps", str(total_steps)] + list(extra_args or [])
+    traced_after = trace_tail if trace == "torch" else 0
+    # the script is told one number of steps, the traced tail's included: where the window ends is the harness's
+    # to know (from --trace-tail), so nothing the script reads tells a timed step from a traced one
+    script_args = ["--device", device, "--steps", str(total_steps + traced_after)] + list(extra_args or [])
     launch_args = ["--channel", str(folder.path), "--script", str(folder.script)]
     trace_file = None
-    traced_after = trace_tail if trace == "torch" else 0
     if trace == "torch":
         trace_file = folder.path / "trace.json.gz"
         launch_args += ["--trace", "torch", "--trace-out", str(trace_file)]

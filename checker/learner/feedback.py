@@ -61,14 +61,15 @@ def format_report(report, chapter, learner: bool = False) -> str:
         return "\n".join(lines)
     left_out = unverified(report, chapter)
     selected = [c.name for c in report.checks if (c.reason or "").startswith(NOT_SELECTED)]
-    if not left_out and not selected:
-        lines += ["", "PASSED: every check of the chapter ran and passed"]
-    else:
-        lines += ["", f"PASSED on {report.device}, but not every part of the lesson was verified here:"]
+    # the verdict is the last line, whatever comes with it: what a pass here leaves unverified comes first
+    if left_out or selected:
+        lines += ["", f"Not verified on {report.device}:"]
         lines += [textwrap.fill(line, 110, subsequent_indent="    ") for line in left_out]
         if selected:
             lines.append(f"  - not run (--only): {', '.join(selected)}; `workbook check {number}` runs every check")
-    if learner:
-        lines.append(f"`workbook solution {number}` now shows the reference solution beside your lab"
-                     if not selected else "")
+    lines.append("")
+    if learner and not selected:
+        lines.append(f"`workbook solution {number}` now shows the reference solution beside your lab")
+    lines.append("PASSED: every check of the chapter ran and passed" if not left_out and not selected else
+                 f"PASSED on {report.device}, but not every part of the lesson was verified here (listed above)")
     return "\n".join(line for line in lines if line is not None).rstrip()

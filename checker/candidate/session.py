@@ -158,7 +158,7 @@ class Session:
         self.total_steps = int(cfg["steps"])
         self.warmup = min(int(cfg.get("warmup", 0)), self.total_steps)
         self._window_end = self.total_steps - self._tail_steps()
-        if self._window_end <= self.warmup:
+        if self._tail_steps() and self._window_end <= self.warmup:
             raise SystemExit(f"--steps {self.total_steps} with --trace-tail {self._tail_steps()}: no step is left "
                              f"for the timed window after the {self.warmup} warm-up steps")
         self.log_every = int(cfg.get("log_every", 0)) or None

@@ -43,6 +43,22 @@ def test_every_check_is_known_and_decided_per_device(chapter):
         assert chapter.hint_for(spec.name, []), f"{chapter.id}: add a default [[hints]] for check {spec.name}"
 
 
+@pytest.mark.parametrize("chapter", [c for c in CHAPTERS if any(s.name == "data_wait" for s in c.checks)],
+                         ids=lambda c: c.id)
+def test_data_wait_is_read_from_steps_that_hold_no_epoch_boundary(chapter):
+    """The first batch of an epoch waits for the workers to start the new epoch, once per epoch: a traced step at
+    a boundary measures that, not the steady state data_wait grades (chapter 03's solution, traced in a tail that began an epoch,
+    waited 14% of its step against a 15% threshold here, and failed on CI's machine)."""
+    for device in chapter.workload:
+        epoch = chapter.config(device).get("epoch_batches")
+        tails = (False, True) if chapter.config(device).get("traced_tail") else (False,)
+        for tail in tails:
+            traced = chapter.traced_steps(device, tail)
+            at = [s for s in traced if epoch and s % int(epoch) == 0]
+            assert not at, (f"{chapter.id} on {device}: the traced steps {traced.start}..{traced.stop - 1} hold an "
+                            f"epoch boundary at step {at[0]} (epoch_batches = {epoch}): move steps, warmup or epoch_batches")
+
+
 def _shipped_lab(chapter):
     """The lab as shipped (never the learner's edits): the working copy while it is the slow script's code,
     else the newest committed version that is (checker.grader.pristine)."""

@@ -122,6 +122,13 @@ class Chapter:
             raise WorkbookError(f"chapter {self.id} declares no [workload.{device}] in chapter.toml")
         return dict(self.workload[device])
 
+    def traced_steps(self, device: str, tail: bool) -> range:
+        """The steps a trace records: after warm-up in a traced run of its own, or after the timed window when
+        the first timed pair is traced in its tail (``traced_tail``, torch.profiler only: checker.grader.plan)."""
+        cfg = self.config(device)
+        first = int(cfg["steps"]) if tail else int(cfg["warmup"])
+        return range(first, first + int(cfg.get("trace_steps", 10)))
+
     def check(self, name: str) -> CheckSpec:
         """The [[checks]] entry named ``name``."""
         for spec in self.checks:

@@ -108,3 +108,31 @@ def test_every_class_of_the_issue_has_two_cheats():
     assert set(classes) == wanted
     assert all(count >= 2 for count in classes.values()), classes
     assert all((BANK / "cheats" / name / "train.py").is_file() for name in CHEATS)
+
+
+def _code_lines(path: Path) -> list[str]:
+    """A script's code, one statement per line: its docstring, comments and layout left out."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    if tree.body and isinstance(tree.body[0], ast.Expr) and isinstance(tree.body[0].value, ast.Constant):
+        tree.body = tree.body[1:]
+    return ast.unparse(tree).splitlines()
+
+
+@pytest.mark.parametrize("name", sorted(n for n, c in CHEATS.items() if "derived_from" in c))
+def test_a_cheat_derived_from_a_script_is_that_script_with_its_cheat(name):
+    """A cheat that is a chapter's solution (or slow script) with one change must follow that script when it
+    changes: otherwise it tests a submission no student would write from today's files."""
+    import difflib
+
+    from checker.base.chapters import get_chapter
+
+    cheat = CHEATS[name]
+    script = get_chapter(cheat["chapter"]).script_for(cheat["derived_from"])
+    changed = [line for line in difflib.unified_diff(_code_lines(script), _code_lines(BANK / "cheats" / name / "train.py"),
+                                                     lineterm="", n=0)
+               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    assert len(changed) == cheat["changed_lines"], (
+        f"{name} is {len(changed)} lines of code from {script.relative_to(ROOT)}, not its changed_lines "
+        f"{cheat['changed_lines']}: apply the cheat to today's script (then set changed_lines)\n" + "\n".join(changed[:20]))

@@ -157,9 +157,10 @@ class Session:
         # after the window. Only the harness knows where the window ends: the script sees one run of total_steps.
         self.total_steps = int(cfg["steps"])
         self.warmup = min(int(cfg.get("warmup", 0)), self.total_steps)
-        self._window_end = self.total_steps - self._tail_steps()
-        if self._tail_steps() and self._window_end <= self.warmup:
-            raise SystemExit(f"--steps {self.total_steps} with --trace-tail {self._tail_steps()}: no step is left "
+        tail = self._tail_steps()
+        self._window_end = self.total_steps - tail
+        if tail and self._window_end <= self.warmup:
+            raise SystemExit(f"--steps {self.total_steps} with --trace-tail {tail}: no step is left "
                              f"for the timed window after the {self.warmup} warm-up steps")
         self.log_every = int(cfg.get("log_every", 0)) or None
         self.seed = int(cfg.get("seed", 0))
@@ -179,11 +180,10 @@ class Session:
         self.warmup_s: float | None = None
         self.step_starts_ns: list[int] = []
         self._window_samples = 0
-        self._window_s: float | None = None
+        self._window_s: float | None = None  # set when the window closes
         self._window_stamps_ns: list[int] = []
         self.trace_file: Path | None = None
         self._stepped = False
-        self._window_closed = False
         self._profiler = None
         self.loader_settings: dict[str, Any] | None = None
         self._send({"type": "built"})
@@ -314,7 +314,6 @@ class Session:
         self._window_stamps_ns.append(t1)
         self._window_s = (t1 - self._t0) / 1e9
         self._window_open = False
-        self._window_closed = True
         self._send({"type": "close"})
         if _channel() is not None:
             # the window ends, on the grader's clock, when these bytes have arrived

@@ -369,3 +369,18 @@ def test_traced_steps_after_the_window_that_the_grader_did_not_ask_for_end_the_r
     """)
     with pytest.raises(ScriptError, match="traced steps after the window out of turn"):
         run(script(tmp_path, body))
+
+
+def test_a_grader_importing_from_where_runs_write_refuses_to_grade(monkeypatch):
+    """A driver script in /tmp (or PYTHONPATH naming it) puts the runs' scratch folder on the import path: runs
+    could plant modules for the next run, and the grader's own files there would read as tampering."""
+    import tempfile
+
+    from checker.base.chapters import get_chapter
+    from checker.base.errors import WorkbookError
+    from checker.grader.evaluate import evaluate
+
+    monkeypatch.syspath_prepend(tempfile.gettempdir())
+    with pytest.raises(WorkbookError, match="PYTHONPATH") as refused:
+        evaluate(get_chapter("00"), variant="solution", device="cpu")
+    assert "Python imports from" in str(refused.value)

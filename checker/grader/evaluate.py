@@ -469,6 +469,11 @@ class Evaluation:
     def run_checks(self, variant_label: str, only: set[str] | None = None) -> Report:
         """Plan, runs, evidence, checks; with ``only``, the other checks are reported as skipped."""
         started = time.perf_counter()
+        if (folder := sandbox.scratch_on_import_path()) is not None:
+            raise WorkbookError(
+                f"Python imports from {folder} here (a script there, or PYTHONPATH), where the grader's runs write "
+                "their files: no verdict could be trusted. Run it from a script outside that folder, or take it "
+                "off PYTHONPATH")
         began_ns = time.time_ns()
         wrote_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # the grader changes no file either
         try:

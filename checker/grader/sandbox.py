@@ -364,6 +364,17 @@ def trusted_folders() -> list[Path]:
     return folders
 
 
+def scratch_on_import_path() -> Path | None:
+    """The temporary folder, where every run writes, when it is (or is under) a folder the grader trusts: a script
+    run from there, or PYTHONPATH naming it, puts it on sys.path. Runs would import from where runs write, and
+    the grader's own scratch files would read as tampering, so no check can be made."""
+    scratch = Path(tempfile.gettempdir()).resolve()
+    for folder in trusted_folders():
+        if scratch == folder or folder in scratch.parents:
+            return folder
+    return None
+
+
 def changed_since(since_ns: int, folders: list[Path], limit: int = 5) -> list[str]:
     """Files and folders under ``folders`` whose inode changed after ``since_ns`` (wall clock, ns)."""
     changed: list[str] = []

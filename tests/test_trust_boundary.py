@@ -384,3 +384,22 @@ def test_a_grader_importing_from_where_runs_write_refuses_to_grade(monkeypatch):
     with pytest.raises(WorkbookError, match="PYTHONPATH") as refused:
         evaluate(get_chapter("00"), variant="solution", device="cpu")
     assert "Python imports from" in str(refused.value)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="known hole: under a traced tail the traced steps are the last trace_steps of "
+                   "the steps a script is handed (docs/instructors.md); strict, so closing it turns this red")
+def test_a_script_cannot_keep_its_syncs_where_a_traced_tail_does_not_look(monkeypatch):
+    """tests/redteam/gpu/tail_aware_06 keeps chapter 06's syncs in every step but the last trace_steps. Chapter 06
+    traces its tail on a GPU; here on a CPU, its throughput given a low bar so that a timed pair carries the trace.
+    (Without a traced tail, as chapter 06 runs on a CPU, the traced run's window is all clean steps: the work done.)"""
+    from checker.grader.evaluate import evaluate
+
+    chapter = get_chapter("06")
+    monkeypatch.setitem(chapter.workload["cpu"], "traced_tail", True)
+    throughput = chapter.check("throughput")
+    monkeypatch.setitem(throughput.threshold, "cpu", 0.5)
+    monkeypatch.delitem(throughput.skip, "cpu")
+    report = evaluate(chapter, variant="lab", submission=ROOT / "tests" / "redteam" / "gpu" / "tail_aware_06", device="cpu")
+    assert any(what.endswith("then traced") for what in (t["what"] for t in report.timings)), "no traced tail was made"
+    assert {c.name: c.status for c in report.checks}["host_syncs"] == "failed"

@@ -2,8 +2,8 @@
 syncing helpers in every other. Under a traced tail (chapters 02-07 on a GPU) the traced steps are the last
 trace_steps of the steps the script is handed, and trace_steps is in session.cfg: arithmetic, no probe. So the
 timed window keeps every sync and the trace shows none. The speed throughput asks for is bought elsewhere:
-the model compiled on a GPU (fewer launches for the host to make between the syncs). host_syncs is what must see
-the syncs; a traced block at a secret place in the window would (docs/instructors.md).
+the model compiled on a GPU (fewer launches for the host to make between the syncs). host_syncs cannot see the
+syncs; the window's speed must reject it (docs/instructors.md).
 """
 
 import torch

@@ -359,6 +359,23 @@ def test_under_a_traced_tail_nothing_the_script_reads_tells_a_timed_step_from_a_
 
 
 @pytest.mark.slow
+def test_under_the_grader_the_script_never_reads_what_the_harness_measured(tmp_path):
+    """Chapter 00 grades a script's own step-time report against the grader's clock: a script that could read the
+    harness's stamps (session.step_starts_ns, window_s, what finish() returns) could hand them back as its own
+    (a red-team cheat did, 2026-11-26). Run on its own, a script still reads them."""
+    body = HEAD + textwrap.dedent("""
+        for step, batch in session.steps(session.batches):
+            pass
+        measured = session.finish()
+        if session.step_starts_ns or session.window_s is not None or session.samples or measured["step_ms"] \\
+                or measured["samples_per_s"] or measured["window_s"] is not None:
+            raise SystemExit("the harness's measurements reached the script")
+    """)
+    result = run(script(tmp_path, body))
+    assert result.samples_per_s and len(result.step_ms) == 2  # the grader measured it all the same
+
+
+@pytest.mark.slow
 def test_traced_steps_after_the_window_that_the_grader_did_not_ask_for_end_the_run(tmp_path):
     body = HEAD + textwrap.dedent("""
         from checker.candidate import session as harness

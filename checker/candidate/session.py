@@ -173,8 +173,9 @@ class Session:
         self.extras = self.workload.extras
         self._head_rms = initial_rms(self.model)
         self.steps_done = 0
-        # what the window measured: set once every step has run, so that nothing the script can read changes
-        # where the window ends and the traced tail begins
+        # what the window measured, for a script run on its own: set once every step has run. Under the grader they
+        # stay empty: the grader measures for itself, and a script that could read the harness's stamps could
+        # hand them back as its own measurement (chapter 00 grades one)
         self.samples = 0
         self.window_s: float | None = None
         self.warmup_s: float | None = None
@@ -240,13 +241,16 @@ class Session:
             self._close_tail()
         else:
             self._close_window()
-        self.samples, self.window_s, self.step_starts_ns = \
-            self._window_samples, self._window_s, list(self._window_stamps_ns)
+        if _channel() is None:
+            self.samples, self.window_s, self.step_starts_ns = \
+                self._window_samples, self._window_s, list(self._window_stamps_ns)
 
     def finish(self) -> dict[str, Any]:
-        """Print and return what this process measured (the grader measures for itself)."""
+        """Print and return what this process measured; under the grader, which measures for itself, nothing."""
         result = self.result()
-        if result["samples_per_s"] is None:
+        if _channel() is not None:
+            print(f"{self.chapter.id}: {self.steps_done} steps run; the grader measures them")
+        elif result["samples_per_s"] is None:
             print(f"{self.chapter.id}: the timed window did not complete ({self.steps_done}/{self.total_steps} steps)")
         else:
             print(
@@ -349,8 +353,13 @@ class Session:
                 self._send({"type": "trace"}, out.read_bytes())
 
     def result(self) -> dict[str, Any]:
-        complete = self.window_s is not None and self.steps_done == self.total_steps
-        step_ms = [(b - a) / 1e6 for a, b in zip(self.step_starts_ns, self.step_starts_ns[1:])]
+        """What the run measured (empty under the grader: see ``_measured``)."""
+        return self._measured(self.samples, self.window_s, self.step_starts_ns)
+
+    def _measured(self, samples: int, window_s: float | None, stamps: list[int]) -> dict[str, Any]:
+        """What the launcher tells the grader (the private window's, ``_measured(self._window_samples, ...)``)."""
+        complete = window_s is not None and self.steps_done == self.total_steps
+        step_ms = [(b - a) / 1e6 for a, b in zip(stamps, stamps[1:])]
         return {
             "chapter": self.chapter.id,
             "device": self.device.type,
@@ -358,10 +367,10 @@ class Session:
             "steps_expected": self.total_steps,
             "steps_done": self.steps_done,
             "warmup": self.warmup,
-            "samples": self.samples,
-            "window_s": self.window_s,
+            "samples": samples,
+            "window_s": window_s,
             "warmup_s": self.warmup_s,
-            "samples_per_s": self.samples / self.window_s if complete and self.window_s else None,
+            "samples_per_s": samples / window_s if complete and window_s else None,
             "step_ms": step_ms,
             "trace_file": str(self.trace_file) if self.trace_file else None,
             "loader": self.loader_settings,

@@ -230,6 +230,8 @@ def test_the_labs_and_solutions_pass_the_scan():
     "torch.autograd.profiler._is_profiler_enabled", "sys._getframe(1)", "exec(code)", "import inspect",
     "from checker.candidate import session", "open('/proc/self/maps').read()", "os.environ.get('NSYS_CONFIG')",
     "clean = session._window_s is None", "if getattr(session, 'x') or session._tail_open: pass",
+    "read.__code__ = read.__code__.replace(co_name='_get_value')", "types.CodeType(*args)",
+    "lib = torch.library.Library('at' + 'en', 'IMPL')",
 ])
 def test_probes_are_found_with_their_line(line):
     assert findings(f"x = 1\n{line}\n")[0].startswith("line 2:")

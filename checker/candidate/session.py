@@ -62,6 +62,43 @@ class LaunchOptions:
 LAUNCH: LaunchOptions | None = None
 _CURRENT: "Session | None" = None
 
+
+def _export_path() -> list[tuple[str, Any, str, Any]]:
+    """What writes a torch.profiler trace and hands its bytes to the grader, as (shown name, owner, attribute,
+    the object there now). Taken when this module is imported, before any script runs: a script that replaces
+    one (to leave its syncs out of the file it writes) is found out at export (``_replaced_on_export_path``)."""
+    import builtins
+    import gzip
+    import json
+    import os
+    import tempfile
+
+    owners = [("torch.profiler.profile", torch.profiler.profile,
+               ("__enter__", "__exit__", "start", "stop", "export_chrome_trace")),
+              ("torch.autograd.profiler.profile", torch.autograd.profiler.profile,
+               ("__enter__", "__exit__", "export_chrome_trace")),
+              ("builtins", builtins, ("open",)), ("gzip", gzip, ("open",)), ("tempfile", tempfile, ("NamedTemporaryFile",)),
+              ("os", os, ("write", "read", "remove")), ("json", json, ("dumps",)), ("pathlib.Path", Path, ("read_bytes",)),
+              ("Channel", Channel, ("send", "_write"))]
+    result = getattr(torch._C._autograd, "_ProfilerResult", None)
+    if result is not None:
+        owners.append(("torch._C._autograd._ProfilerResult", result, ("save",)))
+    return [(f"{shown}.{name}", owner, name, getattr(owner, name)) for shown, owner, names in owners
+            for name in names if hasattr(owner, name)]
+
+
+_EXPORT_PATH = _export_path()
+
+
+def _replaced_on_export_path(profiler) -> list[str]:
+    """What of ``_EXPORT_PATH`` is no longer what it was, and a profiler result that is not torch's own."""
+    replaced = [shown for shown, owner, name, original in _EXPORT_PATH if getattr(owner, name, None) is not original]
+    results = getattr(getattr(profiler, "profiler", None), "kineto_results", None)
+    kind = getattr(torch._C._autograd, "_ProfilerResult", None)
+    if results is not None and kind is not None and type(results) is not kind:
+        replaced.append("the profiler's results")
+    return replaced
+
 HARNESS_KEYS = ("steps", "warmup", "log_every", "trace_steps", "seed", "trials", "timeout_s", "memory_mb",
                 "traced_tail")
 
@@ -341,6 +378,12 @@ class Session:
 
     def _export_trace(self) -> None:
         if self._profiler is not None:
+            replaced = _replaced_on_export_path(self._profiler)
+            if replaced and _channel() is not None:
+                # the grader ends the run: the trace this process would write is not the one the profiler recorded
+                self._profiler = None
+                self._send({"type": "replaced", "what": replaced[:5]})
+                return
             self._profiler.__exit__(None, None, None)
             out = LAUNCH.trace_out or Path(f"{self.chapter.id}.trace.json.gz")
             out.parent.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ def trace_problem(trace, run: RunResult, first_step: int, trace_steps: int, devi
     if idle:
         return (f"shows no work in step(s) {', '.join(map(str, idle[:8]))}: the training ran somewhere the trace "
                 "does not show it")
-    return hidden_work(events, steps, excuse_data_wait) if device == "cpu" else None
+    return hidden_work(events, steps, excuse_data_wait, script=run.copy) if device == "cpu" else None
 
 
 def covered_share(starts: np.ndarray, ends: np.ndarray, begin: int, end: int) -> float:
@@ -89,9 +90,10 @@ def op_coverage(events, steps, excuse_data_wait: bool = False) -> list[float]:
     return shares
 
 
-def hidden_work(events, steps, excuse_data_wait: bool = False) -> str | None:
+def hidden_work(events, steps, excuse_data_wait: bool = False, script: Path | None = None) -> str | None:
     """Why a CPU trace's steps are not what ran in them, or None: recorded ops must cover most of each step,
-    and no top-level aten op may run training code (a model, an optimizer, the workload). With ``excuse_data_wait`` (chapters about loading data), the
+    and no top-level aten op may run training code (a model, an optimizer, the workload, or the run's own
+    ``script``: a step written out in the script and run as an op's kernel). With ``excuse_data_wait`` (chapters about loading data), the
     time a step waited for its batch is left out of the step: waiting is the lesson there, not hidden work."""
 
     shares = op_coverage(events, steps, excuse_data_wait)
@@ -103,7 +105,8 @@ def hidden_work(events, steps, excuse_data_wait: bool = False) -> str | None:
                 "profiler could not see it (recording switched off, another process, or code outside PyTorch), so "
                 "its counts are not the step's")
     python = events[events["step"].notna() & (events["kind"] == "python")]
-    python = python[python["name"].astype(str).str.match(TRAINING_CODE)]
+    training = TRAINING_CODE if script is None else f"(?:{TRAINING_CODE}|{re.escape(str(script))}\\()"
+    python = python[python["name"].astype(str).str.match(training)]
     if python.empty:
         return None
     ops = events[events["step"].notna() & (events["kind"] == "cpu_op")]

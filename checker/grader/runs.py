@@ -217,6 +217,10 @@ class _Run:
                     or self.trace_bytes is not None or payload is None:
                 raise self.broken("sent a trace out of turn")
             self.trace_bytes = payload
+        elif kind == "replaced":
+            what = header.get("what")
+            shown = ", ".join(str(w)[:80] for w in what[:5]) if isinstance(what, list) and what else "the harness's code"
+            raise self.broken(f"replaced what the harness writes its trace with ({shown})")
         elif kind == "first_step":
             self.workers_at_first_step = sandbox.descendants(self.pid)
         elif kind == "built":

@@ -44,6 +44,9 @@ PROBE_ATTRIBUTES = {
     "setprofile": "switches the Python profiler off",
     "settrace": "switches the Python tracer off",
     "fork": "forks the process, out of the profiler's sight",
+    # a function's code object names the file and function a trace's Python frames show
+    **{name: "rewrites where its code says it comes from" for name in (
+        "__code__", "co_filename", "co_name", "co_qualname", "co_firstlineno", "CodeType")},
     "forkpty": "forks the process, out of the profiler's sight",
 }
 DYNAMIC_CODE = {"exec": "runs code built at run time", "eval": "runs code built at run time",
@@ -65,7 +68,8 @@ def _replaces_aten(node: ast.AST) -> bool:
         return False
     name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
     first = node.args[0]
-    return name == "Library" and isinstance(first, ast.Constant) and first.value == "aten"
+    # "aten", or a name built at run time ("at" + "en"), which only hides which operators it replaces
+    return name == "Library" and not (isinstance(first, ast.Constant) and first.value != "aten")
 
 
 def findings(source: str, filename: str = "<script>") -> list[str]:

@@ -35,11 +35,20 @@ def wait_ranges(events: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return ranges, "DataLoader __next__" if len(ranges) else "none"
 
 
-def data_wait(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=()) -> pd.DataFrame:
-    """One row per step: step_ns, data_wait_ns, data_wait_fraction, source (which ranges were used)."""
+def data_wait(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=(), loading: str | None = None) -> pd.DataFrame:
+    """One row per step: step_ns, data_wait_ns, data_wait_fraction, source (which ranges were used).
+
+    ``loading``: a pattern of Python frames that make samples (a dataset's ``__getitem__``). Such a frame in a
+    step of the traced process is loading there, wherever in the step it runs: its time counts as waiting too
+    (once, where it falls in a wait range), so that samples made after the batch arrived are not left out."""
     excluded = {int(x) for x in exclude_steps}
     steps = steps[~steps["step"].isin(excluded)]
     ranges, source = wait_ranges(events)
+    if loading:
+        frames = events[(events["kind"] == "python") & events["step"].notna()
+                        & events["name"].astype(str).str.contains(loading)]
+        if len(frames):
+            ranges = pd.concat([ranges[["step", "start_ns", "end_ns"]], frames[["step", "start_ns", "end_ns"]]])
     waits = {}
     for step, group in ranges.groupby("step"):
         s, e = merge(group["start_ns"].to_numpy(), group["end_ns"].to_numpy())

@@ -50,6 +50,8 @@ SYNC_COPY = re.compile(r"^cu(?:da)?Memcpy(?!.*Async)\w*$")
 CPU_SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", *UNIQUE_OPS})
 # torch.optim's helper that reads a step counter (or NAdam's mu_product, ASGD's eta and mu) as a number
 OPTIMIZER_GET_VALUE = re.compile(r"(?:^|/)torch/optim/optimizer\.py\(\d+\): _get_value$")
+# where torch.optim's own code calls it from: a step function of torch/optim (a script calling it is not excused)
+OPTIMIZER_CODE = re.compile(r"(?:^|/)torch/optim/\w+\.py\(\d+\): \w+$")
 # the fused optimizer ops: their CPU kernels read the step and learning rate with .item(), their CUDA kernels
 # read them on the GPU
 FUSED_OPTIMIZER_OPS = re.compile(r"^aten::_fused_(?:adam|adamw|sgd|adagrad)_?$")
@@ -85,6 +87,23 @@ def sync_rows(events: pd.DataFrame) -> np.ndarray:
     return rows[~cpu_resident_reads(events, rows)]
 
 
+def _called_by_optimizer(events: pd.DataFrame, frames: np.ndarray, python: np.ndarray) -> np.ndarray:
+    """For ``_get_value`` frame rows, whether the frame that called it is torch.optim's own code (its caller's
+    frame, the innermost Python frame on the thread that holds it): a script that imports ``_get_value`` to read
+    its loss is not the optimizer reading its step counter."""
+    out = np.zeros(len(frames), dtype=bool)
+    names = events["name"].to_numpy()
+    starts, ends = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
+    pids, tids = events["pid"].to_numpy(), events["tid"].to_numpy()
+    for i, row in enumerate(frames):
+        same = np.flatnonzero(python & (pids == pids[row]) & (tids == tids[row]))
+        holding = same[(starts[same] <= starts[row]) & (ends[same] >= ends[row]) & (same != row)]
+        if len(holding):
+            caller = holding[np.lexsort((-ends[holding], starts[holding]))[-1]]  # the latest start: innermost
+            out[i] = bool(OPTIMIZER_CODE.search(str(names[caller]))) and not OPTIMIZER_GET_VALUE.search(str(names[caller]))
+    return out
+
+
 def cpu_resident_reads(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     """For CPU sync-op rows, whether the op reads a scalar that is on the CPU on a GPU run too.
 
@@ -92,8 +111,8 @@ def cpu_resident_reads(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     ``capturable`` or ``fused`` (torch/optim/adam.py: ``torch.tensor(0.0, dtype=_get_scalar_dtype())`` when
     neither), precisely so that reading it costs no sync; the non-capturable, non-fused step functions read
     it with ``_get_value(step)``, which is ``step.item()``. So on a CPU trace an
-    ``aten::_local_scalar_dense`` made inside ``torch/optim/optimizer.py: _get_value`` is a read the same
-    code makes of a CPU tensor on a GPU: no sync there, and none counted here. (The capturable and fused
+    ``aten::_local_scalar_dense`` made inside ``torch/optim/optimizer.py: _get_value``, called from torch.optim's
+    own code, is a read the same code makes of a CPU tensor on a GPU: no sync there, and none counted here. (The capturable and fused
     paths never call ``_get_value``; they keep the counter on the GPU and read it there.)
 
     ``fused=True`` optimizers run one op (``aten::_fused_adamw_``, ...). Its CPU kernel reads each step
@@ -126,6 +145,8 @@ def cpu_resident_reads(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
         if not holders_names:
             continue
         holders = np.flatnonzero(names.isin(holders_names).to_numpy() & of_kind)
+        if of_kind is python:
+            holders = holders[_called_by_optimizer(events, holders, python)]
         for key, members in pd.Series(holders).groupby([pids[holders], tids[holders]]).indices.items():
             if not always and key in frames_on:
                 continue  # this thread has Python frames: the precise rule above decides

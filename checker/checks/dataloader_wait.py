@@ -27,7 +27,8 @@ def data_wait(evidence, spec):
     log_steps = {int(s) for s in trace.get_steps()["step"] if evidence.is_log_step(int(s))}
     # the chapter's dataset making samples in the training process counts as waiting for them, inside the `data`
     # range or after it (a loader of workers that hand out keys, the samples made in the step, waits for nothing)
-    loading = rf"chapters/{re.escape(evidence.chapter.id)}/workload\.py\(\d+\): (?:__getitem__|decode_jpeg|crop_box)$"
+    chapter = getattr(evidence.chapter, "id", None)
+    loading = rf"chapters/{re.escape(chapter)}/workload\.py\(\d+\): (?:__getitem__|decode_jpeg|crop_box)$" if chapter else None
     waits = trace.get_data_wait(exclude_steps=log_steps, loading=loading)
     if waits.empty:
         return result(spec, FAILED, threshold=threshold, evidence=["the trace holds no training steps outside logging steps"])

@@ -63,7 +63,7 @@ def trace_problem(trace, run: RunResult, first_step: int, trace_steps: int, devi
     if idle:
         return (f"shows no work in step(s) {', '.join(map(str, idle[:8]))}: the training ran somewhere the trace "
                 "does not show it")
-    return hidden_work(events, steps, excuse_data_wait, script=run.copy) if device == "cpu" else None
+    return hidden_work(events, steps, excuse_data_wait, script=getattr(run, "copy", None)) if device == "cpu" else None
 
 
 def covered_share(starts: np.ndarray, ends: np.ndarray, begin: int, end: int) -> float:

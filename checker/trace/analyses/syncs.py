@@ -51,7 +51,7 @@ CPU_SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", *UNIQUE_
 # torch.optim's helper that reads a step counter (or NAdam's mu_product, ASGD's eta and mu) as a number
 OPTIMIZER_GET_VALUE = re.compile(r"(?:^|/)torch/optim/optimizer\.py\(\d+\): _get_value$")
 # where torch.optim's own code calls it from: a step function of torch/optim (a script calling it is not excused)
-OPTIMIZER_CODE = re.compile(r"(?:^|/)torch/optim/\w+\.py\(\d+\): \w+$")
+OPTIMIZER_CODE = re.compile(r"(?:^|/)torch/optim/(?:\w+/)*\w+\.py\(\d+\): [\w<>]+$")  # <listcomp>, <genexpr> too
 # the fused optimizer ops: their CPU kernels read the step and learning rate with .item(), their CUDA kernels
 # read them on the GPU
 FUSED_OPTIMIZER_OPS = re.compile(r"^aten::_fused_(?:adam|adamw|sgd|adagrad)_?$")

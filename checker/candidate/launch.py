@@ -48,7 +48,7 @@ def _outcome(script: Path, error: dict | None) -> dict:
         return {"type": "incomplete", "steps_done": session.steps_done, "steps_expected": session.total_steps,
                 "error": f"the script left session.steps() after {session.steps_done} of "
                          f"{session.total_steps} steps"}
-    result = session._measured(session._window_samples, session._window_s, session._window_stamps_ns)
+    result = session._window_measured()
     return {"type": "done", "samples": result["samples"], "loader": result["loader"],
             "trace_file": result["trace_file"], "device_name": result["device_name"]}
 
@@ -92,8 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         channel.send(outcome)
     if args.result is not None:
         session = harness.current()
-        measured = session._measured(session._window_samples, session._window_s, session._window_stamps_ns) if session else {}
-        result = dict(measured, outcome=outcome["type"])
+        result = dict(session._window_measured() if session else {}, outcome=outcome["type"])
         if "error" in outcome:
             result["error"] = outcome["error"]
         args.result.parent.mkdir(parents=True, exist_ok=True)

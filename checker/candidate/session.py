@@ -396,11 +396,14 @@ class Session:
                 self._send({"type": "trace"}, out.read_bytes())
 
     def result(self) -> dict[str, Any]:
-        """What the run measured (empty under the grader: see ``_measured``)."""
-        return self._measured(self.samples, self.window_s, self.step_starts_ns)
+        """What the run measured, as the script may read it (under the grader: nothing, see ``samples``)."""
+        return self._report(self.samples, self.window_s, self.step_starts_ns)
 
-    def _measured(self, samples: int, window_s: float | None, stamps: list[int]) -> dict[str, Any]:
-        """What the launcher tells the grader (the private window's, ``_measured(self._window_samples, ...)``)."""
+    def _window_measured(self) -> dict[str, Any]:
+        """What the window measured, for the launcher to tell the grader."""
+        return self._report(self._window_samples, self._window_s, self._window_stamps_ns)
+
+    def _report(self, samples: int, window_s: float | None, stamps: list[int]) -> dict[str, Any]:
         complete = window_s is not None and self.steps_done == self.total_steps
         step_ms = [(b - a) / 1e6 for a, b in zip(stamps, stamps[1:])]
         return {

@@ -13,8 +13,6 @@ sets throughput) does not.
 
 from __future__ import annotations
 
-import re
-
 from checker.base.stats import describe_step_times, step_time_stats
 from checker.checks import FAILED, PASSED, TRACE, check, result
 
@@ -27,8 +25,7 @@ def data_wait(evidence, spec):
     log_steps = {int(s) for s in trace.get_steps()["step"] if evidence.is_log_step(int(s))}
     # the chapter's dataset making samples in the training process counts as waiting for them, inside the `data`
     # range or after it (a loader of workers that hand out keys, the samples made in the step, waits for nothing)
-    chapter = getattr(evidence.chapter, "id", None)
-    loading = rf"chapters/{re.escape(chapter)}/workload\.py\(\d+\): (?:__getitem__|decode_jpeg|crop_box)$" if chapter else None
+    loading = spec.options.get("loading_frames")
     waits = trace.get_data_wait(exclude_steps=log_steps, loading=loading)
     if waits.empty:
         return result(spec, FAILED, threshold=threshold, evidence=["the trace holds no training steps outside logging steps"])

@@ -95,8 +95,12 @@ def _called_by_optimizer(events: pd.DataFrame, frames: np.ndarray, python: np.nd
     names = events["name"].to_numpy()
     starts, ends = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
     pids, tids = events["pid"].to_numpy(), events["tid"].to_numpy()
+    threads: dict[tuple[int, int], np.ndarray] = {}
     for i, row in enumerate(frames):
-        same = np.flatnonzero(python & (pids == pids[row]) & (tids == tids[row]))
+        key = (int(pids[row]), int(tids[row]))
+        if key not in threads:
+            threads[key] = np.flatnonzero(python & (pids == key[0]) & (tids == key[1]))
+        same = threads[key]
         holding = same[(starts[same] <= starts[row]) & (ends[same] >= ends[row]) & (same != row)]
         if len(holding):
             caller = holding[np.lexsort((-ends[holding], starts[holding]))[-1]]  # the latest start: innermost

@@ -267,6 +267,9 @@ def _grade(args: argparse.Namespace, say) -> int:
     slots = None
     if not (args.collect or args.slurm):  # refuse bad --gpus/--workers before touching any folder
         slots = grading.plan_slots(chapter, device, args.gpus, args.workers, names() if device == "cuda" else [])
+    earlier = grading_class.earlier_output()
+    if earlier and not args.force:  # what is there was made by another grading: rebuilding would replace it
+        raise WorkbookError(f"--out {args.out}: {earlier}")
     changed = grading.prepare_out(settings)
     if changed:
         say(f"made {changed} entries of the submissions and output folders root-owned and not writable by "
@@ -385,6 +388,13 @@ def _call_quieting_noise(argv: list[str], env: dict[str, str], cwd: Path | None)
 
 
 # -- the parser ---------------------------------------------------------------------------------------
+def _folder(text: str) -> Path:
+    """A folder argument; an empty one is refused (Path("") is the current folder: a slip, not a choice)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("give a folder (an empty path would write into the current folder)")
+    return Path(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="workbook", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -452,14 +462,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("grade", help="grade every submission in a folder: a gradebook and feedback per student")
     p.add_argument("chapter", help=chapter_help)
     p.add_argument("submissions", type=Path, help="a folder with one subfolder per student, each holding the lab file")
-    p.add_argument("--out", type=Path, default=Path("grades"),
-                   help="where ledger.jsonl, gradebook.csv and feedback/ go (default: grades)")
+    p.add_argument("--out", type=_folder, default=Path("grades"),
+                   help="where ledger.jsonl, gradebook.csv and feedback/ go (default: grades); the same "
+                        "class's earlier grading there is resumed, another chapter's or class's kept: see --force")
     p.add_argument("--device", choices=("cpu", "cuda"), help=device_help)
     p.add_argument("--trace-tool", choices=("torch", "nsys"), default=None,
                    help=trace_help.replace(" (default; any device)", " (any device)") + " (default for a class: nsys on a GPU where nsys is found, whose trace the grader "
                         "captures out of the student's reach; else torch)")
     p.add_argument("--only", metavar="STUDENT[,STUDENT]", help="grade only these students, again even when unchanged")
-    p.add_argument("--force", action="store_true", help="grade every submission again, even unchanged ones")
+    p.add_argument("--force", action="store_true", help="grade every submission again, even unchanged ones (and "
+                   "into an --out folder of another chapter or class, replacing its gradebook and feedback)")
     p.add_argument("--practice", action="store_true",
                    help="chapter 08: grade against the public practice jobs (without it, WORKBOOK_COURSE_SECRET must "
                         "be set: the secret each learner's jobs were drawn from)")

@@ -123,6 +123,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         from checker.grader.ladder import declared
 
         declared(chapter)  # a chapter without a [ladder]: one line, before any run
+    _trace_folder(args.keep_traces)
     report = _check_and_print(chapter, variant=args.variant, submission=args.submission,
                               device=args.device, trace_tool=args.trace_tool, with_ncu=args.with_ncu,
                               keep_traces=args.keep_traces, only=_only(args.only), as_json=args.json)
@@ -132,6 +133,22 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"\nThe reference solution's ladder (each lever's gain, measured here; minutes on a GPU): "
               f"`workbook check {chapter.number:02d} --ladder`.")
     return report.exit_code
+
+
+def _trace_folder(folder: Path | None) -> None:
+    """--keep-traces: make the folder now, so that one that cannot be made is said before minutes of runs, not
+    after them."""
+    if folder is None:
+        return
+    if folder.exists() and not folder.is_dir():
+        raise WorkbookError(f"--keep-traces {folder}: is a file, not a folder; name a folder for the traces")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise WorkbookError(f"--keep-traces {folder}: cannot create it ({err.strerror or err}); "
+                            "name another folder") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise WorkbookError(f"--keep-traces {folder}: not writable by this user; name another folder")
 
 
 def _ladder(chapter, device: str, out: Path | None, quiet: bool = False, trials: int | None = None) -> None:
@@ -333,7 +350,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
     check_syntax(script)
     out_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, WORKBOOK_ROOT=str(repo_root()))
-    code = _call_quieting_noise(argv, env, repo_root())
+    try:
+        code = _call_quieting_noise(argv, env, repo_root())
+    except OSError as err:  # the profiler is executable, yet not a program this machine runs
+        raise WorkbookError(f"could not start {argv[0]} ({err.strerror or err}); point WORKBOOK_{args.tool.upper()} "
+                            "or PATH at a working one") from None
     if code == 0:
         made = sorted(p for p in out_dir.glob(f"{out.name}*"))
         print("wrote " + ", ".join(display_path(p) for p in made) if made else "the tool wrote no report")

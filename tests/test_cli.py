@@ -91,6 +91,45 @@ def test_profile_run_without_nsys_explains(workbook, monkeypatch):
     assert "nsys not found" in line and "--tool torch" in line
 
 
+def test_keep_traces_into_a_file_or_where_no_folder_can_be_made_is_one_line_before_any_run(workbook, tmp_path):
+    afile = tmp_path / "notes.txt"
+    afile.write_text("mine\n")
+    for folder, expected in ((afile, "is a file, not a folder"), (afile / "traces", "cannot create it")):
+        proc = workbook("check", "01", "--device", "cpu", "--keep-traces", str(folder), timeout=60)
+        line = one_clear_line(proc)
+        assert f"--keep-traces {folder}" in line and expected in line and proc.stdout == ""
+    assert afile.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda d: d / "missing", "no such file"),
+    (lambda d: d, "not a file"),
+    (lambda d: _write(d / "nsys", "#!/bin/sh\n", mode=0o644), "not executable"),
+])
+def test_a_wrong_workbook_nsys_is_one_line_naming_it(workbook, tmp_path, monkeypatch, make, expected):
+    named = make(tmp_path)
+    monkeypatch.setenv("WORKBOOK_NSYS", str(named))
+    line = one_clear_line(workbook("profile", "01", "--tool", "nsys", "--run"))
+    assert f"WORKBOOK_NSYS={named}: {expected}" in line and "--tool torch" in line
+    report = _write(tmp_path / "r.nsys-rep", "NVIDIA Tegra Profiler Report\n")
+    line = one_clear_line(workbook("report", str(report)))
+    assert f"WORKBOOK_NSYS={named} is not an executable file" in line
+
+
+def test_a_workbook_nsys_that_will_not_start_is_one_line(workbook, tmp_path, monkeypatch):
+    """Executable, yet no program this machine runs (no #!, another architecture): said, not a traceback."""
+    monkeypatch.setenv("WORKBOOK_NSYS", str(_write(tmp_path / "nsys", "\x7fELF not really\n", mode=0o755)))
+    report = _write(tmp_path / "r.nsys-rep", "NVIDIA Tegra Profiler Report\n")
+    line = one_clear_line(workbook("report", str(report)))
+    assert "could not start" in line and "Exec format error" in line
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> Path:
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
 def test_only_runs_the_named_checks_and_keeps_their_traces(workbook, tmp_path, pristine_lab):
     """--only host_syncs: the sync check runs (and fails on the lab as shipped), the others are skipped and say
     why; --keep-traces leaves the trace that check read, which `workbook report` can open."""

@@ -22,6 +22,7 @@ PATH or named by the WORKBOOK_NSYS environment variable.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -43,12 +44,18 @@ def export_report(report: Path, out_dir: Path) -> Path:
     nsys = find_tool("nsys")
     if nsys is None:
         how = EXPORT_HINT.replace("REPORT", report.with_suffix("").name)
+        named = os.environ.get("WORKBOOK_NSYS")
+        why = f"WORKBOOK_NSYS={named} is not an executable file" if named else "not on PATH, WORKBOOK_NSYS unset"
         raise TraceError(f"{report}: reading an .nsys-rep needs Nsight Systems, and nsys was not found "
-                         f"(not on PATH, WORKBOOK_NSYS unset or wrong); export it where nsys is installed "
+                         f"({why}); export it where nsys is installed "
                          f"with `{how}` and pass the .sqlite file")
     out = out_dir / (report.stem + ".sqlite")
-    done = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true",
-                           "--output", str(out), str(report)], capture_output=True, text=True)
+    try:
+        done = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true",
+                               "--output", str(out), str(report)], capture_output=True, text=True)
+    except OSError as err:  # executable, yet not a program this machine runs (another architecture, no #!)
+        raise TraceError(f"{report}: could not start {nsys} ({err.strerror or err}); point WORKBOOK_NSYS or PATH "
+                         "at a working nsys") from None
     if done.returncode != 0 or not out.exists():
         last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise TraceError(f"{report}: `nsys export --type sqlite` failed: {last[0]}")

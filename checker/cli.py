@@ -52,14 +52,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     script = chapter.script_for(args.variant)
     check_syntax(script)
     command = [sys.executable, str(script)]
+    device = args.device
     if args.steps is not None:
+        device = device or ("cuda" if _has_cuda() else "cpu")
+        # said here: the script's own message offers its --warmup, which `workbook run` does not pass on
+        warmup = int(chapter.config(device).get("warmup", 0)) if device in chapter.workload else 0
+        if args.steps <= warmup:
+            raise WorkbookError(f"--steps {args.steps}: the first {warmup} steps on {device} are warm-up, before "
+                                f"anything is timed; give --steps {warmup + 1} or more")
         command += ["--steps", str(args.steps)]
     if args.device:
         command += ["--device", args.device]
     if getattr(args, "job", None):
         command += ["--job", args.job]
     env = dict(os.environ, WORKBOOK_ROOT=str(repo_root()))
-    if args.device == "cpu" or (args.device is None and not _has_cuda()):
+    if device == "cpu" or (device is None and not _has_cuda()):
         return _call_quieting_noise(command, env, None)  # torch's warnings expected on a CPU, explained
     return subprocess.call(command, env=env)
 
@@ -416,6 +423,26 @@ def _folder(text: str) -> Path:
     return Path(text)
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: give 1 or more")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text}: give a number above 0")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="workbook", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -497,11 +524,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="chapter 08: grade against the public practice jobs (without it, WORKBOOK_COURSE_SECRET must "
                         "be set: the secret each learner's jobs were drawn from)")
     p.add_argument("--gpus", metavar="0,1,...", help="the GPUs to grade on, one worker each (default: all visible)")
-    p.add_argument("--workers", type=int, metavar="N",
+    p.add_argument("--workers", type=_positive_int, metavar="N",
                    help="on the CPU: grade N submissions at once (refused for chapters that time CPU checks)")
-    p.add_argument("--student-timeout", type=float, metavar="SECONDS",
+    p.add_argument("--student-timeout", type=_positive_float, metavar="SECONDS",
                    help="wall-clock limit for grading one student (default: from the chapter's per-run limit)")
-    p.add_argument("--max-submission-mb", type=float, default=256,
+    p.add_argument("--max-submission-mb", type=_positive_float, default=256,
                    help="a submission folder larger than this is not copied, nor graded (default: 256)")
     p.add_argument("--baseline-every", type=int, default=5, metavar="N",
                    help="measure the slow script's speed once per worker, then again after every N students, and "

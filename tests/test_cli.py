@@ -48,6 +48,22 @@ def test_a_negative_baseline_interval_is_one_clear_line(workbook, tmp_path):
     assert "--baseline-every -2" in line and not (tmp_path / "g").exists()
 
 
+@pytest.mark.parametrize("option, value", [("--workers", "0"), ("--workers", "-3"), ("--student-timeout", "-5"),
+                                           ("--student-timeout", "0"), ("--max-submission-mb", "-1"),
+                                           ("--max-submission-mb", "nan")])
+def test_grade_refuses_a_count_or_limit_below_one_or_zero_as_a_usage_error(workbook, tmp_path, option, value):
+    proc = workbook("grade", "01", str(DATA), "--out", str(tmp_path / "g"), "--device", "cpu", f"{option}={value}")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"argument {option}: {value}: give" in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "g").exists()
+
+
+def test_run_with_no_step_past_warm_up_says_how_many_steps(workbook):
+    line = one_clear_line(workbook("run", "01", "--steps", "0", "--device", "cpu"))
+    assert line.startswith("workbook: --steps 0: the first 5 steps on cpu are warm-up")
+    assert "give --steps 6 or more" in line and "--warmup" not in line
+
+
 def test_bad_option_value_is_a_usage_error(workbook):
     proc = workbook("check", "01", "--device", "tpu")
     assert proc.returncode == 2 and "invalid choice" in proc.stderr

@@ -52,14 +52,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     script = chapter.script_for(args.variant)
     check_syntax(script)
     command = [sys.executable, str(script)]
+    device = args.device
     if args.steps is not None:
+        device = device or ("cuda" if _has_cuda() else "cpu")
+        # said here: the script's own message offers its --warmup, which `workbook run` does not pass on
+        warmup = int(chapter.config(device).get("warmup", 0)) if device in chapter.workload else 0
+        if args.steps <= warmup:
+            raise WorkbookError(f"--steps {args.steps}: the first {warmup} steps on {device} are warm-up, before "
+                                f"anything is timed; give --steps {warmup + 1} or more")
         command += ["--steps", str(args.steps)]
     if args.device:
         command += ["--device", args.device]
     if getattr(args, "job", None):
         command += ["--job", args.job]
     env = dict(os.environ, WORKBOOK_ROOT=str(repo_root()))
-    if args.device == "cpu" or (args.device is None and not _has_cuda()):
+    if device == "cpu" or (device is None and not _has_cuda()):
         return _call_quieting_noise(command, env, None)  # torch's warnings expected on a CPU, explained
     return subprocess.call(command, env=env)
 
@@ -123,6 +130,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         from checker.grader.ladder import declared
 
         declared(chapter)  # a chapter without a [ladder]: one line, before any run
+    _trace_folder(args.keep_traces)
     report = _check_and_print(chapter, variant=args.variant, submission=args.submission,
                               device=args.device, trace_tool=args.trace_tool, with_ncu=args.with_ncu,
                               keep_traces=args.keep_traces, only=_only(args.only), as_json=args.json)
@@ -132,6 +140,22 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"\nThe reference solution's ladder (each lever's gain, measured here; minutes on a GPU): "
               f"`workbook check {chapter.number:02d} --ladder`.")
     return report.exit_code
+
+
+def _trace_folder(folder: Path | None) -> None:
+    """--keep-traces: make the folder now, so that one that cannot be made is said before minutes of runs, not
+    after them."""
+    if folder is None:
+        return
+    if folder.exists() and not folder.is_dir():
+        raise WorkbookError(f"--keep-traces {folder}: is a file, not a folder; name a folder for the traces")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise WorkbookError(f"--keep-traces {folder}: cannot create it ({err.strerror or err}); "
+                            "name another folder") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise WorkbookError(f"--keep-traces {folder}: not writable by this user; name another folder")
 
 
 def _ladder(chapter, device: str, out: Path | None, quiet: bool = False, trials: int | None = None) -> None:
@@ -267,6 +291,9 @@ def _grade(args: argparse.Namespace, say) -> int:
     slots = None
     if not (args.collect or args.slurm):  # refuse bad --gpus/--workers before touching any folder
         slots = grading.plan_slots(chapter, device, args.gpus, args.workers, names() if device == "cuda" else [])
+    earlier = grading_class.earlier_output()
+    if earlier and not args.force:  # what is there was made by another grading: rebuilding would replace it
+        raise WorkbookError(f"--out {args.out}: {earlier}")
     changed = grading.prepare_out(settings)
     if changed:
         say(f"made {changed} entries of the submissions and output folders root-owned and not writable by "
@@ -330,7 +357,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
     check_syntax(script)
     out_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, WORKBOOK_ROOT=str(repo_root()))
-    code = _call_quieting_noise(argv, env, repo_root())
+    try:
+        code = _call_quieting_noise(argv, env, repo_root())
+    except OSError as err:  # the profiler is executable, yet not a program this machine runs
+        raise WorkbookError(f"could not start {argv[0]} ({err.strerror or err}); point WORKBOOK_{args.tool.upper()} "
+                            "or PATH at a working one") from None
     if code == 0:
         made = sorted(p for p in out_dir.glob(f"{out.name}*"))
         print("wrote " + ", ".join(display_path(p) for p in made) if made else "the tool wrote no report")
@@ -385,6 +416,33 @@ def _call_quieting_noise(argv: list[str], env: dict[str, str], cwd: Path | None)
 
 
 # -- the parser ---------------------------------------------------------------------------------------
+def _folder(text: str) -> Path:
+    """A folder argument; an empty one is refused (Path("") is the current folder: a slip, not a choice)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("give a folder (an empty path would write into the current folder)")
+    return Path(text)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: give 1 or more")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text}: give a number above 0")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="workbook", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -452,23 +510,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("grade", help="grade every submission in a folder: a gradebook and feedback per student")
     p.add_argument("chapter", help=chapter_help)
     p.add_argument("submissions", type=Path, help="a folder with one subfolder per student, each holding the lab file")
-    p.add_argument("--out", type=Path, default=Path("grades"),
-                   help="where ledger.jsonl, gradebook.csv and feedback/ go (default: grades)")
+    p.add_argument("--out", type=_folder, default=Path("grades"),
+                   help="where ledger.jsonl, gradebook.csv and feedback/ go (default: grades); the same "
+                        "class's earlier grading there is resumed, another chapter's or class's kept: see --force")
     p.add_argument("--device", choices=("cpu", "cuda"), help=device_help)
     p.add_argument("--trace-tool", choices=("torch", "nsys"), default=None,
                    help=trace_help.replace(" (default; any device)", " (any device)") + " (default for a class: nsys on a GPU where nsys is found, whose trace the grader "
                         "captures out of the student's reach; else torch)")
     p.add_argument("--only", metavar="STUDENT[,STUDENT]", help="grade only these students, again even when unchanged")
-    p.add_argument("--force", action="store_true", help="grade every submission again, even unchanged ones")
+    p.add_argument("--force", action="store_true", help="grade every submission again, even unchanged ones (and "
+                   "into an --out folder of another chapter or class, replacing its gradebook and feedback)")
     p.add_argument("--practice", action="store_true",
                    help="chapter 08: grade against the public practice jobs (without it, WORKBOOK_COURSE_SECRET must "
                         "be set: the secret each learner's jobs were drawn from)")
     p.add_argument("--gpus", metavar="0,1,...", help="the GPUs to grade on, one worker each (default: all visible)")
-    p.add_argument("--workers", type=int, metavar="N",
+    p.add_argument("--workers", type=_positive_int, metavar="N",
                    help="on the CPU: grade N submissions at once (refused for chapters that time CPU checks)")
-    p.add_argument("--student-timeout", type=float, metavar="SECONDS",
+    p.add_argument("--student-timeout", type=_positive_float, metavar="SECONDS",
                    help="wall-clock limit for grading one student (default: from the chapter's per-run limit)")
-    p.add_argument("--max-submission-mb", type=float, default=256,
+    p.add_argument("--max-submission-mb", type=_positive_float, default=256,
                    help="a submission folder larger than this is not copied, nor graded (default: 256)")
     p.add_argument("--baseline-every", type=int, default=5, metavar="N",
                    help="measure the slow script's speed once per worker, then again after every N students, and "

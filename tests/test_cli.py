@@ -48,6 +48,22 @@ def test_a_negative_baseline_interval_is_one_clear_line(workbook, tmp_path):
     assert "--baseline-every -2" in line and not (tmp_path / "g").exists()
 
 
+@pytest.mark.parametrize("option, value", [("--workers", "0"), ("--workers", "-3"), ("--student-timeout", "-5"),
+                                           ("--student-timeout", "0"), ("--max-submission-mb", "-1"),
+                                           ("--max-submission-mb", "nan")])
+def test_grade_refuses_a_count_or_limit_below_one_or_zero_as_a_usage_error(workbook, tmp_path, option, value):
+    proc = workbook("grade", "01", str(DATA), "--out", str(tmp_path / "g"), "--device", "cpu", f"{option}={value}")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"argument {option}: {value}: give" in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "g").exists()
+
+
+def test_run_with_no_step_past_warm_up_says_how_many_steps(workbook):
+    line = one_clear_line(workbook("run", "01", "--steps", "0", "--device", "cpu"))
+    assert line.startswith("workbook: --steps 0: the first 5 steps on cpu are warm-up")
+    assert "give --steps 6 or more" in line and "--warmup" not in line
+
+
 def test_bad_option_value_is_a_usage_error(workbook):
     proc = workbook("check", "01", "--device", "tpu")
     assert proc.returncode == 2 and "invalid choice" in proc.stderr
@@ -89,6 +105,45 @@ def test_profile_run_without_nsys_explains(workbook, monkeypatch):
     monkeypatch.delenv("WORKBOOK_NSYS", raising=False)
     line = one_clear_line(workbook("profile", "01", "--tool", "nsys", "--run"))
     assert "nsys not found" in line and "--tool torch" in line
+
+
+def test_keep_traces_into_a_file_or_where_no_folder_can_be_made_is_one_line_before_any_run(workbook, tmp_path):
+    afile = tmp_path / "notes.txt"
+    afile.write_text("mine\n")
+    for folder, expected in ((afile, "is a file, not a folder"), (afile / "traces", "cannot create it")):
+        proc = workbook("check", "01", "--device", "cpu", "--keep-traces", str(folder), timeout=60)
+        line = one_clear_line(proc)
+        assert f"--keep-traces {folder}" in line and expected in line and proc.stdout == ""
+    assert afile.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda d: d / "missing", "no such file"),
+    (lambda d: d, "not a file"),
+    (lambda d: _write(d / "nsys", "#!/bin/sh\n", mode=0o644), "not executable"),
+])
+def test_a_wrong_workbook_nsys_is_one_line_naming_it(workbook, tmp_path, monkeypatch, make, expected):
+    named = make(tmp_path)
+    monkeypatch.setenv("WORKBOOK_NSYS", str(named))
+    line = one_clear_line(workbook("profile", "01", "--tool", "nsys", "--run"))
+    assert f"WORKBOOK_NSYS={named}: {expected}" in line and "--tool torch" in line
+    report = _write(tmp_path / "r.nsys-rep", "NVIDIA Tegra Profiler Report\n")
+    line = one_clear_line(workbook("report", str(report)))
+    assert f"WORKBOOK_NSYS={named} is not an executable file" in line
+
+
+def test_a_workbook_nsys_that_will_not_start_is_one_line(workbook, tmp_path, monkeypatch):
+    """Executable, yet no program this machine runs (no #!, another architecture): said, not a traceback."""
+    monkeypatch.setenv("WORKBOOK_NSYS", str(_write(tmp_path / "nsys", "\x7fELF not really\n", mode=0o755)))
+    report = _write(tmp_path / "r.nsys-rep", "NVIDIA Tegra Profiler Report\n")
+    line = one_clear_line(workbook("report", str(report)))
+    assert "could not start" in line and "Exec format error" in line
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> Path:
+    path.write_text(text)
+    path.chmod(mode)
+    return path
 
 
 def test_only_runs_the_named_checks_and_keeps_their_traces(workbook, tmp_path, pristine_lab):

@@ -27,7 +27,7 @@ from typing import Callable
 from checker.base.errors import WorkbookError
 from checker.grading import ledger as ledger_mod
 from checker.grading.files import remove_partial_files
-from checker.grading.gradebook import FEEDBACK_DIR, Summary, current_record, rebuild
+from checker.grading.gradebook import FEEDBACK_DIR, GRADEBOOK_NAME, PENDING, Summary, current_record, rebuild
 from checker.grading.grader import Grader, Settings, Slot, default_student_timeout
 from checker.grading.submission import Student, find_students, protect_tree, submission_hash
 from checker.base.paths import repo_root
@@ -184,6 +184,31 @@ class GradingClass:
                 if current_record(latest, s.chapter.id, student.name, self.hashes[student.name], s.device,
                                   s.trace_tool, s.assignment) is None]
 
+    def earlier_output(self) -> str | None:
+        """What an earlier grading of another chapter or class left in --out, that this one would replace
+        (gradebook.csv and the feedback files are rebuilt whole from the ledger, for this class), and what to do:
+        a line for the instructor. None for a new folder, and for a resume or a regrade: the ledger holds a record
+        of this chapter for a student of this class (graded on any device, with any trace tool or secret: such a
+        regrade is the same class's, and the ledger keeps every earlier record), or nothing was graded yet (a run
+        stopped before its first student leaves pending rows)."""
+        s = self.settings
+        feedback = s.out / FEEDBACK_DIR
+        has_feedback = feedback.is_dir() and any(feedback.glob("*.md"))
+        if not (s.out / GRADEBOOK_NAME).exists() and not has_feedback:
+            return None
+        records = ledger_mod.read_records(s.ledger_path)
+        if not records:
+            if has_feedback or _graded_rows(s.out / GRADEBOOK_NAME):
+                return (f"holds {GRADEBOOK_NAME} or feedback/ files and no ledger to rebuild them from; grade into "
+                        "a new folder, or pass --force to replace them (they would be lost)")
+            return None
+        if any(r.get("chapter") == s.chapter.id and r.get("student") in self.hashes for r in records):
+            return None
+        chapters = sorted({str(r.get("chapter")) for r in records} - {s.chapter.id})
+        how = f"of chapter {', '.join(chapters)}" if chapters else "of other students (another submissions folder)"
+        return (f"holds the gradebook and feedback of a grading {how}; grade into a new folder, or pass --force "
+                "to replace them (the ledger keeps every record)")
+
     def rebuild(self) -> list[dict]:
         """gradebook.csv and the feedback files from the ledger as it is now (repairs what a kill interrupted)."""
         s = self.settings
@@ -192,6 +217,23 @@ class GradingClass:
             remove_partial_files(s.out / FEEDBACK_DIR)
             return rebuild(s.out, s.chapter, self.hashes, ledger_mod.latest_by_key(ledger.records()), s.device,
                            s.trace_tool, s.assignment)
+
+
+def _graded_rows(gradebook: Path) -> bool:
+    """Whether a gradebook.csv holds anything but pending rows (one that is not a gradebook, or cannot be read,
+    is taken to: it is not ours to replace)."""
+    import csv
+
+    try:
+        with gradebook.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            if reader.fieldnames is None:  # empty
+                return False
+            if not {"student", "verdict"} <= set(reader.fieldnames):
+                return True
+            return any(row.get("verdict") != PENDING for row in reader)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return gradebook.exists()
 
 
 def prepare_out(settings: Settings) -> int:

@@ -43,7 +43,9 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
                          help="take --log-every from this chapter's chapter.toml (e.g. 04), for the device the "
                               "trace was recorded on: [workload.cuda] for a CUDA trace, [workload.cpu] otherwise")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
-    p.add_argument("--timeline", metavar="OUT", help="also draw the timeline to OUT.png or OUT.svg (its folder must exist)")
+    p.add_argument("--timeline", metavar="OUT",
+                   help="also draw the timeline to OUT.png or OUT.svg (its folder must exist; an earlier picture "
+                        "there is replaced, any other file is kept and the report refused)")
     p.set_defaults(func=run_report)
     return p
 
@@ -71,7 +73,7 @@ def _report(args) -> int:
     if args.log_every is not None and args.log_every < 1:
         raise TraceError("--log-every must be 1 or more")
     if args.timeline:
-        _check_timeline_path(Path(args.timeline))
+        _check_timeline_path(Path(args.timeline), [args.trace, args.baseline])
     trace = load(args.trace, step_regex=args.steps, skip_steps=args.skip_steps)
     baseline = load(args.baseline, step_regex=args.steps, skip_steps=args.skip_steps) if args.baseline else None
     summary = trace.summary(_log_steps(trace, args))
@@ -113,17 +115,48 @@ def _log_steps(trace, args) -> set[int]:
     return {int(s) for s in trace.get_steps()["step"] if (int(s) + 1) % log_every == 0}
 
 
-def _check_timeline_path(out: Path) -> None:
-    """Refuse, before any work, a timeline path whose folder is missing or cannot be written."""
+def _check_timeline_path(out: Path, inputs=()) -> None:
+    """Refuse, before any work, a timeline path whose folder is missing or cannot be written, or whose writing
+    would destroy something the user has: the trace or baseline being read (a trace is read by its content, so
+    one may well be called .png), the target of a symlink, or an existing file that is not a picture."""
     if out.suffix.lower() not in (".png", ".svg"):
         raise TraceError(f"{out}: the timeline is written as .png or .svg; name the file so")
+    if out.is_symlink():
+        raise TraceError(f"{out}: is a symlink; name a plain file for the timeline, so that what it points to is kept")
+    for source in inputs:
+        if source and _same_file(out, Path(source)):
+            raise TraceError(f"{out}: is the trace being read ({source}); write the timeline to another file")
     folder = out.parent
     if not folder.is_dir():
         raise TraceError(f"{out}: the folder {folder} does not exist; create it first or write the timeline elsewhere")
     if out.exists() and not out.is_file():
         raise TraceError(f"{out}: exists and is not a file; name a file for the timeline")
+    if out.is_file() and not _is_picture(out):
+        raise TraceError(f"{out}: exists and is not a {out.suffix.lower()[1:].upper()} picture; "
+                         f"move it away or write the timeline elsewhere")
     if not os.access(folder, os.W_OK):
         raise TraceError(f"{out}: the folder {folder} cannot be written to; write the timeline elsewhere")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): compare where they would be
+        return a.resolve() == b.resolve()
+
+
+def _is_picture(path: Path) -> bool:
+    """Whether an existing file is an empty file or a picture of the kind its name says: one we may replace."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    if not head:
+        return True
+    if path.suffix.lower() == ".png":
+        return head.startswith(b"\x89PNG\r\n\x1a\n")
+    return b"<svg" in head
 
 
 def _json_default(value):

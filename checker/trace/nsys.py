@@ -17,11 +17,15 @@ and one without the enum tables keeps its copies with an unknown direction or me
 warning, rather than counting them as neither pageable nor pinned in silence.
 
 A ``.nsys-rep`` report is first exported with ``nsys export --type sqlite``, using the nsys found on
-PATH or named by the WORKBOOK_NSYS environment variable.
+PATH or named by the WORKBOOK_NSYS environment variable; an export still running after 300 s
+(WORKBOOK_NSYS_EXPORT_TIMEOUT_S) is stopped and said in one line.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -36,6 +40,8 @@ from checker.trace.events import DTYPES, MISSING, categorical, copy_kind_of, fin
 CUDA_TABLES = ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
                "CUPTI_ACTIVITY_KIND_MEMSET")
 EXPORT_HINT = "nsys export --type sqlite --output REPORT.sqlite REPORT.nsys-rep"
+EXPORT_TIMEOUT_ENV = "WORKBOOK_NSYS_EXPORT_TIMEOUT_S"
+EXPORT_TIMEOUT_S = 300.0  # a big report exports in a minute or two; past this, nsys is taken to hang
 
 
 def export_report(report: Path, out_dir: Path) -> Path:
@@ -43,16 +49,56 @@ def export_report(report: Path, out_dir: Path) -> Path:
     nsys = find_tool("nsys")
     if nsys is None:
         how = EXPORT_HINT.replace("REPORT", report.with_suffix("").name)
+        named = os.environ.get("WORKBOOK_NSYS")
+        why = f"WORKBOOK_NSYS={named} is not an executable file" if named else "not on PATH, WORKBOOK_NSYS unset"
         raise TraceError(f"{report}: reading an .nsys-rep needs Nsight Systems, and nsys was not found "
-                         f"(not on PATH, WORKBOOK_NSYS unset or wrong); export it where nsys is installed "
+                         f"({why}); export it where nsys is installed "
                          f"with `{how}` and pass the .sqlite file")
     out = out_dir / (report.stem + ".sqlite")
-    done = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true",
-                           "--output", str(out), str(report)], capture_output=True, text=True)
+    limit = _export_timeout()
+    try:
+        proc = subprocess.Popen([nsys, "export", "--type", "sqlite", "--force-overwrite", "true",
+                                 "--output", str(out), str(report)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, errors="replace", start_new_session=True)
+    except OSError as err:  # executable, yet not a program this machine runs (another architecture, no #!)
+        raise TraceError(f"{report}: could not start {nsys} ({err.strerror or err}); point WORKBOOK_NSYS or PATH "
+                         "at a working nsys") from None
+    try:
+        stdout, stderr = proc.communicate(timeout=limit)
+    except BaseException as exc:  # a hang, or Ctrl-C: leave no nsys behind
+        _stop(proc)
+        if not isinstance(exc, subprocess.TimeoutExpired):
+            raise
+        how = EXPORT_HINT.replace("REPORT", report.with_suffix("").name)
+        raise TraceError(f"{report}: `nsys export --type sqlite` did not finish within {limit:g} s; export it by "
+                         f"hand with `{how}` and pass the .sqlite file, or raise {EXPORT_TIMEOUT_ENV}") from None
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     if done.returncode != 0 or not out.exists():
         last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise TraceError(f"{report}: `nsys export --type sqlite` failed: {last[0]}")
     return out
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Kill nsys and whatever it started (its own session); never wait on a pipe a straggler may hold."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for pipe in (proc.stdout, proc.stderr):
+        pipe.close()
+
+
+def _export_timeout() -> float:
+    text = os.environ.get(EXPORT_TIMEOUT_ENV)
+    if not text:
+        return EXPORT_TIMEOUT_S
+    try:
+        limit = float(text)
+    except ValueError:
+        limit = 0.0
+    if not limit > 0:
+        raise TraceError(f"{EXPORT_TIMEOUT_ENV}={text}: give a number of seconds above 0")
+    return limit
 
 
 def _tables(db: sqlite3.Connection) -> set[str]:

@@ -8,6 +8,7 @@ import os
 import shutil
 import sqlite3
 import stat
+import time
 
 import pytest
 
@@ -176,6 +177,23 @@ def test_nsys_rep_is_exported_with_the_nsys_named_by_workbook_nsys(tmp_path, mon
     trace = load(report)
     assert trace.format == "nsys" and trace.summary()["host_syncs_in_steps"] == 21
     assert set(os.listdir(tmp_path)) == {"export.sqlite", "nsys", "run.nsys-rep"}  # exported to a temp folder
+
+
+def test_an_nsys_export_that_hangs_is_stopped_and_said_in_one_line(tmp_path, monkeypatch):
+    fake = tmp_path / "nsys"  # hangs, as does a child it started
+    fake.write_text("#!/bin/sh\nsleep 120 &\nsleep 120\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("WORKBOOK_NSYS", str(fake))
+    monkeypatch.setenv("WORKBOOK_NSYS_EXPORT_TIMEOUT_S", "1")
+    report = tmp_path / "run.nsys-rep"
+    report.write_bytes(b"NVIDIA Tegra Profiler Report 1\n")
+    started = time.monotonic()
+    message = _error(report)
+    assert time.monotonic() - started < 30
+    assert "did not finish within 1 s" in message and "WORKBOOK_NSYS_EXPORT_TIMEOUT_S" in message
+    assert "\n" not in message
+    monkeypatch.setenv("WORKBOOK_NSYS_EXPORT_TIMEOUT_S", "soon")
+    assert "give a number of seconds" in _error(report)
 
 
 def test_event_with_fields_of_the_wrong_type(tmp_path):

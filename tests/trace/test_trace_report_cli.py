@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -82,6 +83,54 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch, make, e
 def test_timeline_needs_png_or_svg(capsys, tmp_path):
     code, _, err = run(capsys, cpu_trace_path("mask_any"), "--timeline", tmp_path / "t.pdf")
     assert code == 2 and ".png or .svg" in err
+
+
+def _timeline_refused(capsys, trace, out, *more):
+    """Run with --timeline OUT; assert the one-line refusal and return it."""
+    code, stdout, err = run(capsys, trace, *more, "--timeline", out)
+    assert code == 2 and stdout == ""
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and str(out) in err
+    return err
+
+
+def test_timeline_never_overwrites_the_trace_or_the_baseline(capsys, tmp_path):
+    """A trace is read by its content, so one may be called .png; --timeline naming it (or the baseline, or
+    either by another spelling of its path) must not replace it with a picture."""
+    trace = tmp_path / "trace.png"
+    trace.write_bytes(Path(cpu_trace_path("mask_any")).read_bytes())
+    base = tmp_path / "base.svg"
+    base.write_bytes(Path(cpu_trace_path("pageable_item")).read_bytes())
+    before = trace.read_bytes(), base.read_bytes()
+    assert "is the trace being read" in _timeline_refused(capsys, trace, trace)
+    assert "is the trace being read" in _timeline_refused(capsys, trace, tmp_path / "." / "base.svg",
+                                                            "--baseline", base)
+    (tmp_path / "hard.png").hardlink_to(trace)
+    assert "is the trace being read" in _timeline_refused(capsys, tmp_path / "hard.png", trace)
+    assert (trace.read_bytes(), base.read_bytes()) == before
+
+
+def test_timeline_refuses_a_symlink_and_a_file_that_is_not_a_picture(capsys, tmp_path):
+    kept = tmp_path / "notes.txt"
+    kept.write_text("mine\n")
+    link = tmp_path / "link.png"
+    link.symlink_to(kept)
+    assert "symlink" in _timeline_refused(capsys, cpu_trace_path("mask_any"), link)
+    dangling = tmp_path / "dangling.svg"
+    dangling.symlink_to(tmp_path / "elsewhere.svg")
+    assert "symlink" in _timeline_refused(capsys, cpu_trace_path("mask_any"), dangling)
+    assert not (tmp_path / "elsewhere.svg").exists()
+    other = tmp_path / "other.png"
+    other.write_bytes(b"not a picture")
+    assert "is not a PNG picture" in _timeline_refused(capsys, cpu_trace_path("mask_any"), other)
+    assert kept.read_text() == "mine\n" and other.read_bytes() == b"not a picture"
+
+
+def test_timeline_replaces_an_earlier_picture(capsys, tmp_path):
+    svg = tmp_path / "t.svg"
+    svg.write_text('<svg xmlns="http://www.w3.org/2000/svg"></svg>')
+    assert run(capsys, cpu_trace_path("mask_any"), "--timeline", svg)[0] == 0
+    assert len(svg.read_bytes()) > 1000
+    assert run(capsys, cpu_trace_path("mask_any"), "--timeline", svg)[0] == 0
 
 
 def test_module_entry_point_runs_without_a_traceback(tmp_path):

@@ -137,11 +137,11 @@ def test_workbook_run_explains_torchs_cpu_warnings_and_leaves_a_gpu_run_as_it_wa
     monkeypatch.setattr(cli.subprocess, "call", lambda argv, env: calls.append(("as is", argv)) or 0)
     monkeypatch.setattr(cli, "_has_cuda", lambda: False)
     for device in ("cpu", None, "cuda"):
-        assert cli.cmd_run(argparse.Namespace(chapter="03", variant="lab", steps=2, device=device)) == 0
+        assert cli.cmd_run(argparse.Namespace(chapter="03", variant="lab", steps=200, device=device)) == 0
     monkeypatch.setattr(cli, "_has_cuda", lambda: True)
-    assert cli.cmd_run(argparse.Namespace(chapter="03", variant="lab", steps=2, device=None)) == 0
+    assert cli.cmd_run(argparse.Namespace(chapter="03", variant="lab", steps=200, device=None)) == 0
     assert [how for how, _ in calls] == ["explained", "explained", "as is", "as is"]
-    assert calls[0][1][-4:] == ["--steps", "2", "--device", "cpu"]
+    assert calls[0][1][-4:] == ["--steps", "200", "--device", "cpu"]
 
 
 # -- progress ---------------------------------------------------------------------------------------------

@@ -171,3 +171,14 @@ def test_a_step_pattern_without_a_number_group_is_warned_about(capsys):
     for default in ([], ["--steps", r"^step (\d+)$"]):
         code, out, _ = run(capsys, cpu_trace_path("mask_any"), *default, "--json")
         assert code == 0 and not any("group" in w for w in json.loads(out)["warnings"])
+
+
+@pytest.mark.parametrize("argv, expected", [
+    ([""], "the trace path is empty"),  # it would read the current folder
+    ([cpu_trace_path("mask_any"), "--timeline", ""], "--timeline is empty"),  # it was dropped without a word
+    ([cpu_trace_path("mask_any"), "--baseline", ""], "--baseline is empty"),
+])
+def test_an_empty_path_is_refused_in_one_line(capsys, argv, expected):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and expected in err and "Traceback" not in err

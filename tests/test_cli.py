@@ -39,7 +39,39 @@ def test_submission_without_the_lab_file(workbook):
 
 def test_submission_folder_that_does_not_exist(workbook, tmp_path):
     line = one_clear_line(workbook("check", "01", "--submission", str(tmp_path / "nope"), "--device", "cpu"))
-    assert "not a folder" in line
+    assert "does not exist" in line and str(tmp_path / "nope") in line
+
+
+def test_submission_that_is_a_file_or_a_symlink_loop(workbook, tmp_path):
+    (tmp_path / "train.py").write_text("x = 1\n")
+    line = one_clear_line(workbook("check", "01", "--submission", str(tmp_path / "train.py"), "--device", "cpu"))
+    assert "is a file, not a folder" in line
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    line = one_clear_line(workbook("check", "01", "--submission", str(tmp_path / "loop"), "--device", "cpu"))
+    assert "symlink loop" in line and str(tmp_path / "loop") in line
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda lab: lab.mkdir(), "train.py is a folder, not a file"),
+    (lambda lab: lab.symlink_to(lab), "train.py is a symlink loop"),
+    (lambda lab: lab.symlink_to("elsewhere.py"), "train.py is a symlink to elsewhere.py, which does not exist"),
+])
+def test_a_lab_that_is_not_a_file_is_said_to_be_so(workbook, tmp_path, make, expected):
+    """Not "no train.py ... rename train.py to train.py" nor "missing": what is there, and that it is no file."""
+    make(tmp_path / "train.py")
+    line = one_clear_line(workbook("check", "01", "--submission", str(tmp_path), "--device", "cpu"))
+    assert expected in line and "rename" not in line
+
+
+def test_a_null_byte_in_the_lab_is_reported_on_its_line(workbook, tmp_path):
+    lab = tmp_path / "train.py"
+    lab.write_bytes(b"import os\nx = 1\ny = 'a\x00b'\n")
+    before = lab.read_bytes()
+    proc = workbook("check", "01", "--submission", str(tmp_path), "--device", "cpu")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    first = proc.stderr.strip().splitlines()[0]
+    assert first.endswith("train.py:3:7: SyntaxError: source code cannot contain null bytes (a \\0 here)"), first
+    assert "\x00" not in proc.stderr and lab.read_bytes() == before
 
 
 def test_a_negative_baseline_interval_is_one_clear_line(workbook, tmp_path):

@@ -199,6 +199,23 @@ def test_only_with_an_unknown_check_names_the_chapters_checks(workbook):
     assert "--only host_sync" in line and "host_syncs" in line and "same_work" in line
 
 
+@pytest.mark.parametrize("command, value", [("check", ""), ("check", " , "), ("watch", ""), ("grade", "")])
+def test_an_empty_only_is_refused_not_taken_as_all(workbook, tmp_path, command, value):
+    """`--only "$CHECKS"` with the variable unset ran every check (graded every student)."""
+    argv = [command, "01", *((str(DATA), "--out", str(tmp_path / "g")) if command == "grade" else ()),
+            "--device", "cpu", "--only", value]
+    line = one_clear_line(workbook(*argv))
+    assert f"--only {value!r}: names no" in line and not (tmp_path / "g").exists()
+
+
+def test_variant_with_submission_is_refused_not_ignored(workbook, pristine_lab):
+    folder = pristine_lab("01")
+    for variant in ("solution", "lab"):
+        line = one_clear_line(workbook("check", "01", "--variant", variant, "--submission", str(folder),
+                                       "--device", "cpu"))
+        assert f"--variant {variant} and --submission {folder}: give one of them" in line
+
+
 def test_progress_lines_name_each_run_of_a_script(pristine_lab):
     """On a terminal, `workbook check` says what it is running (a GPU check takes minutes); the lines come
     from the evaluation itself, so every run it makes is announced."""

@@ -252,6 +252,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 def _grade(args: argparse.Namespace, say) -> int:
     from checker.grading import classroom as grading
     from checker.grading.gradebook import FEEDBACK_DIR, GRADEBOOK_NAME, Summary, table
+    from checker.grading.submission import shown_name
 
     chapter = get_chapter(args.chapter)
     if args.collect and args.slurm:
@@ -298,7 +299,7 @@ def _grade(args: argparse.Namespace, say) -> int:
     if grading_class.strays:
         say(f"ignored {len(grading_class.strays)} entr{'y' if len(grading_class.strays) == 1 else 'ies'} of "
             f"{args.submissions} that {'is' if len(grading_class.strays) == 1 else 'are'} not a student folder: "
-            + ", ".join(grading_class.strays[:5]) + (" ..." if len(grading_class.strays) > 5 else ""))
+            + ", ".join(map(shown_name, grading_class.strays[:5])) + (" ..." if len(grading_class.strays) > 5 else ""))
     slots = None
     if not (args.collect or args.slurm):  # refuse bad --gpus/--workers before touching any folder
         slots = grading.plan_slots(chapter, device, args.gpus, args.workers, names() if device == "cuda" else [])
@@ -338,7 +339,7 @@ def _grade(args: argparse.Namespace, say) -> int:
         if row.get("submission_sha256"):
             alike.setdefault(row["submission_sha256"], []).append(row["student"])
     for names in (names for names in alike.values() if len(names) > 1):
-        print(f"identical submissions (the same files): {', '.join(names)}")
+        print(f"identical submissions (the same files): {', '.join(map(shown_name, names))}")
     print(f"gradebook: {args.out / GRADEBOOK_NAME}, feedback: {args.out / FEEDBACK_DIR}/, "
           f"ledger: {args.out / 'ledger.jsonl'}")
     return summary.exit_code

@@ -300,3 +300,13 @@ def test_a_failed_step_time_report_cell_says_what_decided_it():
     off = {"name": "step_time_report", "status": "failed",
            "measured": {"reported": {"steps": 40, "p50_ms": 1, "p90_ms": 2}, "grader": {"steps": 40}, "worst_ratio": 2.0}}
     assert cell(off) == "failed (2.00x off)"
+
+
+@pytest.mark.parametrize("argv", [("check", "01", "--submission", ""), ("grade", "01", "", "--out", "g")])
+def test_an_empty_submission_path_is_refused_not_read_as_the_current_folder(workbook, tmp_path, argv):
+    """Path("") is the current folder: `--submission ""` graded the checkout's own labs/ lab, `grade ""` took
+    chapters/, checker/, ... for students."""
+    proc = workbook(*(str(tmp_path / a) if a == "g" else a for a in argv), "--device", "cpu")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "give a folder (an empty path would read the current folder)" in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "g").exists()

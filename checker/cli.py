@@ -95,7 +95,12 @@ def _progress_printer():
 
 
 def _only(text: str | None) -> set[str] | None:
-    return {name.strip() for name in text.split(",") if name.strip()} if text else None
+    if text is None:
+        return None
+    names = {name.strip() for name in text.split(",") if name.strip()}
+    if not names:  # `--only ""` (an unset shell variable) would run every check
+        raise WorkbookError(f"--only {text!r}: names no check; give one or more, e.g. --only host_syncs")
+    return names
 
 
 def _check_and_print(chapter, *, variant="lab", submission=None, device=None, trace_tool="torch", with_ncu=False,
@@ -130,10 +135,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         from checker.grader.ladder import declared
 
         declared(chapter)  # a chapter without a [ladder]: one line, before any run
+    if args.variant is not None and args.submission is not None:  # one script is graded: say which wins
+        raise WorkbookError(f"--variant {args.variant} and --submission {args.submission}: give one of them; "
+                            "--submission grades the lab file in that folder")
+    only = _only(args.only)
     _trace_folder(args.keep_traces)
-    report = _check_and_print(chapter, variant=args.variant, submission=args.submission,
+    report = _check_and_print(chapter, variant=args.variant or "lab", submission=args.submission,
                               device=args.device, trace_tool=args.trace_tool, with_ncu=args.with_ncu,
-                              keep_traces=args.keep_traces, only=_only(args.only), as_json=args.json)
+                              keep_traces=args.keep_traces, only=only, as_json=args.json)
     if args.ladder or args.ladder_out or args.ladder_trials:
         _ladder(chapter, report.device, args.ladder_out, quiet=args.json, trials=args.ladder_trials)
     elif "ladder" in chapter.raw and not args.json and report.device == "cuda":
@@ -243,10 +252,14 @@ def cmd_grade(args: argparse.Namespace) -> int:
 def _grade(args: argparse.Namespace, say) -> int:
     from checker.grading import classroom as grading
     from checker.grading.gradebook import FEEDBACK_DIR, GRADEBOOK_NAME, Summary, table
+    from checker.grading.submission import shown_name
 
     chapter = get_chapter(args.chapter)
     if args.collect and args.slurm:
         raise WorkbookError("--collect builds the gradebook from what was graded; --slurm grades: choose one")
+    only = [name.strip() for name in args.only.split(",") if name.strip()] if args.only is not None else None
+    if only == []:  # `--only ""` would grade the whole class
+        raise WorkbookError(f"--only {args.only!r}: names no student; give one or more student folders")
     if args.trace_tool == "nsys" and args.device == "cpu":
         raise WorkbookError("--trace-tool nsys traces CUDA work; use it with --device cuda, or use --trace-tool torch")
     if args.trace_tool == "nsys":
@@ -283,11 +296,10 @@ def _grade(args: argparse.Namespace, say) -> int:
                                 workbook_version=grading.workbook_version(),
                                 baseline_every=args.baseline_every or None, assignment=assignment)
     grading_class = grading.GradingClass(settings)
-    only = [name.strip() for name in args.only.split(",") if name.strip()] if args.only else None
     if grading_class.strays:
         say(f"ignored {len(grading_class.strays)} entr{'y' if len(grading_class.strays) == 1 else 'ies'} of "
             f"{args.submissions} that {'is' if len(grading_class.strays) == 1 else 'are'} not a student folder: "
-            + ", ".join(grading_class.strays[:5]) + (" ..." if len(grading_class.strays) > 5 else ""))
+            + ", ".join(map(shown_name, grading_class.strays[:5])) + (" ..." if len(grading_class.strays) > 5 else ""))
     slots = None
     if not (args.collect or args.slurm):  # refuse bad --gpus/--workers before touching any folder
         slots = grading.plan_slots(chapter, device, args.gpus, args.workers, names() if device == "cuda" else [])
@@ -327,7 +339,7 @@ def _grade(args: argparse.Namespace, say) -> int:
         if row.get("submission_sha256"):
             alike.setdefault(row["submission_sha256"], []).append(row["student"])
     for names in (names for names in alike.values() if len(names) > 1):
-        print(f"identical submissions (the same files): {', '.join(names)}")
+        print(f"identical submissions (the same files): {', '.join(map(shown_name, names))}")
     print(f"gradebook: {args.out / GRADEBOOK_NAME}, feedback: {args.out / FEEDBACK_DIR}/, "
           f"ledger: {args.out / 'ledger.jsonl'}")
     return summary.exit_code
@@ -416,6 +428,14 @@ def _call_quieting_noise(argv: list[str], env: dict[str, str], cwd: Path | None)
 
 
 # -- the parser ---------------------------------------------------------------------------------------
+def _given_folder(text: str) -> Path:
+    """A folder to read; an empty one is refused (Path("") is the current folder: `--submission "$DIR"` with the
+    variable unset would grade whatever lab file the current folder holds)."""
+    if not text:
+        raise argparse.ArgumentTypeError("give a folder (an empty path would read the current folder)")
+    return Path(text)
+
+
 def _folder(text: str) -> Path:
     """A folder argument; an empty one is refused (Path("") is the current folder: a slip, not a choice)."""
     if not text.strip():
@@ -472,8 +492,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", help="grade a lab: same work, measured speedup, what the trace shows")
     p.add_argument("chapter", help=chapter_help)
-    p.add_argument("--variant", choices=VARIANTS, default="lab", help=variant_help)
-    p.add_argument("--submission", type=Path, metavar="DIR", help="a folder holding the lab file (instead of --variant)")
+    # no default here: a --variant given with --submission is refused, not silently ignored (None means lab)
+    p.add_argument("--variant", choices=VARIANTS, default=None, help=variant_help)
+    p.add_argument("--submission", type=_given_folder, metavar="DIR", help="a folder holding the lab file (instead of --variant)")
     p.add_argument("--device", choices=("cpu", "cuda"), help=device_help)
     p.add_argument("--trace-tool", choices=("torch", "nsys"), default="torch", help=trace_help)
     p.add_argument("--with-ncu", action="store_true", help="also run the chapter's Nsight Compute checks (GPU, ncu)")
@@ -509,7 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("grade", help="grade every submission in a folder: a gradebook and feedback per student")
     p.add_argument("chapter", help=chapter_help)
-    p.add_argument("submissions", type=Path, help="a folder with one subfolder per student, each holding the lab file")
+    p.add_argument("submissions", type=_given_folder, help="a folder with one subfolder per student, each holding the lab file")
     p.add_argument("--out", type=_folder, default=Path("grades"),
                    help="where ledger.jsonl, gradebook.csv and feedback/ go (default: grades); the same "
                         "class's earlier grading there is resumed, another chapter's or class's kept: see --force")

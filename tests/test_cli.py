@@ -39,7 +39,39 @@ def test_submission_without_the_lab_file(workbook):
 
 def test_submission_folder_that_does_not_exist(workbook, tmp_path):
     line = one_clear_line(workbook("check", "01", "--submission", str(tmp_path / "nope"), "--device", "cpu"))
-    assert "not a folder" in line
+    assert "does not exist" in line and str(tmp_path / "nope") in line
+
+
+def test_submission_that_is_a_file_or_a_symlink_loop(workbook, tmp_path):
+    (tmp_path / "train.py").write_text("x = 1\n")
+    line = one_clear_line(workbook("check", "01", "--submission", str(tmp_path / "train.py"), "--device", "cpu"))
+    assert "is a file, not a folder" in line
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    line = one_clear_line(workbook("check", "01", "--submission", str(tmp_path / "loop"), "--device", "cpu"))
+    assert "symlink loop" in line and str(tmp_path / "loop") in line
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda lab: lab.mkdir(), "train.py is a folder, not a file"),
+    (lambda lab: lab.symlink_to(lab), "train.py is a symlink loop"),
+    (lambda lab: lab.symlink_to("elsewhere.py"), "train.py is a symlink to elsewhere.py, which does not exist"),
+])
+def test_a_lab_that_is_not_a_file_is_said_to_be_so(workbook, tmp_path, make, expected):
+    """Not "no train.py ... rename train.py to train.py" nor "missing": what is there, and that it is no file."""
+    make(tmp_path / "train.py")
+    line = one_clear_line(workbook("check", "01", "--submission", str(tmp_path), "--device", "cpu"))
+    assert expected in line and "rename" not in line
+
+
+def test_a_null_byte_in_the_lab_is_reported_on_its_line(workbook, tmp_path):
+    lab = tmp_path / "train.py"
+    lab.write_bytes(b"import os\nx = 1\ny = 'a\x00b'\n")
+    before = lab.read_bytes()
+    proc = workbook("check", "01", "--submission", str(tmp_path), "--device", "cpu")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    first = proc.stderr.strip().splitlines()[0]
+    assert first.endswith("train.py:3:7: SyntaxError: source code cannot contain null bytes (a \\0 here)"), first
+    assert "\x00" not in proc.stderr and lab.read_bytes() == before
 
 
 def test_a_negative_baseline_interval_is_one_clear_line(workbook, tmp_path):
@@ -167,6 +199,23 @@ def test_only_with_an_unknown_check_names_the_chapters_checks(workbook):
     assert "--only host_sync" in line and "host_syncs" in line and "same_work" in line
 
 
+@pytest.mark.parametrize("command, value", [("check", ""), ("check", " , "), ("watch", ""), ("grade", "")])
+def test_an_empty_only_is_refused_not_taken_as_all(workbook, tmp_path, command, value):
+    """`--only "$CHECKS"` with the variable unset ran every check (graded every student)."""
+    argv = [command, "01", *((str(DATA), "--out", str(tmp_path / "g")) if command == "grade" else ()),
+            "--device", "cpu", "--only", value]
+    line = one_clear_line(workbook(*argv))
+    assert f"--only {value!r}: names no" in line and not (tmp_path / "g").exists()
+
+
+def test_variant_with_submission_is_refused_not_ignored(workbook, pristine_lab):
+    folder = pristine_lab("01")
+    for variant in ("solution", "lab"):
+        line = one_clear_line(workbook("check", "01", "--variant", variant, "--submission", str(folder),
+                                       "--device", "cpu"))
+        assert f"--variant {variant} and --submission {folder}: give one of them" in line
+
+
 def test_progress_lines_name_each_run_of_a_script(pristine_lab):
     """On a terminal, `workbook check` says what it is running (a GPU check takes minutes); the lines come
     from the evaluation itself, so every run it makes is announced."""
@@ -251,3 +300,13 @@ def test_a_failed_step_time_report_cell_says_what_decided_it():
     off = {"name": "step_time_report", "status": "failed",
            "measured": {"reported": {"steps": 40, "p50_ms": 1, "p90_ms": 2}, "grader": {"steps": 40}, "worst_ratio": 2.0}}
     assert cell(off) == "failed (2.00x off)"
+
+
+@pytest.mark.parametrize("argv", [("check", "01", "--submission", ""), ("grade", "01", "", "--out", "g")])
+def test_an_empty_submission_path_is_refused_not_read_as_the_current_folder(workbook, tmp_path, argv):
+    """Path("") is the current folder: `--submission ""` graded the checkout's own labs/ lab, `grade ""` took
+    chapters/, checker/, ... for students."""
+    proc = workbook(*(str(tmp_path / a) if a == "g" else a for a in argv), "--device", "cpu")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "give a folder (an empty path would read the current folder)" in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "g").exists()

@@ -82,3 +82,18 @@ def test_grade_needs_a_folder_of_submissions(workbook, tmp_path):
     proc = workbook("grade", "01", str(tmp_path / "class"), "--out", str(tmp_path / "g"), "--device", "cpu",
                     "--gpus", "0")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--workers N" in proc.stderr
+
+
+def test_a_student_folder_named_with_a_newline_is_graded_and_printed_on_one_line(tmp_path):
+    """A folder may be called anything: the progress lines and the table show such a name escaped ('bo\\nb'), one
+    line per student; the gradebook and the feedback file keep the name itself, and the class's grading goes on."""
+    root = make_tiny_root(tmp_path)
+    submissions = make_class(tmp_path / "class", {"ann": GOOD, "bo\nb": GOOD})
+    proc = run_grade("90", submissions, tmp_path / "grades", "--device", "cpu", root=root, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "[2/2] 'bo\\nb': passed" in proc.stderr
+    table = proc.stdout.split("\n\n")[0].splitlines()
+    assert len(table) == 3 and table[2].startswith("'bo\\nb'  ") and "passed" in table[2]
+    assert "identical submissions (the same files): ann, 'bo\\nb'" in proc.stdout
+    assert [row["student"] for row in read_gradebook(tmp_path / "grades" / "gradebook.csv")] == ["ann", "bo\nb"]
+    assert (tmp_path / "grades" / "feedback" / "bo\nb.md").is_file()

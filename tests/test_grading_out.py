@@ -91,3 +91,15 @@ def test_the_same_class_is_resumed_or_graded_again(tmp_path):
     (stopped / "gradebook.csv").write_text("student,verdict,reason\nann,pending,not graded yet\n")
     again = grade(CHAPTER, submissions, "--out", stopped, "--device", "cpu", "--collect")
     assert again.returncode == 4, again.stderr
+
+
+def test_a_ledger_that_is_a_folder_is_one_line_and_is_kept(tmp_path):
+    """Not "grading stopped: Is a directory ...; run the same command again to resume", which cannot work."""
+    submissions = make_class(tmp_path / "class", {"ann": GOOD})
+    out = tmp_path / "grades"
+    (out / "ledger.jsonl").mkdir(parents=True)
+    (out / "ledger.jsonl" / "mine.txt").write_text("kept\n")
+    before = tree_state(out)
+    line = refused(grade(CHAPTER, submissions, "--out", out, "--device", "cpu"))
+    assert f"{out / 'ledger.jsonl'}: is a folder, not the grading ledger; move it out of the way" in line
+    assert "resume" not in line and tree_state(out) == before

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import secrets
 import shutil
 import statistics
@@ -51,19 +53,50 @@ def resolve_candidate(chapter: Chapter, variant: str = "lab", submission: Path |
     """The script to grade: a variant of the chapter, or the lab file inside a submission folder."""
     if submission is None:
         return chapter.script_for(variant)
-    submission = Path(submission).expanduser().resolve()  # relative to where the command was given
+    given = Path(submission).expanduser()
+    try:
+        submission = given.resolve()  # relative to where the command was given
+    except (OSError, RuntimeError):  # Python 3.11 raises RuntimeError on a symlink loop
+        raise WorkbookError(f"--submission {given}: is a symlink loop and cannot be resolved; "
+                            "name the folder itself") from None
     if not submission.is_dir():
-        raise WorkbookError(f"--submission {submission}: not a folder")
+        if given.is_symlink() and not submission.exists():
+            raise WorkbookError(f"--submission {given}: is a symlink to {submission}, which does not exist; "
+                                "name the folder itself")
+        raise WorkbookError(f"--submission {submission}: "
+                            + ("is a file, not a folder; name the folder that holds the lab" if submission.exists()
+                               else "does not exist; check the path"))
     tried = candidate_paths(chapter, submission)
     for path in tried:
         if path.is_file():
             return path
+    for path in tried:  # there, but not a file to read: say what it is, not "rename train.py to train.py"
+        problem = _not_a_file(path)
+        if problem:
+            raise WorkbookError(f"--submission {submission}: {path.relative_to(submission)} {problem}")
     found = sorted(str(p.relative_to(submission)) for p in submission.rglob("*.py"))[:5]
     near = [name for name in found if Path(name).name.lower() == chapter.lab_file.lower()]
     raise WorkbookError(f"--submission {submission}: no {chapter.lab_file} in it (looked in "
                         + ", ".join(str(p.relative_to(submission)) for p in tried) + "); "
                         + (f"found {', '.join(found)}" if found else "it holds no .py file")
                         + (f": rename {near[0]} to {chapter.lab_file} (names are case-sensitive)" if near else ""))
+
+
+def _not_a_file(path: Path) -> str | None:
+    """What is at ``path`` when something is there that is not a file to read (None: nothing is there)."""
+    try:
+        path.stat()
+    except FileNotFoundError:
+        if path.is_symlink():
+            return f"is a symlink to {os.readlink(path)}, which does not exist; put the lab file itself there"
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a symlink loop and cannot be resolved; put the lab file itself there"
+        return f"cannot be read ({exc.strerror})"
+    if path.is_dir():
+        return "is a folder, not a file; the lab must be a file of that name"
+    return None if path.is_file() else "is not a regular file (a FIFO, a socket or a device); put the lab file there"
 
 
 def answer_path(folder: Path, name: str, device: str) -> Path:

@@ -36,6 +36,16 @@ def check_syntax(script: Path) -> None:
         raise WorkbookError(f"{where}: no such file") from None
     except UnicodeDecodeError as err:
         raise ScriptSyntaxError(f"{where}: not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+    if "\0" in source:  # the compiler says "null bytes" at line 1 (or no line): find the real one
+        at = source.index("\0")
+        lineno = source.count("\n", 0, at) + 1
+        column = at - (source.rfind("\n", 0, at) + 1) + 1
+        line = source.split("\n")[lineno - 1]
+        shown = "".join(c if c.isprintable() or c == "\t" else "?" for c in line.rstrip())
+        raise ScriptSyntaxError("\n".join([f"{where}:{lineno}:{column}: SyntaxError: source code cannot contain "
+                                           "null bytes (a \\0 here)", "    " + shown,
+                                           "    " + _caret(shown, column, None),
+                                           "remove it and save; nothing was run"]))
     try:
         compile(source, str(script), "exec", dont_inherit=True)
     except SyntaxError as err:  # IndentationError and TabError are SyntaxErrors

@@ -14,6 +14,7 @@ from typing import Any
 
 from checker.grading.files import write_atomic, write_if_changed
 from checker.grading.ledger import record_key
+from checker.grading.submission import shown_name
 
 GRADEBOOK_NAME = "gradebook.csv"
 FEEDBACK_DIR = "feedback"
@@ -130,8 +131,9 @@ def table(chapter, rows: list[dict[str, Any]], width: int = 70) -> str:
     shown = [*LEADING, *(c.name for c in chapter.checks)]
     if any(row["reason"] and row["verdict"] != PENDING for row in rows) or any(row["verdict"] == PENDING for row in rows):
         shown.append("reason")
-    cells = [[str(row[name]) if len(str(row[name])) <= width else str(row[name])[:width - 1] + "…" for name in shown]
-             for row in rows]
+    # a cell with a newline (a student folder may be called anything) would break the table: escaped, one line
+    cells = [[text if len(text) <= width else text[:width - 1] + "…"
+              for text in (shown_name(str(row[name])) for name in shown)] for row in rows]
     widths = [max(len(name), *(len(line[i]) for line in cells)) for i, name in enumerate(shown)]
     lines = ["  ".join(name.ljust(w) for name, w in zip(shown, widths)).rstrip()]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in cells]

@@ -29,7 +29,7 @@ from checker.grader.baseline import BaselineBank
 from checker.grading import ledger as ledger_mod
 from checker.grading import processes
 from checker.grading.gradebook import ERROR, rebuild
-from checker.grading.submission import Student, TooLarge, copy_submission
+from checker.grading.submission import Student, TooLarge, copy_submission, shown_name
 
 OUTPUT_TAIL_BYTES = 64 << 10     # what the grader keeps of a student's grading output: the last 64 KiB
 RESULT_LIMIT_BYTES = 16 << 20    # a result larger than this is not a result
@@ -178,7 +178,7 @@ class Grader:
             summary += " (" + ", ".join(record.get("failed_checks", [])) + ")"
         elif record["verdict"] == ERROR:
             summary += f": {record['reason'][:160]}"
-        self.progress(f"[{number}/{self._total}] {student.name}: {summary}  ({record['wall_s']:.0f} s, {slot.label})")
+        self.progress(f"[{number}/{self._total}] {shown_name(student.name)}: {summary}  ({record['wall_s']:.0f} s, {slot.label})")
 
     def grade_one(self, student: Student, slot: Slot) -> dict[str, Any] | None:
         """Grade one student; their ledger record, or None when the grader is stopping."""

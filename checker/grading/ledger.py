@@ -17,8 +17,11 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any, Iterator
+
+from checker.base.errors import WorkbookError
 
 LEDGER_NAME = "ledger.jsonl"
 SCHEMA = 1
@@ -55,6 +58,7 @@ class LockedLedger:
 def locked(path: Path) -> Iterator[LockedLedger]:
     """Hold the ledger's exclusive lock (blocking until other writers are done)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    _refuse_if_not_a_file(path)
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -63,8 +67,24 @@ def locked(path: Path) -> Iterator[LockedLedger]:
         os.close(fd)  # closing releases the lock
 
 
+def _refuse_if_not_a_file(path: Path) -> None:
+    """A folder (or a FIFO: reading it would wait forever) where the ledger belongs: one line saying so, not
+    "Is a directory" and a resume hint that cannot work."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError:
+        return  # the read or open says what is wrong
+    if not stat.S_ISREG(mode):
+        what = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        raise WorkbookError(f"{path}: is {what}, not the grading ledger; move it out of the way (this run graded "
+                            "nothing), then run the same command again")
+
+
 def read_records(path: Path) -> list[dict[str, Any]]:
     """Every complete record, in the order written; a cut-short or damaged line is skipped."""
+    _refuse_if_not_a_file(Path(path))
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:

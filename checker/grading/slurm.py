@@ -27,6 +27,7 @@ from typing import Callable
 
 from checker.base.errors import WorkbookError
 from checker.base.paths import repo_root
+from checker.grading.submission import shown_name
 
 SLURM_DIR = "slurm"
 POLL_S = 2.0
@@ -148,7 +149,7 @@ def run_task(plan_path: Path) -> int:
     share = set(plan["tasks"][index])
     students = [student for student in grading_class.students if student.name in share]
     label = f"slurm {os.environ.get('SLURM_ARRAY_JOB_ID', '?')}_{index} on {socket.gethostname()}"
-    print(f"{label}: grading {', '.join(sorted(share))}", flush=True)
+    print(f"{label}: grading {', '.join(map(shown_name, sorted(share)))}", flush=True)
     grader = Grader(settings, [Slot(label=label)], grading_class.hashes, lambda line: print(line, flush=True))
     grader.run(students)
     return 0

@@ -25,6 +25,13 @@ class Student:
     folder: Path
 
 
+def shown_name(name: str) -> str:
+    """A student's folder name as a terminal line shows it: as is, or, when it holds a newline or another
+    control character (a folder may be called anything), escaped and quoted, as Python writes it: 'bo\\nb'.
+    The gradebook and the ledger keep the name itself; only what is printed is escaped."""
+    return name if name.isprintable() else repr(name)
+
+
 def find_students(submissions: Path, lab_file: str) -> tuple[list[Student], list[str]]:
     """One student per folder (dot-folders left out); also the names of stray files beside them."""
     if not submissions.is_dir():

@@ -68,6 +68,12 @@ def _report(args) -> int:
     from checker.trace.analyses.diff import summary_diff
     from checker.trace.report import render_text
 
+    # an empty path would read the current folder (or, for the others, be dropped without a word)
+    for option, value, what in (("the trace path", args.trace, "a trace file"),
+                                ("--baseline", args.baseline, "a trace file"),
+                                ("--timeline", args.timeline, "a .png or .svg file")):
+        if value == "":
+            raise TraceError(f"{option} is empty; name {what}")
     if args.skip_steps < 0:
         raise TraceError("--skip-steps must be 0 or more")
     if args.log_every is not None and args.log_every < 1:

@@ -52,7 +52,8 @@ def find_steps(events: pd.DataFrame, pattern: re.Pattern, warnings: list[str] | 
       its thread begins, or, for the last one, where the last event on its thread that starts inside it ends;
     - the same step number on several ranges of one thread (seven ranges all named ``step 1``): the steps
       are numbered 0, 1, ... in time order instead;
-    - a step number too long for 64 bits, or a pattern without a number group: numbered in time order too.
+    - a step number too long for 64 bits, or a pattern without a number group: numbered in time order too
+      (the latter by design, with a warning naming the kinds of range the pattern matched).
     Ranges with one number on different threads or processes are one step: the first one's.
     """
     warnings = warnings if warnings is not None else []
@@ -99,6 +100,10 @@ def find_steps(events: pd.DataFrame, pattern: re.Pattern, warnings: list[str] | 
         if pattern.groups:  # a pattern without a number group numbers its steps in order by design
             warnings.append(f"{renumber}: the {len(steps)} steps are numbered 0..{len(steps) - 1} in time order instead")
         steps["step"] = np.arange(len(steps))
+    if not pattern.groups:  # by design, but said: `--steps step` also matches `Optimizer.step#SGD.step` ranges
+        warnings.append(f"step pattern '{pattern.pattern}' has no (\\d+) group: the {len(steps)} steps are numbered "
+                        f"0..{len(steps) - 1} in time order; "
+                        + _name_kinds(hits.sort_values("start_ns", kind="stable")["name"].astype(str), steps["name"]))
     steps["dur_ns"] = steps["end_ns"] - steps["start_ns"]
     unique = steps.drop_duplicates("step", keep="first")
     if len(unique) < len(steps):
@@ -137,6 +142,21 @@ def _mend_ends(steps: pd.DataFrame, events: pd.DataFrame, warnings: list[str]) -
                         "step on its thread begins, or the last one where its thread's last event ends, so their "
                         "step times are estimates")
     steps["start_ns"], steps["end_ns"] = start, end
+
+
+def _name_kinds(matched: pd.Series, counted: pd.Series) -> str:
+    """How many kinds of range name (digits aside) a pattern matched, with examples, and which were counted."""
+    def kinds(names: pd.Series) -> list[str]:
+        names = names.drop_duplicates()
+        return [str(n)[:40] for n in names.groupby(names.str.replace(r"\d+", "N", regex=True), sort=False).first()]
+
+    found, steps = kinds(matched), kinds(counted)
+    if len(found) == 1:
+        return f"it matched one kind of range name ('{found[0]}')"
+    shown = ", ".join(f"'{n}'" for n in found[:3]) + (", ..." if len(found) > 3 else "")
+    return (f"it matched {len(found)} kinds of range name ({shown}), the innermost counted as steps "
+            f"(e.g. '{steps[0]}'); if some are not your steps, give --steps a pattern that matches only the step "
+            "ranges, with (\\d+) around the step number")
 
 
 def _examples(names: pd.Series) -> str:

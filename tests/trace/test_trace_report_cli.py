@@ -156,3 +156,29 @@ def test_a_busy_gpu_puts_the_kernels_before_the_waits_for_them(capsys):
     assert findings[0].startswith("1. GPU busy 96% of step time: the kernels are the wall")
     assert "top kernel takes 30% of GPU time" in findings[0]
     assert all("busy 96% of the step: these waits are for kernels already queued" in line for line in findings[1:3])
+
+
+def test_a_step_pattern_without_a_number_group_is_warned_about(capsys):
+    """`--steps step` also matches `Optimizer.step#SGD.step` and counts those: the report must say so, and name
+    the kinds of range it matched; a pattern with a group (the default) gets no such warning."""
+    code, out, err = run(capsys, cpu_trace_path("mask_any"), "--steps", "step")
+    assert code == 0 and err == ""
+    warning = [line for line in out.splitlines() if "has no (\\d+) group" in line]
+    assert len(warning) == 1 and "numbered 0..6 in time order" in warning[0]
+    assert "2 kinds of range name" in warning[0] and "'Optimizer.step#SGD.step'" in warning[0]
+    code, out, _ = run(capsys, cpu_trace_path("mask_any"), "--steps", r"^step \d+$", "--json")
+    assert code == 0 and any("one kind of range name ('step 0')" in w for w in json.loads(out)["warnings"])
+    for default in ([], ["--steps", r"^step (\d+)$"]):
+        code, out, _ = run(capsys, cpu_trace_path("mask_any"), *default, "--json")
+        assert code == 0 and not any("group" in w for w in json.loads(out)["warnings"])
+
+
+@pytest.mark.parametrize("argv, expected", [
+    ([""], "the trace path is empty"),  # it would read the current folder
+    ([cpu_trace_path("mask_any"), "--timeline", ""], "--timeline is empty"),  # it was dropped without a word
+    ([cpu_trace_path("mask_any"), "--baseline", ""], "--baseline is empty"),
+])
+def test_an_empty_path_is_refused_in_one_line(capsys, argv, expected):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and expected in err and "Traceback" not in err

@@ -428,18 +428,11 @@ def _call_quieting_noise(argv: list[str], env: dict[str, str], cwd: Path | None)
 
 
 # -- the parser ---------------------------------------------------------------------------------------
-def _given_folder(text: str) -> Path:
-    """A folder to read; an empty one is refused (Path("") is the current folder: `--submission "$DIR"` with the
-    variable unset would grade whatever lab file the current folder holds)."""
-    if not text:
-        raise argparse.ArgumentTypeError("give a folder (an empty path would read the current folder)")
-    return Path(text)
-
-
 def _folder(text: str) -> Path:
-    """A folder argument; an empty one is refused (Path("") is the current folder: a slip, not a choice)."""
+    """A folder argument; an empty one is refused: Path("") is the current folder, so `--out "$DIR"` or
+    `--submission "$DIR"` with the variable unset would write into, or grade, whatever the current folder holds."""
     if not text.strip():
-        raise argparse.ArgumentTypeError("give a folder (an empty path would write into the current folder)")
+        raise argparse.ArgumentTypeError("give a folder (an empty path would mean the current folder)")
     return Path(text)
 
 
@@ -494,7 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("chapter", help=chapter_help)
     # no default here: a --variant given with --submission is refused, not silently ignored (None means lab)
     p.add_argument("--variant", choices=VARIANTS, default=None, help=variant_help)
-    p.add_argument("--submission", type=_given_folder, metavar="DIR", help="a folder holding the lab file (instead of --variant)")
+    p.add_argument("--submission", type=_folder, metavar="DIR", help="a folder holding the lab file (instead of --variant)")
     p.add_argument("--device", choices=("cpu", "cuda"), help=device_help)
     p.add_argument("--trace-tool", choices=("torch", "nsys"), default="torch", help=trace_help)
     p.add_argument("--with-ncu", action="store_true", help="also run the chapter's Nsight Compute checks (GPU, ncu)")
@@ -530,7 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("grade", help="grade every submission in a folder: a gradebook and feedback per student")
     p.add_argument("chapter", help=chapter_help)
-    p.add_argument("submissions", type=_given_folder, help="a folder with one subfolder per student, each holding the lab file")
+    p.add_argument("submissions", type=_folder, help="a folder with one subfolder per student, each holding the lab file")
     p.add_argument("--out", type=_folder, default=Path("grades"),
                    help="where ledger.jsonl, gradebook.csv and feedback/ go (default: grades); the same "
                         "class's earlier grading there is resumed, another chapter's or class's kept: see --force")

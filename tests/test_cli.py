@@ -308,5 +308,5 @@ def test_an_empty_submission_path_is_refused_not_read_as_the_current_folder(work
     chapters/, checker/, ... for students."""
     proc = workbook(*(str(tmp_path / a) if a == "g" else a for a in argv), "--device", "cpu")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "give a folder (an empty path would read the current folder)" in proc.stderr.strip().splitlines()[-1]
+    assert "give a folder (an empty path would mean the current folder)" in proc.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "g").exists()

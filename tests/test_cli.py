@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 DATA = Path(__file__).parent / "data" / "submissions"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def one_clear_line(proc):
@@ -40,6 +41,27 @@ def test_submission_without_the_lab_file(workbook):
 def test_submission_folder_that_does_not_exist(workbook, tmp_path):
     line = one_clear_line(workbook("check", "01", "--submission", str(tmp_path / "nope"), "--device", "cpu"))
     assert "does not exist" in line and str(tmp_path / "nope") in line
+
+
+def test_another_chapters_lab_is_named_before_anything_runs(workbook, tmp_path):
+    """Every chapter's lab is train.py: chapter 01's handed in as chapter 00's is said in one line, not run."""
+    (tmp_path / "train.py").write_text((ROOT / "labs" / "01_item_syncs" / "train.py").read_text())
+    line = one_clear_line(workbook("check", "00", "--submission", str(tmp_path), "--device", "cpu"))
+    assert "chapter 01's lab" in line and "workbook check 01" in line
+
+
+def test_check_chapter_reads_only_a_literal_chapter_id(tmp_path):
+    from checker.base.errors import WorkbookError
+    from checker.grader.precheck import check_chapter
+
+    script = tmp_path / "train.py"
+    script.write_text('from checker.lab import start\nsession = start("00_measuring_right")\n')
+    check_chapter(script, "00_measuring_right")  # its own chapter
+    script.write_text('import checker.lab\nsession = checker.lab.start("01_item_syncs")\n')
+    with pytest.raises(WorkbookError, match="chapter 01's"):
+        check_chapter(script, "00_measuring_right")
+    script.write_text('from checker.lab import start\nsession = start(CHAPTER)\n')
+    check_chapter(script, "00_measuring_right")  # computed: left to the run
 
 
 def test_submission_that_is_a_file_or_a_symlink_loop(workbook, tmp_path):

@@ -3,6 +3,7 @@ compiler sees it (file:line:col, the line, a caret), instead of after the baseli
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 from checker.base.errors import WorkbookError
@@ -60,3 +61,25 @@ def check_syntax(script: Path) -> None:
                                            "fix that line and save; nothing was run"])) from None
     except ValueError as err:  # e.g. "source code string cannot contain null bytes"
         raise ScriptSyntaxError(f"{where}: cannot be compiled: {err}") from None
+
+
+def check_chapter(script: Path, chapter_id: str) -> None:
+    """Raise WorkbookError when the script starts another chapter's workload (``start("01_item_syncs")`` graded as
+    chapter 00): every chapter's lab is called train.py, so a submission filed under the wrong chapter would
+    otherwise run and fail on weights that "do not fit the model". Only a literal chapter id is read; a script
+    that computes it is left to the run."""
+    try:
+        tree = ast.parse(Path(script).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return  # check_syntax says what is wrong
+    started = {node.args[0].value for node in ast.walk(tree)
+               if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+               and isinstance(node.args[0].value, str)
+               and (getattr(node.func, "id", None) == "start" or getattr(node.func, "attr", None) == "start")}
+    others = sorted(name for name in started if name != chapter_id and name[:2].isdigit() and name[2:3] == "_")
+    if others and chapter_id not in started:
+        number = others[0][:2]
+        raise WorkbookError(f"{display_path(script)}: starts chapter {number}'s workload (start({others[0]!r})), not "
+                            f"chapter {chapter_id[:2]}'s: is it chapter {number}'s lab? Grade it as chapter {number} "
+                            f"(workbook check {number} / workbook grade {number})")
+

@@ -271,6 +271,8 @@ def render_text(summary: dict, diff_rows=None, summary_diff=None) -> str:
         head = f"{s['source']}: {tool} trace, {s['steps']} steps ({_steps_text(s['step_numbers'])})"
         if s["step_ms_median"] is not None:
             head += f", median step {s['step_ms_median']:.2f} ms"
+            if s.get("step_ms_mean") is not None:  # steps of uneven length: the mean says what the median hides
+                head += f" (mean {s['step_ms_mean']:.2f} ms)"
     else:
         head = f"{s['source']}: {tool} trace, no steps found (counts are over the whole trace)"
     if s.get("logging_steps_excluded"):

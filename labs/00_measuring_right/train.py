@@ -5,7 +5,8 @@ the grader compares that report with its own clock, which stamps every step of t
 process. Fix `measure` so that the two agree:
 
 - a GPU runs the work after the call that queued it has returned: a clock read right after `train_step` times
-  the queueing, not the step (`torch.cuda.synchronize()` waits for the device);
+  the queueing, not the step (`torch.cuda.synchronize()` waits for the device; on a CPU there is no device to
+  wait for, and that call fails without a GPU: guard it with `if session.device.type == "cuda":`);
 - the first steps pay one-time costs (allocations, library set-up, autotuning, compilation): leave the
   `session.warmup` steps out, as the grader does;
 - the steps here have two lengths, so their times jump: report the median (`p50_ms`), the 90th percentile

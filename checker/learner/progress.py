@@ -123,6 +123,16 @@ def passed_here(chapter_id: str) -> dict[str, Any] | None:
     return None
 
 
+def _gpu_only_checks(chapter_id: str) -> list[str]:
+    """The chapter's checks that are skipped on a CPU (chapter.toml's skip.cpu)."""
+    from checker.base.chapters import get_chapter
+
+    try:
+        return [spec.name for spec in get_chapter(chapter_id).checks if spec.skip_reason_for("cpu")]
+    except Exception:  # noqa: BLE001 - a chapter gone from the checkout: say what is known
+        return []
+
+
 def _measures_speed(chapter_id: str) -> bool:
     """Whether the chapter has a speedup to measure (a throughput check) on some device."""
     from checker.base.chapters import get_chapter
@@ -160,4 +170,10 @@ def _verdict(chapter_id: str, entry: dict[str, Any]) -> str:
         else:  # chapter 00 grades how a script measures, not how fast it runs
             speed = ""
         shown.append(f"{record['device_name']}, {record['date']}{speed}")
-    return "passed (" + "; ".join(shown) + ")"
+    verdict = "passed (" + "; ".join(shown) + ")"
+    if all(key.split("/")[-1] == "cpu" for key in passes):
+        # a CPU pass is a partial one: say so here too, not only in the check's last line (the speed is said above)
+        gpu_only = [name for name in _gpu_only_checks(chapter_id) if name != "throughput"]
+        if gpu_only:
+            verdict += f", partial: {', '.join(gpu_only)} run only on a GPU"
+    return verdict

@@ -13,7 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from checker.base.chapters import VARIANTS, all_chapters, get_chapter
+from checker.base.chapters import VARIANTS, all_chapters, get_chapter, too_few_steps
 from checker.base.errors import WorkbookError
 from checker.learner.feedback import format_report
 from checker.base.paths import display_path, repo_root
@@ -57,9 +57,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         device = device or ("cuda" if _has_cuda() else "cpu")
         # said here: the script's own message offers its --warmup, which `workbook run` does not pass on
         warmup = int(chapter.config(device).get("warmup", 0)) if device in chapter.workload else 0
-        if args.steps <= warmup:
-            raise WorkbookError(f"--steps {args.steps}: the first {warmup} steps on {device} are warm-up, before "
-                                f"anything is timed; give --steps {warmup + 1} or more")
+        if problem := too_few_steps(args.steps, warmup, device):
+            raise WorkbookError(problem)
         command += ["--steps", str(args.steps)]
     if args.device:
         command += ["--device", args.device]
@@ -94,13 +93,21 @@ def _progress_printer():
     return show
 
 
-def _only(text: str | None) -> set[str] | None:
+def _names(text: str | None, what: str, example: str) -> list[str] | None:
+    """--only's names, in the order given; none is refused: `--only ""` (an unset shell variable) would run every
+    check, or grade every student."""
     if text is None:
         return None
-    names = {name.strip() for name in text.split(",") if name.strip()}
-    if not names:  # `--only ""` (an unset shell variable) would run every check
-        raise WorkbookError(f"--only {text!r}: names no check; give one or more, e.g. --only host_syncs")
+    names = list(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    if not names:
+        raise WorkbookError(f"--only {text!r}: names no {what}; give one or more, e.g. --only {example}")
     return names
+
+
+def _only(text: str | None) -> set[str] | None:
+    """The checks --only names (None: every check)."""
+    names = _names(text, "check", "host_syncs")
+    return None if names is None else set(names)
 
 
 def _check_and_print(chapter, *, variant="lab", submission=None, device=None, trace_tool="torch", with_ncu=False,
@@ -259,9 +266,7 @@ def _grade(args: argparse.Namespace, say) -> int:
     chapter = get_chapter(args.chapter)
     if args.collect and args.slurm:
         raise WorkbookError("--collect builds the gradebook from what was graded; --slurm grades: choose one")
-    only = [name.strip() for name in args.only.split(",") if name.strip()] if args.only is not None else None
-    if only == []:  # `--only ""` would grade the whole class
-        raise WorkbookError(f"--only {args.only!r}: names no student; give one or more student folders")
+    only = _names(args.only, "student", "alice,bob")
     if args.trace_tool == "nsys" and args.device == "cpu":
         raise WorkbookError("--trace-tool nsys traces CUDA work; use it with --device cuda, or use --trace-tool torch")
     if args.trace_tool == "nsys":

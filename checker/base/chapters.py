@@ -216,6 +216,14 @@ def _parse(path: Path) -> Chapter:
     )
 
 
+def too_few_steps(steps: int, warmup: int, device: str) -> str | None:
+    """Why ``steps`` leaves nothing to time after ``warmup`` warm-up steps on ``device`` (None: it does not)."""
+    if steps > warmup:
+        return None
+    return (f"--steps {steps}: the first {warmup} steps on {device} are warm-up, before anything is timed; "
+            f"give --steps {warmup + 1} or more")
+
+
 @lru_cache(maxsize=None)
 def all_chapters() -> tuple[Chapter, ...]:
     found = sorted(chapters_dir().glob("[0-9][0-9]_*/chapter.toml"))

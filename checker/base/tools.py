@@ -37,8 +37,8 @@ def missing_tool(name: str, asked_by: str = "", otherwise: str = "") -> str:
     tail = f", or {otherwise}" if otherwise else ""
     variable = f"WORKBOOK_{name.upper()}"
     named = os.environ.get(variable)
-    if named and _named_problem(named):  # set, but wrong: PATH was not searched, so say what to fix
-        return (f"{where}{name} not found ({variable}={named}: {_named_problem(named)}); point {variable} at the "
+    if named and (problem := _named_problem(named)):  # set, but wrong: PATH was not searched, so say what to fix
+        return (f"{where}{name} not found ({variable}={named}: {problem}); point {variable} at the "
                 f"{name} program, or unset it to use the {name} on PATH{tail}")
     return (f"{where}{name} not found on PATH; install {PRODUCTS.get(name, name)} or set "
             f"{variable}=/path/to/{name}{tail}")

@@ -426,7 +426,7 @@ class Session:
 def start(chapter_id: str, argv: list[str] | None = None) -> Session:
     """Build the chapter's workload for this run (``--steps``, ``--device``, ``--set key=value``)."""
     global _CURRENT
-    from checker.base.chapters import get_chapter
+    from checker.base.chapters import get_chapter, too_few_steps
 
     args = _parse_args(argv)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -440,10 +440,8 @@ def start(chapter_id: str, argv: list[str] | None = None) -> Session:
         cfg["steps"] = args.steps
     if args.warmup is not None:
         cfg["warmup"] = args.warmup
-    if int(cfg["steps"]) <= int(cfg.get("warmup", 0)):
-        raise SystemExit(f"--steps {cfg['steps']}: the first {cfg.get('warmup', 0)} steps on {device} are warm-up, "
-                         f"before anything is timed; give --steps {int(cfg.get('warmup', 0)) + 1} or more "
-                         "(or a smaller --warmup)")
+    if problem := too_few_steps(int(cfg["steps"]), int(cfg.get("warmup", 0)), device):
+        raise SystemExit(problem + " (or a smaller --warmup)")
     if LAUNCH is not None and LAUNCH.seed is not None:
         cfg["seed"] = LAUNCH.seed  # the grader's seed for this run, whatever the command line said
     _CURRENT = Session(chapter_id, device, cfg)

@@ -123,24 +123,25 @@ def passed_here(chapter_id: str) -> dict[str, Any] | None:
     return None
 
 
-def _gpu_only_checks(chapter_id: str) -> list[str]:
-    """The chapter's checks that are skipped on a CPU (chapter.toml's skip.cpu)."""
+def _chapter_checks(chapter_id: str) -> list | None:
+    """The chapter's [[checks]] (None: a chapter gone from the checkout, of which only the record is known)."""
     from checker.base.chapters import get_chapter
 
     try:
-        return [spec.name for spec in get_chapter(chapter_id).checks if spec.skip_reason_for("cpu")]
-    except Exception:  # noqa: BLE001 - a chapter gone from the checkout: say what is known
-        return []
+        return list(get_chapter(chapter_id).checks)
+    except Exception:  # noqa: BLE001 - say what is known
+        return None
+
+
+def _gpu_only_checks(chapter_id: str) -> list[str]:
+    """The chapter's checks that are skipped on a CPU (chapter.toml's skip.cpu)."""
+    return [spec.name for spec in _chapter_checks(chapter_id) or [] if spec.skip_reason_for("cpu")]
 
 
 def _measures_speed(chapter_id: str) -> bool:
     """Whether the chapter has a speedup to measure (a throughput check) on some device."""
-    from checker.base.chapters import get_chapter
-
-    try:
-        return any(check.name == "throughput" for check in get_chapter(chapter_id).checks)
-    except Exception:  # noqa: BLE001 - a chapter gone from the checkout: say what is known
-        return True
+    specs = _chapter_checks(chapter_id)
+    return specs is None or any(spec.name == "throughput" for spec in specs)
 
 
 CHANGED_SINCE = ", but your lab changed since: check again"

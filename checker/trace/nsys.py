@@ -72,9 +72,8 @@ def export_report(report: Path, out_dir: Path) -> Path:
         how = EXPORT_HINT.replace("REPORT", report.with_suffix("").name)
         raise TraceError(f"{report}: `nsys export --type sqlite` did not finish within {limit:g} s; export it by "
                          f"hand with `{how}` and pass the .sqlite file, or raise {EXPORT_TIMEOUT_ENV}") from None
-    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-    if done.returncode != 0 or not out.exists():
-        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+    if proc.returncode != 0 or not out.exists():
+        last = (stderr or stdout).strip().splitlines()[-1:] or ["no output"]
         raise TraceError(f"{report}: `nsys export --type sqlite` failed: {last[0]}")
     return out
 

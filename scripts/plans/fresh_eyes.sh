@@ -22,3 +22,5 @@ for c in 07 04 08 02 03 01 06 00 05; do
   tail -n 60 /tmp/c$c.log > "$OUT/check-$c.log"
   printf '%s\t%s\t%s\t%s\n' "$c" "$r" "$(seconds "$s" "$e")" "$(grep -E '^(PASSED|FAILED)' /tmp/c$c.log | tail -n 1)" >> "$T"
 done
+# A call brings back 8 files at most: keep times.txt and warmup.txt, and fold the logs into one archive.
+(cd "$OUT" && tar -czf logs.tar.gz warmup-*.log check-*.log && rm -f warmup-*.log check-*.log)

@@ -89,9 +89,8 @@ def test_every_run_sees_the_cache_at_one_path_held_by_one_check(tmp_path, monkey
     the same path, and two checks of the script at once must not share that folder."""
     from checker.grader import compile_cache
 
-    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
-    monkeypatch.setattr(compile_cache.tempfile, "tempdir", None)  # tempfile reads TMPDIR again
+    monkeypatch.setattr(compile_cache, "PLACE_ROOT", tmp_path / "tmp")
     store = tmp_path / "store"
     store.mkdir()
     (store / "kernel.py").write_text("compiled")
@@ -112,6 +111,30 @@ def test_every_run_sees_the_cache_at_one_path_held_by_one_check(tmp_path, monkey
     again = compile_cache.claim(store)
     assert again is not None and again.place == place
     again.release()
+
+
+def test_checks_under_different_tmpdirs_see_one_place_and_one_lock(tmp_path, monkeypatch):
+    """Two checks of one script, each with its own TMPDIR (two lanes of a GPU host, two Slurm jobs): the cache's
+    kernels name the folder they were compiled in, so both must see it at the same path, one check at a time."""
+    import tempfile
+
+    from checker.grader import compile_cache
+
+    (tmp_path / "root").mkdir()
+    monkeypatch.setattr(compile_cache, "PLACE_ROOT", tmp_path / "root")
+    store = tmp_path / "store"
+    store.mkdir()
+    places = []
+    for lane in ("lane0", "lane1"):
+        (tmp_path / lane).mkdir()
+        monkeypatch.setenv("TMPDIR", str(tmp_path / lane))
+        monkeypatch.setattr(tempfile, "tempdir", None)  # tempfile reads TMPDIR again
+        held = compile_cache.claim(store)
+        assert held is not None
+        assert compile_cache.claim(store) is None  # the other lane, at the same time: compiles cold
+        places.append(held.place)
+        held.release()
+    assert places[0] == places[1] and tmp_path / "root" in places[0].parents
 
 
 def test_a_cache_copies_regular_files_and_never_follows_a_link(tmp_path):

@@ -24,7 +24,6 @@ import os
 import platform
 import shutil
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -33,6 +32,12 @@ from checker.base.paths import state_dir
 
 MAX_BYTES = 1 << 30
 KEEP = 16  # caches kept under the state folder, newest first
+# Where runs see a cache: one folder for every check on the machine, whatever TMPDIR each check has. Under a
+# per-check TMPDIR (each lane of scripts/gpu_lanes.sh, a Slurm job's) two checks of one script shared the store but
+# not the place: one lane's cached kernels named the other lane's folder, and a run on an H100 failed there with
+# "Permission denied" (docs/results/history/2026-11-27-h100x2-session38-call6-lane0-call29-checks.jsonl), while
+# each held its own lock, so both wrote the store at once.
+PLACE_ROOT = Path("/tmp")
 
 
 def enabled() -> bool:
@@ -125,10 +130,10 @@ class Claim:
 
 
 def claim(store: Path) -> Claim | None:
-    """Hold ``store`` for one check; its runs will see the cache at ``<tmp>/workbook-compile-<uid>/<key>``, in a
-    folder of the grader's that no run can write. None where another check holds it now, or that folder is not
-    the grader's: the check's runs then compile cold."""
-    parent = Path(tempfile.gettempdir()) / f"workbook-compile-{os.geteuid()}"
+    """Hold ``store`` for one check; its runs will see the cache at ``/tmp/workbook-compile-<uid>/<key>`` (the
+    same path under any TMPDIR: ``PLACE_ROOT``), in a folder of the grader's that no run can write. None where
+    another check holds it now, or that folder is not the grader's: the check's runs then compile cold."""
+    parent = PLACE_ROOT / f"workbook-compile-{os.geteuid()}"
     try:
         parent.mkdir(mode=0o711)
     except FileExistsError:

@@ -166,6 +166,10 @@ if has checks; then
     # an item may end in @NAME=VALUE: that one check runs with NAME=VALUE in its environment (an A/B of a switch)
     assign=""
     if [[ "$item" == *@* ]]; then assign=${item#*@}; item=${item%%@*}; fi
+    # @COLD=1: the check starts with no compile cache (as a learner's first check of a script does): its wall time
+    # is the chapter's check_wall_s_cold in the results files, beside the first check of each call
+    cold=0
+    if [ "$assign" = COLD=1 ]; then cold=1; assign=""; rm -rf .workbook/compile-cache; fi  # the store: each run is filled from it
     IFS=: read -r kind chapter variant tool only <<< "$item"
     target="--variant $variant"
     if [ "$kind" = cheat ]; then
@@ -201,16 +205,22 @@ if has checks; then
       # chapter 08: each mystery job's trace (<id>-job-<job>-torch.json.gz), for the page's timelines
       for f in $keep/*-job-*-torch.json.gz; do [ -e "$f" ] && mv "$f" "$T/${safe}-$(basename "$f")"; done
     fi
-    python3 - "$chapter" "$variant" "$tool" "$rerun" "$code" "$wall" "$extra" "$assign" "$W" <<'PY' >> "$OUT/checks.jsonl"
+    # the nsys traces (exported SQLite) of a check's first nsys run, for nsys timelines on the pages
+    if [ "$tool" = nsys ] && [ "$rerun" = 1 ]; then
+      safe=${variant//\//_}
+      for f in $keep/*-candidate-nsys*; do [ -e "$f" ] && mv "$f" "$T/${chapter}-${safe}-nsys${f##*-nsys}"; done
+      for f in $keep/*-baseline-nsys*; do [ -e "$f" ] && [ ! -e "$T/${chapter}-slow-nsys${f##*-nsys}" ] && mv "$f" "$T/${chapter}-slow-nsys${f##*-nsys}"; done
+    fi
+    python3 - "$chapter" "$variant" "$tool" "$rerun" "$code" "$wall" "$extra" "$assign" "$W" "$cold" <<'PY' >> "$OUT/checks.jsonl"
 import json, sys
-chapter, variant, tool, rerun, code, wall, extra, assign, scratch = sys.argv[1:]
+chapter, variant, tool, rerun, code, wall, extra, assign, scratch, cold = sys.argv[1:]
 try:
     report = json.load(open(f"{scratch}/check.json"))
 except Exception:
     report = {"error": open(f"{scratch}/check.err").read()[-2000:]}
 report.update(chapter=report.get("chapter") or chapter, variant=variant, trace_tool=tool, with_ncu="--with-ncu" in extra,
               only=extra.split("--only ")[1] if "--only " in extra else None, rerun=int(rerun), exit_code=int(code),
-              wall_s_outer=float(wall), env_vars=dict([assign.split("=", 1)]) if assign else {})
+              wall_s_outer=float(wall), env_vars=dict([assign.split("=", 1)]) if assign else {}, cold=cold == "1")
 print(json.dumps(report))
 PY
     tail -n 1 "$OUT/checks.jsonl" | python3 -c "

@@ -399,3 +399,22 @@ def test_the_two_gpu_script_grades_a_mixed_class_on_the_cpu(tmp_path):
     assert "same_work" in merged["stages"]["one_gpu"]["students"]["student04-cheat-half_batch"]["failed_checks"]
     text = load_script("scripts/two_gpu_table.py").render(merged)
     assert "no GPU (the CPU)" in text and "every pass or fail the same as grading's" in text
+
+
+def test_a_check_started_without_a_compile_cache_counts_as_cold():
+    """check_wall_s is a check after another on the machine; check_wall_s_cold the first of a call, or one that
+    gpu_verify.sh started with no compile cache (a plan item's @COLD=1, recorded as the row's "cold")."""
+    from checker.pages.results import build_results
+
+    env = {"gpu": "G", "driver": "D", "torch": "T", "cuda": "C", "cpu_count": 1, "date": "2026-01-01"}
+    fast = _check("throughput", "passed", 1.7, speedup=3.0, speedup_min=2.9, speedup_max=3.1,
+                  baseline_samples_per_s=1.0, candidate_samples_per_s=3.0)
+    rows = [_row("solution", "torch", [fast], True, wall_s_outer=50.0, first_of_call=True),
+            _row("solution", "torch", [fast], True, wall_s_outer=30.0),
+            _row("solution", "torch", [fast], True, wall_s_outer=70.0, cold=True),
+            _row("solution", "torch", [fast], True, wall_s_outer=32.0, cold=False)]
+    head = build_results(env, rows, "05_pointwise_chains", {"throughput": 1.7})["headline"]
+    assert (head["check_wall_s"], head["check_wall_s_cold"]) == (31.0, 60.0)
+    markdown = render_markdown(build_results(env, rows, "05_pointwise_chains", {"throughput": 1.7}))
+    assert "31 s after another check on the machine and 60 s as the first check of a call or with no compile" \
+        in markdown

@@ -137,6 +137,30 @@ def test_checks_under_different_tmpdirs_see_one_place_and_one_lock(tmp_path, mon
     assert places[0] == places[1] and tmp_path / "root" in places[0].parents
 
 
+def test_a_place_left_by_a_killed_check_is_removed_by_the_next_claim(tmp_path, monkeypatch):
+    """Places live outside each check's TMPDIR now, so a check killed before it released its place (a grading
+    task past its timeout) would leave it behind: the next claim removes every place whose lock nobody holds."""
+    from checker.grader import compile_cache
+
+    (tmp_path / "root").mkdir()
+    monkeypatch.setattr(compile_cache, "PLACE_ROOT", tmp_path / "root")
+    stores = []
+    for name in ("killed", "running", "next"):
+        stores.append(tmp_path / name)
+        stores[-1].mkdir()
+    killed = compile_cache.claim(stores[0])
+    killed.fill(None)
+    (killed.place / "kernel.py").write_text("compiled")
+    killed.lock.close()  # the process died: its lock is gone, its place is not
+    running = compile_cache.claim(stores[1])
+    running.fill(None)
+    assert not killed.place.exists()  # swept by the claim after it
+    following = compile_cache.claim(stores[2])
+    assert running.place.exists()  # held: left alone
+    running.release()
+    following.release()
+
+
 def test_a_cache_copies_regular_files_and_never_follows_a_link(tmp_path):
     from checker.grader.compile_cache import copy_regular_files
 

@@ -149,4 +149,21 @@ def claim(store: Path) -> Claim | None:
     except BlockingIOError:
         lock.close()
         return None
+    _sweep(parent, keep=key)
     return Claim(store=store, place=parent / key, lock=lock)
+
+
+def _sweep(parent: Path, keep: str) -> None:
+    """Remove the places of checks that ended without releasing them (a grading task killed at its timeout): a
+    place whose lock nobody holds is no check's. Its store keeps what the runs copied back."""
+    for lock_file in parent.glob("*.lock"):
+        key = lock_file.stem
+        if key == keep:
+            continue
+        try:
+            with open(lock_file, "a") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(parent / key, ignore_errors=True)  # the empty lock file stays: unlinked, a check
+                # that opened it just before could lock a file no later check would see
+        except (BlockingIOError, OSError):
+            continue  # held: a check is using it

@@ -118,6 +118,28 @@ def test_no_report_is_a_failure_that_says_how_to_report():
     assert outcome.status == FAILED and "session.report(name, value)" in outcome.evidence[0]
 
 
+@pytest.mark.parametrize("check, numbers, says", [
+    ("step_time_report", None, "session.report"),                                    # nothing reported
+    ("step_time_report", {"steps": 40, "p50_ms": 0.0, "p90_ms": 40, "mean_ms": 17.5}, "milliseconds"),
+    ("step_time_report", {"steps": 50, "mean_ms": 17.5}, "90th percentile"),        # a mean alone, warm-up in
+    ("step_time_report", {"steps": 50, "p50_ms": 10, "p90_ms": 40, "mean_ms": 17.5}, "warm-up steps out"),
+    ("step_time_report", {"steps": 40, "p50_ms": 30, "p90_ms": 90, "mean_ms": 50}, "outside the timed region"),
+    ("step_time_report", {"steps": 40, "p50_ms": 0.4, "p90_ms": 0.5, "mean_ms": 0.42}, "synchronize"),
+    ("mean_step_report", None, "session.report"),
+    ("mean_step_report", {"steps": 40, "p50_ms": 10, "p90_ms": 40}, "statistics.fmean"),
+    ("mean_step_report", {"steps": 40, "p50_ms": 10, "p90_ms": 40, "mean_ms": 0.42}, "synchronize"),
+    ("mean_step_report", {"steps": 40, "p50_ms": 10, "p90_ms": 40, "mean_ms": 60}, "after the warm-up"),
+])
+def test_every_way_a_report_fails_gets_a_hint_about_it(check, numbers, says):
+    """Each failing case of the two report checks leads to the hint that speaks to it, not the catch-all."""
+    run = FakeRun(output_tail="done\n") if numbers is None else FakeRun(reports=printed(**numbers))
+    outcome = {"step_time_report": step_time_report, "mean_step_report": mean_step_report}[check](
+        FakeEvaluation(run), spec(check))
+    assert outcome.status == FAILED
+    hint = get_chapter(CHAPTER).hint_ladder_for(check, outcome.evidence)
+    assert says in hint.pattern, (outcome.evidence, hint.nudge)
+
+
 @pytest.mark.slow
 def test_unmodified_lab_fails_on_cpu_naming_warmup_and_percentiles(graded):
     report = graded(CHAPTER, "lab")

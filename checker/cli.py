@@ -367,6 +367,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     look_for = chapter.look_for.get(args.tool)
     if look_for and not args.run:
         print(textwrap.fill("look for: " + look_for, 100), file=sys.stderr)
+        if args.tool == "torch" and chapter.look_for.get("torch_cpu"):
+            print(textwrap.fill("on a CPU, look for: " + chapter.look_for["torch_cpu"], 100), file=sys.stderr)
     if not args.run:
         return 0
     argv = shlex.split(command)
@@ -384,7 +386,25 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if code == 0:
         made = sorted(p for p in out_dir.glob(f"{out.name}*"))
         print("wrote " + ", ".join(display_path(p) for p in made) if made else "the tool wrote no report")
+        if args.tool == "torch":
+            _after_torch_profile(chapter, out)
     return code
+
+
+def _after_torch_profile(chapter, out: Path) -> None:
+    """What to run next on the trace, and what to look for in it on the device it ran on."""
+    trace = out.with_name(out.name + ".json.gz")
+    if not trace.is_file():
+        return
+    try:
+        device = json.loads(out.with_name(out.name + ".result.json").read_text()).get("device")
+    except (OSError, ValueError, AttributeError):
+        device = None
+    look_for = chapter.look_for.get("torch_cpu" if device == "cpu" else "torch")
+    print(f"next: workbook report {display_path(trace)}")
+    if look_for:
+        where = "on this CPU, " if device == "cpu" else ""
+        print(textwrap.fill(f"{where}look for: {look_for}", 100))
 
 
 # Lines torch.profiler's Kineto writes to stderr that say nothing to a learner: its start/stop markers, and on

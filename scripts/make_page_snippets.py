@@ -2,6 +2,7 @@
 
     python scripts/make_page_snippets.py            # the hints and the fixes (instant; tests check they are current)
     python scripts/make_page_snippets.py --outputs  # also what `workbook check` prints on this machine (real runs)
+    python scripts/make_page_snippets.py --reports  # only what `workbook report` makes of each lab's CPU profile
 
 docs/snippets/<id>-hints.md     the [[hints]] of chapters/<id>/chapter.toml, as folded steps
 docs/snippets/<id>-fix.diff     the lab as shipped -> the reference solution (docstrings and snippet markers left out)
@@ -11,6 +12,9 @@ docs/snippets/08_triage-gpu-worked.md
 docs/snippets/<id>-check-cpu-lab.txt, -solution.txt
                                 `workbook check <id> --device cpu` of the lab as shipped and of the solution, run in
                                 a scratch copy of the checkout (so the learner's labs and progress are untouched)
+docs/snippets/<id>-report-cpu-lab.txt
+                                `workbook profile <id> --tool torch --run` of the lab as shipped, then `workbook report`
+                                of its trace, on a CPU, in the same scratch copy (chapters 00-07)
 """
 
 from __future__ import annotations
@@ -122,8 +126,9 @@ def _scratch_checkout(folder: Path) -> Path:
     return folder
 
 
-def command_outputs(only: set[str] | None = None) -> dict[Path, str]:
-    """`workbook check NN --device cpu` of the lab and of the solution, each run for real, as a learner sees it."""
+def command_outputs(only: set[str] | None = None, checks: bool = True) -> dict[Path, str]:
+    """`workbook check NN --device cpu` of the lab and of the solution (``checks``), and the lab's CPU profile
+    report (REPORT_CHAPTERS), each run for real, as a learner sees it."""
     import torch
 
     out = {}
@@ -132,12 +137,12 @@ def command_outputs(only: set[str] | None = None) -> dict[Path, str]:
         env = dict(os.environ, WORKBOOK_ROOT=str(root), WORKBOOK_STATE_DIR=str(Path(tmp) / "state"),
                    PYTHONPATH=str(root), COLUMNS="110")
         stamp = (f"# a real run on {dt.date.today().isoformat()}: CPU ({platform.machine()}, {os.cpu_count()} cores), "
-                 f"torch {torch.__version__}; written by scripts/make_page_snippets.py --outputs")
+                 f"torch {torch.__version__}; written by scripts/make_page_snippets.py --outputs (or --reports)")
         for chapter in all_chapters():
             number = f"{chapter.number:02d}"
             if only and number not in only and chapter.id not in only:
                 continue
-            for variant, args in (("lab", []), ("solution", ["--variant", "solution"])):
+            for variant, args in (("lab", []), ("solution", ["--variant", "solution"])) if checks else ():
                 command = ["check", number, *args, "--device", "cpu"]
                 proc = subprocess.run([sys.executable, "-m", "checker", *command], cwd=root, env=env,
                                       capture_output=True, text=True, timeout=900)
@@ -145,18 +150,46 @@ def command_outputs(only: set[str] | None = None) -> dict[Path, str]:
                 out[SNIPPETS / f"{chapter.id}-check-cpu-{variant}.txt"] = (
                     f"{stamp}\n$ workbook {' '.join(command)}\n{text.rstrip()}\n(exit {proc.returncode})\n")
                 print(f"{chapter.id} {variant}: exit {proc.returncode}", file=sys.stderr)
+            if chapter.id in REPORT_CHAPTERS:
+                out[SNIPPETS / f"{chapter.id}-report-cpu-lab.txt"] = _profile_report(chapter, root, env, stamp)
     return out
+
+
+# chapters whose page shows what `workbook report` makes of the lab's torch.profiler trace on a CPU (chapter 08
+# profiles one mystery job at a time: its page walks through them instead)
+REPORT_CHAPTERS = {"00_measuring_right", "01_item_syncs", "02_pageable_copies", "03_dataloader_workers",
+                   "04_eager_microops", "05_pointwise_chains", "06_hidden_syncs", "07_capstone_ladder"}
+
+
+def _profile_report(chapter, root: Path, env: dict, stamp: str) -> str:
+    """`workbook profile NN --tool torch --run` of the lab as shipped, then `workbook report` of its trace."""
+    number = f"{chapter.number:02d}"
+    trace = f"labs/{chapter.id}/profiles/lab-torch.json.gz"
+    text = [stamp]
+    for command in (["profile", number, "--tool", "torch", "--run"], ["report", trace]):
+        proc = subprocess.run([sys.executable, "-m", "checker", *command], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=900)
+        shown = proc.stdout + proc.stderr
+        if command[0] == "profile":  # the training's own lines are not what the page is about: from its summary on
+            lines = shown.rstrip().splitlines()
+            first = next((i for i, line in enumerate(lines) if line.startswith("wrote ")), len(lines))
+            shown = "\n".join(lines[max(first - 1, 0):])
+        text += [f"$ workbook {' '.join(command)}", shown.rstrip(), f"(exit {proc.returncode})"]
+        print(f"{chapter.id} {command[0]}: exit {proc.returncode}", file=sys.stderr)
+    return "\n".join(text) + "\n"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--outputs", action="store_true", help="also run `workbook check` for every chapter (minutes)")
+    parser.add_argument("--reports", action="store_true",
+                        help="only the labs' CPU profile reports of --outputs (`workbook profile` then `workbook report`)")
     parser.add_argument("--chapter", action="append", metavar="NN",
-                        help="with --outputs: only this chapter's outputs (repeat it for more)")
+                        help="with --outputs or --reports: only this chapter's outputs (repeat it for more)")
     args = parser.parse_args()
     snippets = static_snippets()
-    if args.outputs:
-        snippets.update(command_outputs(set(args.chapter) if args.chapter else None))
+    if args.outputs or args.reports:
+        snippets.update(command_outputs(set(args.chapter) if args.chapter else None, checks=args.outputs))
     SNIPPETS.mkdir(parents=True, exist_ok=True)
     for path, text in snippets.items():
         path.write_text(text)

@@ -154,6 +154,31 @@ def test_profile_prints_the_recipe(workbook):
     assert "labs/01_item_syncs/train.py" in proc.stdout
 
 
+def test_profile_says_what_to_look_for_on_a_cpu_too(workbook):
+    proc = workbook("profile", "06", "--tool", "torch")
+    assert proc.returncode == 0 and proc.stdout.startswith("python ")
+    assert "look for: workbook report on the trace" in proc.stderr
+    assert "on a CPU, look for: workbook report's host syncs" in " ".join(proc.stderr.split())
+
+
+def test_after_a_torch_profile_the_next_command_and_what_to_look_for_on_its_device(tmp_path, capsys):
+    from checker.base.chapters import all_chapters, get_chapter
+    from checker.cli import _after_torch_profile
+
+    assert [c.id for c in all_chapters() if "torch_cpu" not in c.look_for] == ["08_triage"]  # profiles one job
+    chapter, out = get_chapter("01"), tmp_path / "lab-torch"
+    _after_torch_profile(chapter, out)
+    assert capsys.readouterr().out == ""  # no trace written: nothing to say
+    (tmp_path / "lab-torch.json.gz").write_bytes(b"")
+    for device, expected in (("cpu", "on this CPU, look for: " + chapter.look_for["torch_cpu"]),
+                             ("cuda", "look for: " + chapter.look_for["torch"])):
+        (tmp_path / "lab-torch.result.json").write_text(json.dumps({"device": device}))
+        _after_torch_profile(chapter, out)
+        printed = capsys.readouterr().out
+        assert printed.startswith("next: workbook report ") and "lab-torch.json.gz" in printed
+        assert expected in " ".join(printed.split())
+
+
 def test_profile_run_without_nsys_explains(workbook, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("WORKBOOK_NSYS", raising=False)

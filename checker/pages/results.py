@@ -52,7 +52,8 @@ def build_results(env: dict[str, Any], rows: list[dict[str, Any]], chapter_id: s
         if any(c["status"] == STALE for c in checks.values()) and passed is not None:
             passed = not any(c["status"] == "failed" for c in checks.values())
         runs.append({
-            "variant": row["variant"], "trace_tool": row["trace_tool"], "first_of_call": bool(row.get("first_of_call") or row.get("cold")),
+            "variant": row["variant"], "trace_tool": row["trace_tool"],
+            "first_of_call": bool(row.get("first_of_call") or row.get("cold")),  # cold: timed as check_wall_s_cold
             "only": row.get("only"), "with_ncu": bool(row.get("with_ncu")),
             "passed": passed, "exit_code": row.get("exit_code"), "wall_s": row.get("wall_s_outer"),
             "error": row.get("error"), "checks": checks,
@@ -302,7 +303,8 @@ def _render_kind(results: dict[str, Any]) -> str:
             lines.append(f"- the unmodified lab: {head['lab_speedup']:.2f}x the slow script")
     if head.get("check_wall_s") is not None or head.get("check_wall_s_cold") is not None:
         walls = [f"{head[key]:.0f} s {when}" for key, when in (
-            ("check_wall_s", "after another check on the machine"), ("check_wall_s_cold", "as the first check of a call or with no compile cache"))
+            ("check_wall_s", "after another check on the machine"),
+            ("check_wall_s_cold", "as the first check of a call or with no compile cache"))
             if head.get(key) is not None]
         lines.append(f"- one `workbook check` of the solution took {' and '.join(walls)} (wall time, median)")
     lines.append(_verdict_line(head))

@@ -407,7 +407,7 @@ def test_a_grader_importing_from_where_runs_write_refuses_to_grade(monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="a known limit: under a traced tail the traced steps are the last trace_steps of "
-                   "the steps a script is handed, and the speed judges the window (docs/instructors.md); strict, so a "
+                   "the steps a script is handed, and the speed judges the window (docs/trust.md); strict, so a "
                    "change that closes it turns this red")
 def test_a_script_cannot_keep_its_syncs_where_a_traced_tail_does_not_look(monkeypatch):
     """tests/redteam/gpu/tail_aware_06 keeps chapter 06's syncs in every step but the last trace_steps. Chapter 06

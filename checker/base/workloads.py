@@ -4,7 +4,7 @@ This module is imported in two places: inside the candidate's process (by the ha
 workload the script trains) and in the grader's referee (to rebuild the same model and check the weights
 the candidate sent back). It holds no state of its own.
 
-The secrets (see docs/instructors.md, "What the grader trusts"):
+The secrets (see docs/trust.md):
 
 * ``seed`` is drawn by the grader for each run and sent when the run starts: it sets the initial weights,
   the data and the held-out batch, so weights trained offline or in an earlier run are of no use;

@@ -6,7 +6,7 @@ harness's internals, read the process's own memory map or environment for Nsight
 code it builds at run time. Each of those is how a script would behave
 one way when observed and another way when not, so the grader refuses such a script (exit 2) and names the
 line. This is a flag, not a proof: code can hide what it does from any scan. The verdict's real defences are
-elsewhere (the grader's clock, the secrets, the referee; see docs/instructors.md); where they cannot see, on
+elsewhere (the grader's clock, the secrets, the referee; see docs/trust.md); where they cannot see, on
 a CPU, where no speed is graded, the graded run is the traced run itself.
 
 ``WORKBOOK_SCAN=0`` turns the scan off (the red-team tests use it to show the other defences hold alone).

@@ -57,9 +57,16 @@ has() { [[ " $STAGES " == *" $1 "* ]]; }
 if has env; then
   log "env"
   python3 - <<'PY' > "$OUT/env.json"
-import json, subprocess, datetime, torch, os
+import json, subprocess, datetime, torch, os, sys
 smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
                      capture_output=True, text=True).stdout.strip()
+def fingerprint():
+    try:
+        done = subprocess.run([sys.executable, "scripts/workload_fingerprint.py", "05"], capture_output=True, text=True,
+                              timeout=180)
+        return json.loads(done.stdout) if done.returncode == 0 else done.stderr.strip()[-300:]
+    except Exception as err:
+        return f"unavailable: {err}"
 def version(cmd):
     try:
         return subprocess.run(cmd, capture_output=True, text=True).stdout.strip().splitlines()[-1]
@@ -74,6 +81,11 @@ print(json.dumps({
     "torch": torch.__version__, "cuda": torch.version.cuda, "cpu_count": os.cpu_count(),
     "nsys": version([os.environ["WORKBOOK_NSYS"], "--version"]), "ncu": version(["ncu", "--version"]),
     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    "cpu_model": next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), None),
+    "torch_threads": torch.get_num_threads(),
+    # chapter 05's workload for one fixed seed (data, initial weights, their held-out loss): lanes and single GPUs
+    # that differ here built different experiments from the same secret (scripts/workload_fingerprint.py)
+    "fingerprint_05": fingerprint(),
 }, indent=2))
 PY
   cat "$OUT/env.json"; df -h /dev/shm | tail -n 1

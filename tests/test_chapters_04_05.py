@@ -317,3 +317,18 @@ def test_ncu_check_profiles_the_hottest_elementwise_kernel(fake_ncu, tmp_path):
     assert ["--section", "SpeedOfLight"] == profile[profile.index("--section"):profile.index("--section") + 2]
     assert profile[-2:] == ["--steps", "22"]  # the grader's runner: warm-up to step 20, then the profiled step
     assert imported[:2] == ["--import", str(tmp_path / "profile.ncu-rep")] and "raw" in imported
+
+
+def test_a_workload_fingerprint_is_the_seeds_alone():
+    """scripts/workload_fingerprint.py: the same seed gives the same data, weights and held-out loss on this
+    machine; another seed another. Lanes that disagree for one seed built different experiments (gpu_verify's env)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "workload_fingerprint.py"
+    spec = importlib.util.spec_from_file_location("workload_fingerprint", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    first, again = module.fingerprint("05", "cpu", 7), module.fingerprint("05", "cpu", 7)
+    other = module.fingerprint("05", "cpu", 8)
+    assert first == again and first["data"] and first["init"]
+    assert other["data"] != first["data"] and other["init"] != first["init"]

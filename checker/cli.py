@@ -17,7 +17,7 @@ from checker.base.chapters import VARIANTS, all_chapters, get_chapter, too_few_s
 from checker.base.errors import WorkbookError
 from checker.learner.feedback import format_report
 from checker.base.paths import display_path, repo_root
-from checker.grader.precheck import check_chapter, check_syntax
+from checker.grader.precheck import check_candidate, check_syntax
 from checker.base.tools import find_tool, require_tool
 
 
@@ -119,9 +119,7 @@ def _check_and_print(chapter, *, variant="lab", submission=None, device=None, tr
     forkserver.prestart()  # its imports of torch overlap this process's own
     from checker.grader.evaluate import evaluate, resolve_candidate
 
-    candidate = resolve_candidate(chapter, variant, submission)
-    check_syntax(candidate)
-    check_chapter(candidate, chapter.id)
+    check_candidate(resolve_candidate(chapter, variant, submission), chapter.id)
     own_lab = variant == "lab" and submission is None
     if own_lab:
         from checker.learner import progress

@@ -4,7 +4,8 @@
 #   STAGES="env sweep fixtures checks" bash scripts/gpu_verify.sh      # results under $OUT
 #
 # Stages (default: all but sweep):
-#   env       GPU, driver, torch, nsys/ncu versions -> $OUT/env.json
+#   env       GPU, driver, torch, nsys/ncu versions, CPU model, torch threads (FINGERPRINT="05 ...": those chapters'
+#             workloads for one fixed seed, scripts/workload_fingerprint.py) -> $OUT/env.json
 #   probe     chapter 02's loader, copies and model step timed apart -> $OUT/probe_02.jsonl
 #   sweep     slow vs solution over workload settings (SWEEPS: ';'-separated sweep.py args) -> $OUT/sweep.jsonl
 #   tables    the pages' measured tables: chapter 02's prefetcher (stretch) and chapter 03's p50/p90/max by worker
@@ -60,10 +61,10 @@ if has env; then
 import json, subprocess, datetime, torch, os, sys
 smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
                      capture_output=True, text=True).stdout.strip()
-def fingerprint():
+def fingerprint(chapter):
     try:
-        done = subprocess.run([sys.executable, "scripts/workload_fingerprint.py", "05"], capture_output=True, text=True,
-                              timeout=180)
+        done = subprocess.run([sys.executable, "scripts/workload_fingerprint.py", chapter], capture_output=True,
+                              text=True, timeout=180)
         return json.loads(done.stdout) if done.returncode == 0 else done.stderr.strip()[-300:]
     except Exception as err:
         return f"unavailable: {err}"
@@ -83,9 +84,9 @@ print(json.dumps({
     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     "cpu_model": next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), None),
     "torch_threads": torch.get_num_threads(),
-    # chapter 05's workload for one fixed seed (data, initial weights, their held-out loss): lanes and single GPUs
-    # that differ here built different experiments from the same secret (scripts/workload_fingerprint.py)
-    "fingerprint_05": fingerprint(),
+    # FINGERPRINT="05 ..." (a plan's): each chapter's workload for one fixed seed (data, initial weights, their
+    # held-out loss); lanes or machines that differ here built different experiments from the same secret
+    "fingerprints": {c: fingerprint(c) for c in os.environ.get("FINGERPRINT", "").split()},
 }, indent=2))
 PY
   cat "$OUT/env.json"; df -h /dev/shm | tail -n 1
@@ -209,19 +210,16 @@ if has checks; then
     grep -E '^  \[' $W/check.err | cut -c1-200
     wall=$(python3 -c "import time; print(round(time.time() - $start, 1))")
     unset WORKBOOK_NCU_OUT
-    # the torch traces the first run of each check read (candidate, and the slow baseline where a check used it)
-    if [ "$tool" = torch ] && [ "$rerun" = 1 ]; then
+    # the traces the first run of each check read (candidate, and the slow baseline where a check used it), for the
+    # pages' timelines: torch.profiler's .json.gz, nsys's exported .sqlite; <chapter>-<variant>-<tool><suffix>
+    if [ "$rerun" = 1 ]; then
       safe=${variant//\//_}  # a cheat's variant names its folder: cheat/gpu/name -> cheat_gpu_name
-      for f in $keep/*-candidate-torch.json.gz; do [ -e "$f" ] && mv "$f" "$T/${chapter}-${safe}-torch.json.gz"; done
-      for f in $keep/*-baseline-torch.json.gz; do [ -e "$f" ] && [ ! -e "$T/${chapter}-slow-torch.json.gz" ] && mv "$f" "$T/${chapter}-slow-torch.json.gz"; done
+      for f in $keep/*-candidate-$tool*; do [ -e "$f" ] && mv "$f" "$T/${chapter}-${safe}-$tool${f##*-$tool}"; done
+      for f in $keep/*-baseline-$tool*; do
+        slow="$T/${chapter}-slow-$tool${f##*-$tool}"; [ -e "$f" ] && [ ! -e "$slow" ] && mv "$f" "$slow"
+      done
       # chapter 08: each mystery job's trace (<id>-job-<job>-torch.json.gz), for the page's timelines
       for f in $keep/*-job-*-torch.json.gz; do [ -e "$f" ] && mv "$f" "$T/${safe}-$(basename "$f")"; done
-    fi
-    # the nsys traces (exported SQLite) of a check's first nsys run, for nsys timelines on the pages
-    if [ "$tool" = nsys ] && [ "$rerun" = 1 ]; then
-      safe=${variant//\//_}
-      for f in $keep/*-candidate-nsys*; do [ -e "$f" ] && mv "$f" "$T/${chapter}-${safe}-nsys${f##*-nsys}"; done
-      for f in $keep/*-baseline-nsys*; do [ -e "$f" ] && [ ! -e "$T/${chapter}-slow-nsys${f##*-nsys}" ] && mv "$f" "$T/${chapter}-slow-nsys${f##*-nsys}"; done
     fi
     python3 - "$chapter" "$variant" "$tool" "$rerun" "$code" "$wall" "$extra" "$assign" "$W" "$cold" <<'PY' >> "$OUT/checks.jsonl"
 import json, sys

@@ -14,7 +14,7 @@ docs/snippets/<id>-check-cpu-lab.txt, -solution.txt
                                 a scratch copy of the checkout (so the learner's labs and progress are untouched)
 docs/snippets/<id>-report-cpu-lab.txt
                                 `workbook profile <id> --tool torch --run` of the lab as shipped, then `workbook report`
-                                of its trace, on a CPU, in the same scratch copy (chapters 00-07)
+                                of its trace, on a CPU, in the same scratch copy (chapters with a torch_cpu look-for)
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def _scratch_checkout(folder: Path) -> Path:
 
 def command_outputs(only: set[str] | None = None, checks: bool = True) -> dict[Path, str]:
     """`workbook check NN --device cpu` of the lab and of the solution (``checks``), and the lab's CPU profile
-    report (REPORT_CHAPTERS), each run for real, as a learner sees it."""
+    report (chapters with a torch_cpu look-for), each run for real, as a learner sees it."""
     import torch
 
     out = {}
@@ -143,40 +143,35 @@ def command_outputs(only: set[str] | None = None, checks: bool = True) -> dict[P
             if only and number not in only and chapter.id not in only:
                 continue
             for variant, args in (("lab", []), ("solution", ["--variant", "solution"])) if checks else ():
-                command = ["check", number, *args, "--device", "cpu"]
-                proc = subprocess.run([sys.executable, "-m", "checker", *command], cwd=root, env=env,
-                                      capture_output=True, text=True, timeout=900)
-                text = proc.stdout + proc.stderr
-                out[SNIPPETS / f"{chapter.id}-check-cpu-{variant}.txt"] = (
-                    f"{stamp}\n$ workbook {' '.join(command)}\n{text.rstrip()}\n(exit {proc.returncode})\n")
-                print(f"{chapter.id} {variant}: exit {proc.returncode}", file=sys.stderr)
-            if chapter.id in REPORT_CHAPTERS:
+                text, code = _workbook(["check", number, *args, "--device", "cpu"], root, env)
+                out[SNIPPETS / f"{chapter.id}-check-cpu-{variant}.txt"] = f"{stamp}\n{text}"
+                print(f"{chapter.id} {variant}: exit {code}", file=sys.stderr)
+            if "torch_cpu" in chapter.look_for:  # chapter 08 profiles one mystery job at a time: its page walks them
                 out[SNIPPETS / f"{chapter.id}-report-cpu-lab.txt"] = _profile_report(chapter, root, env, stamp)
     return out
 
 
-# chapters whose page shows what `workbook report` makes of the lab's torch.profiler trace on a CPU (chapter 08
-# profiles one mystery job at a time: its page walks through them instead)
-REPORT_CHAPTERS = {"00_measuring_right", "01_item_syncs", "02_pageable_copies", "03_dataloader_workers",
-                   "04_eager_microops", "05_pointwise_chains", "06_hidden_syncs", "07_capstone_ladder"}
+def _workbook(command: list[str], root: Path, env: dict) -> tuple[str, int]:
+    """``workbook COMMAND`` run in the scratch checkout: what it printed, as a page shows it, and its exit code."""
+    proc = subprocess.run([sys.executable, "-m", "checker", *command], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=900)
+    printed = (proc.stdout + proc.stderr).rstrip()
+    if command[0] == "profile":  # the training's own lines are not what the page is about: from its summary on
+        lines = printed.splitlines()
+        first = next((i for i, line in enumerate(lines) if line.startswith("wrote ")), len(lines))
+        printed = "\n".join(lines[max(first - 1, 0):])
+    return f"$ workbook {' '.join(command)}\n{printed}\n(exit {proc.returncode})\n", proc.returncode
 
 
 def _profile_report(chapter, root: Path, env: dict, stamp: str) -> str:
     """`workbook profile NN --tool torch --run` of the lab as shipped, then `workbook report` of its trace."""
-    number = f"{chapter.number:02d}"
-    trace = f"labs/{chapter.id}/profiles/lab-torch.json.gz"
-    text = [stamp]
-    for command in (["profile", number, "--tool", "torch", "--run"], ["report", trace]):
-        proc = subprocess.run([sys.executable, "-m", "checker", *command], cwd=root, env=env,
-                              capture_output=True, text=True, timeout=900)
-        shown = proc.stdout + proc.stderr
-        if command[0] == "profile":  # the training's own lines are not what the page is about: from its summary on
-            lines = shown.rstrip().splitlines()
-            first = next((i for i, line in enumerate(lines) if line.startswith("wrote ")), len(lines))
-            shown = "\n".join(lines[max(first - 1, 0):])
-        text += [f"$ workbook {' '.join(command)}", shown.rstrip(), f"(exit {proc.returncode})"]
-        print(f"{chapter.id} {command[0]}: exit {proc.returncode}", file=sys.stderr)
-    return "\n".join(text) + "\n"
+    text = stamp + "\n"
+    for command in (["profile", f"{chapter.number:02d}", "--tool", "torch", "--run"],
+                    ["report", f"labs/{chapter.id}/profiles/lab-torch.json.gz"]):
+        shown, code = _workbook(command, root, env)
+        text += shown
+        print(f"{chapter.id} {command[0]}: exit {code}", file=sys.stderr)
+    return text
 
 
 def main() -> int:

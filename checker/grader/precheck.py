@@ -28,15 +28,29 @@ def _caret(line: str, start: int, end: int | None) -> str:
     return prefix + "^" * width
 
 
-def check_syntax(script: Path) -> None:
-    """Raise ScriptSyntaxError when ``script`` does not compile; nothing is run or imported."""
+def _source(script: Path) -> str:
     where = display_path(script)
     try:
-        source = Path(script).read_bytes().decode("utf-8")
+        return Path(script).read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise WorkbookError(f"{where}: no such file") from None
     except UnicodeDecodeError as err:
         raise ScriptSyntaxError(f"{where}: not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+
+
+def check_candidate(script: Path, chapter_id: str) -> None:
+    """Before a check or a grading runs anything: the script compiles (check_syntax) and starts this chapter's
+    workload (check_chapter), read once."""
+    source = _source(script)
+    check_syntax(script, source)
+    check_chapter(script, chapter_id, source)
+
+
+def check_syntax(script: Path, source: str | None = None) -> None:
+    """Raise ScriptSyntaxError when ``script`` does not compile; nothing is run or imported."""
+    where = display_path(script)
+    if source is None:
+        source = _source(script)
     if "\0" in source:  # the compiler says "null bytes" at line 1 (or no line): find the real one
         at = source.index("\0")
         lineno = source.count("\n", 0, at) + 1
@@ -63,14 +77,14 @@ def check_syntax(script: Path) -> None:
         raise ScriptSyntaxError(f"{where}: cannot be compiled: {err}") from None
 
 
-def check_chapter(script: Path, chapter_id: str) -> None:
+def check_chapter(script: Path, chapter_id: str, source: str | None = None) -> None:
     """Raise WorkbookError when the script starts another chapter's workload (``start("01_item_syncs")`` graded as
     chapter 00): every chapter's lab is called train.py, so a submission filed under the wrong chapter would
     otherwise run and fail on weights that "do not fit the model". Only a literal chapter id is read; a script
     that computes it is left to the run."""
     try:
-        tree = ast.parse(Path(script).read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        tree = ast.parse(_source(script) if source is None else source)
+    except (WorkbookError, SyntaxError, ValueError):
         return  # check_syntax says what is wrong
     started = {node.args[0].value for node in ast.walk(tree)
                if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
@@ -82,4 +96,3 @@ def check_chapter(script: Path, chapter_id: str) -> None:
         raise WorkbookError(f"{display_path(script)}: starts chapter {number}'s workload (start({others[0]!r})), not "
                             f"chapter {chapter_id[:2]}'s: is it chapter {number}'s lab? Grade it as chapter {number} "
                             f"(workbook check {number} / workbook grade {number})")
-

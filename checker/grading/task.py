@@ -36,7 +36,7 @@ def grade(request: dict) -> dict:
     from checker.base.errors import WorkbookError
     from checker.grader.baseline import BaselineBank
     from checker.grader.evaluate import evaluate, resolve_candidate
-    from checker.grader.precheck import ScriptSyntaxError, check_chapter, check_syntax
+    from checker.grader.precheck import ScriptSyntaxError, check_candidate
     from checker.grading.gradebook import cell
     from checker.learner.feedback import format_report
 
@@ -45,9 +45,8 @@ def grade(request: dict) -> dict:
     bank = BaselineBank.from_json(request["bank"]) if request.get("bank") is not None else None
     try:
         # a submission that does not compile is said in one line (file:line:col: SyntaxError: what), before any run
-        candidate = resolve_candidate(chapter, submission=Path(request["submission"]))
-        check_syntax(candidate)
-        check_chapter(candidate, chapter.id)  # chapter 01's train.py handed in as chapter 00's: said, not run
+        # and chapter 01's train.py handed in as chapter 00's is said, not run
+        check_candidate(resolve_candidate(chapter, submission=Path(request["submission"])), chapter.id)
         report = evaluate(chapter, submission=Path(request["submission"]), device=request["device"],
                           trace_tool=request["trace_tool"], bank=bank,
                           learner=request.get("learner") or Path(request["submission"]).name)

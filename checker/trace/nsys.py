@@ -2,12 +2,19 @@
 
 Tables read (each only when present): CUPTI_ACTIVITY_KIND_RUNTIME (CUDA runtime and driver calls),
 CUPTI_ACTIVITY_KIND_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
-CUPTI_ACTIVITY_KIND_SYNCHRONIZATION and NVTX_EVENTS, with names from StringIds. Numeric codes are
+CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, CUPTI_ACTIVITY_KIND_GRAPH_TRACE and NVTX_EVENTS, with names from StringIds.
+Numeric codes are
 turned into words by joining the export's own enum tables (ENUM_CUDA_MEMCPY_OPER, ENUM_CUDA_MEM_KIND,
 ENUM_CUPTI_SYNC_TYPE, ENUM_NSYS_EVENT_TYPE), never by numbers written here, since they change between
 versions. API names lose their version suffix (cudaStreamSynchronize_v3020 -> cudaStreamSynchronize),
 and copies get the names torch.profiler gives them ("Memcpy HtoD (Pageable -> Device)") so that the
 two formats of one program compare name for name.
+
+CUDA graphs: nsys traces a replayed graph as one whole-graph row (CUPTI_ACTIVITY_KIND_GRAPH_TRACE) unless it ran
+with ``--cuda-graph-trace=node``; the kernels inside are then not in CUPTI_ACTIVITY_KIND_KERNEL. Each such row
+becomes one GPU activity named ``CUDA graph <graphId>`` (of kind ``kernel``), so the GPU's busy time, the
+timeline and the kernel table count the graph's time instead of calling the GPU idle through it. With node
+tracing the kernels carry a graph node id and the whole-graph rows, if any, are left out (never counted twice).
 
 Damaged exports: SQLite keeps any value in any column, so every number is checked. A row whose start or
 end is not an integer (text, a blob, NULL) is left out; an id that is not an integer is taken as missing;
@@ -296,6 +303,22 @@ def _kernels(db, strings, tables, warnings) -> pd.DataFrame:
     return _gpu_frame("kernel", rows, names, codes)
 
 
+GRAPH_PREFIX = "CUDA graph "  # names the whole-graph rows: checker.trace.analyses.kernels gives them a family
+
+
+def _graphs(db, tables, warnings) -> pd.DataFrame:
+    """Whole-graph rows, unless the kernels inside graphs were traced one by one (--cuda-graph-trace=node)."""
+    if "CUPTI_ACTIVITY_KIND_KERNEL" in tables and "graphNodeId" in _columns(db, "CUPTI_ACTIVITY_KIND_KERNEL"):
+        if db.execute("SELECT 1 FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphNodeId IS NOT NULL LIMIT 1").fetchone():
+            return pd.DataFrame()
+    rows = _gpu(db, "CUPTI_ACTIVITY_KIND_GRAPH_TRACE", "graphId", warnings)
+    if not len(rows):
+        return pd.DataFrame()
+    labels = [f"{GRAPH_PREFIX}{g}" if g >= 0 else f"{GRAPH_PREFIX}(no id)" for g in rows.ints(6, "graphId")]
+    names, codes = np.unique(np.array(labels, dtype=object), return_inverse=True)
+    return _gpu_frame("kernel", rows, list(names), codes)
+
+
 def _memcpys(db, tables, warnings) -> pd.DataFrame:
     rows = _gpu(db, "CUPTI_ACTIVITY_KIND_MEMCPY", "copyKind", warnings, "bytes, srcKind, dstKind")
     if not len(rows):
@@ -401,6 +424,8 @@ def _read(db: sqlite3.Connection, tables: set[str], label: str) -> tuple[pd.Data
     parts = [_runtime(db, strings, warnings)]
     if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
         parts.append(_kernels(db, strings, tables, warnings))
+    if "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in tables:
+        parts.append(_graphs(db, tables, warnings))
     if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
         parts.append(_memcpys(db, tables, warnings))
     if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:

@@ -34,6 +34,8 @@ import math
 
 import numpy as np
 
+from checker.trace.nsys import GRAPH_PREFIX
+
 
 def _num(value, digits: int = 4):
     if value is None:
@@ -70,7 +72,12 @@ def build_summary(trace, exclude_steps=frozenset()) -> dict:
             notes.append(f"{resident} reads of CPU-resident scalars (the optimizer's step counters: .item() in "
                          "torch.optim's _get_value or a fused optimizer op) are not counted as host syncs: on a GPU "
                          "they read CPU memory or run on the GPU, without a sync")
-    elif not trace.has_python_frames:
+    graphs = _whole_graphs(trace, ex)
+    if graphs:
+        notes.append(f"{graphs} CUDA graph replays were traced as whole graphs (`CUDA graph <id>` rows: their GPU "
+                     "time counts, but not their kernels one by one); `nsys profile --cuda-graph-trace=node` lists "
+                     "the kernels inside")
+    if trace.has_cuda and not trace.has_python_frames:
         notes.append("no Python frames in the trace, so syncs are not traced to a line "
                      "(torch.profiler with_stack=True records them; nsys does not)")
 
@@ -175,6 +182,18 @@ def _cpu_resident_reads(trace, excluded: set) -> int:
     return int(cpu_resident_reads(events, rows).sum())
 
 
+def _whole_graphs(trace, excluded: set) -> int:
+    """How many whole-graph rows (nsys without --cuda-graph-trace=node) fall in the counted steps."""
+    from checker.trace.steps import rows_in_steps
+
+    events = trace.events
+    rows = np.flatnonzero(((events["kind"] == "kernel")
+                           & events["name"].astype(str).str.startswith(GRAPH_PREFIX)).to_numpy())
+    if trace.has_steps and len(rows):
+        rows = rows_in_steps(events, rows, excluded)
+    return len(rows)
+
+
 def _steps_text(numbers: list[int]) -> str:
     """[5, 6, 7, 8, 10] -> 'steps 5..8, 10'; runs of three or more are written as ranges."""
     if not numbers:
@@ -206,9 +225,14 @@ def _findings(s: dict, syncs, pageable, window_ns: float) -> list[tuple[float, s
             "cost little until the kernels get faster") if gpu_bound else ""
     if gpu_bound:
         top = s["top_kernels"][0] if s["top_kernels"] else None
-        out.append((1.0 - idle, f"GPU busy {1 - idle:.0%} of step time: the kernels are the wall"
-                    + (f"; the top kernel takes {top['share']:.0%} of GPU time (Nsight Compute on it is next)"
-                       if top else "")))
+        if top is None:
+            tail = ""
+        elif str(top["name"]).startswith(GRAPH_PREFIX):  # a whole replayed graph: its kernels are not listed
+            tail = (f"; a whole CUDA graph takes {top['share']:.0%} of GPU time: trace again with "
+                    "`nsys profile --cuda-graph-trace=node` to see which of its kernels to give Nsight Compute")
+        else:
+            tail = f"; the top kernel takes {top['share']:.0%} of GPU time (Nsight Compute on it is next)"
+        out.append((1.0 - idle, f"GPU busy {1 - idle:.0%} of step time: the kernels are the wall" + tail))
     if s["host_syncs_in_steps"]:
         cost = float(syncs["dur_ns"].sum()) / window_ns if window_ns else 0.0
         parts = []

@@ -10,6 +10,8 @@ launch). Kernel families group kernels by the kind of work, from their names:
 - ``elementwise``: pointwise kernels (``elementwise``, ``vectorized``, ``unrolled``, ``foreach``,
   ``multi_tensor_apply``);
 - ``memcpy/memset``: copies and sets (not kernels, but GPU time all the same);
+- ``CUDA graph``: a replayed CUDA graph that nsys traced whole (``CUDA graph <id>``: its kernels are inside;
+  ``nsys profile --cuda-graph-trace=node`` lists them);
 - ``other``: everything else.
 """
 
@@ -21,8 +23,9 @@ import numpy as np
 import pandas as pd
 
 LAUNCH = re.compile(r"^cu(?:da)?(?:LaunchKernel|LaunchCooperativeKernel|GraphLaunch|LaunchHostFunc)", re.IGNORECASE)
-FAMILIES = ("gemm/conv", "fused/triton", "reduction", "elementwise", "memcpy/memset", "other")
+FAMILIES = ("gemm/conv", "fused/triton", "reduction", "elementwise", "memcpy/memset", "CUDA graph", "other")
 _RULES = (
+    ("CUDA graph", re.compile(r"^CUDA graph ")),  # checker.trace.nsys.GRAPH_PREFIX
     ("gemm/conv", re.compile(r"gemm|gemv|matmul|xmma|cutlass|cublas|cudnn|conv|winograd|wgrad|dgrad|fprop|"
                              r"implicit_convolve|nhwc|nchw|sm\d+_\w*_tn|scaled_mm|flash|fmha|attention", re.I)),
     ("fused/triton", re.compile(r"triton|fused|^cutedsl|nvfuser|kernel_cuda_fused", re.I)),

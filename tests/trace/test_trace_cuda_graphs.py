@@ -1,0 +1,73 @@
+"""CUDA graphs in nsys exports: a replay traced whole is GPU time, not idle time.
+
+The fixture is chapter 07's reference solution as the grader traced it with nsys on an H100 (its README says
+which run): forward and backward replayed as CUDA graphs, each replay one row of CUPTI_ACTIVITY_KIND_GRAPH_TRACE,
+its kernels absent from the kernel table. Before these rows were read, its report said "GPU idle 97% of step
+time" for a solution that keeps the GPU busy.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sqlite3
+
+import pytest
+
+from checker.trace import load
+from checker.trace.cli import main
+from trace_helpers import ROOT
+
+FIXTURE = ROOT / "tests" / "data" / "traces" / "ch07" / "solution-nsys.sqlite.gz"
+
+
+@pytest.fixture
+def sqlite_copy(tmp_path):
+    """The fixture unpacked, for tests that alter it."""
+    path = tmp_path / "07-solution.sqlite"
+    with gzip.open(FIXTURE) as src, open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return path
+
+
+def _graph_rows(trace):
+    events = trace.events
+    return events[(events["kind"] == "kernel") & events["name"].astype(str).str.startswith("CUDA graph ")]
+
+
+def test_whole_graph_replays_count_as_gpu_time(capsys):
+    trace = load(FIXTURE)
+    graphs = _graph_rows(trace)
+    assert len(graphs) == 20  # every row of CUPTI_ACTIVITY_KIND_GRAPH_TRACE: two graphs, ten replays each
+    assert set(graphs["name"].astype(str)) == {"CUDA graph 4", "CUDA graph 7"}
+    summary = trace.summary(exclude_steps=(39,))
+    assert summary["gpu_idle_fraction"] < 0.2, summary["gpu_idle_fraction"]
+    families = trace.get_kernel_families(exclude_steps=(39,))
+    assert "CUDA graph" in set(families["family"].astype(str))
+    assert main(["report", str(FIXTURE), "--chapter", "07"]) == 0
+    out = capsys.readouterr().out
+    first = next(line.strip() for line in out.splitlines() if line.strip().startswith("1. "))
+    assert first.startswith("1. GPU busy") and "--cuda-graph-trace=node" in first
+    assert "Nsight Compute on it is next" not in out  # a whole graph is not one kernel to profile
+    assert "18 CUDA graph replays were traced as whole graphs" in out  # steps 30-38; 39 is a logging step
+
+
+def test_node_traced_kernels_are_not_counted_twice(sqlite_copy):
+    """With --cuda-graph-trace=node the kernels inside a graph carry its node id; whole-graph rows, if an export
+    has both, are then left out rather than counted beside their own kernels."""
+    with sqlite3.connect(sqlite_copy) as db:
+        db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET graphNodeId = 1 WHERE rowid = "
+                   "(SELECT MIN(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)")
+    assert _graph_rows(load(sqlite_copy)).empty
+
+
+def test_a_damaged_graph_row_is_left_out_with_a_warning(sqlite_copy, capsys):
+    with sqlite3.connect(sqlite_copy) as db:
+        db.execute("UPDATE CUPTI_ACTIVITY_KIND_GRAPH_TRACE SET start = 'garbage' WHERE rowid = "
+                   "(SELECT MIN(rowid) FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE)")
+    trace = load(sqlite_copy)
+    assert len(_graph_rows(trace)) == 19
+    assert main(["report", str(sqlite_copy), "--json"]) == 0
+    warnings = json.loads(capsys.readouterr().out)["warnings"]
+    assert any("CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in w for w in warnings), warnings

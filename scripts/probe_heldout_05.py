@@ -79,10 +79,12 @@ def summarize(paths: list[str], env: dict | None) -> str:
     warmup = int(chapter.config("cuda")["warmup"])
     lines = []
     if env:
-        lines += [f"{env.get('gpu')}, driver {env['nvidia_smi'].split(', ')[1]}, "
-                  f"torch {env.get('torch')}, {env.get('date')}; `scripts/probe_heldout_05.py`, chapter 05's GPU "
-                  f"workload, a fresh secret per row group. same_work's tolerance on the held-out loss: {tolerance:.0%}.", ""]
-    lines += ["| rows | lr | runs | held-out loss: median (min-max) | solution vs slow, same secret: median gap (max) "
+        where = (f"{env['gpu']}, driver {env['nvidia_smi'].split(', ')[1]}" if env.get("gpu")
+                 else f"a CPU ({env.get('cpu_model')}, {env.get('cpu_count')} cores)")
+        lines += [f"{where}, torch {env.get('torch')}, {env.get('date') or env.get('finished')}; "
+                  "`scripts/probe_heldout_05.py`, chapter 05's GPU workload, a fresh secret per row group. same_work's "
+                  f"tolerance on the held-out loss: {tolerance:.0%}.", ""]
+    lines += ["| rows | lr | runs | held-out loss: median (min-max) | other variant vs slow, same secret: median gap (max) "
               f"| pairs over {tolerance:.0%} | spike steps per run | weight distance: median (max) |",
               "|---|---|---|---|---|---|---|---|"]
     for path in paths:
@@ -93,8 +95,8 @@ def summarize(paths: list[str], env: dict | None) -> str:
             pairs = {}
             for r in group:
                 pairs.setdefault(r["seed"], {})[r["variant"]] = r
-            gaps = [abs(p["solution"]["eval_loss"] - p["slow"]["eval_loss"]) / p["slow"]["eval_loss"]
-                    for p in pairs.values() if "slow" in p and "solution" in p]
+            gaps = [abs(r["eval_loss"] - p["slow"]["eval_loss"]) / p["slow"]["eval_loss"]
+                    for p in pairs.values() if "slow" in p for name, r in p.items() if name != "slow"]
             held = [r["eval_loss"] for r in group]
             weights = [r["weight_distance"] for r in group if r["variant"] != "slow" and r.get("weight_distance") is not None]
             lines.append(

@@ -241,6 +241,17 @@ class _Run:
             raise self.broken(f"sent an unknown message '{kind}'")
 
 
+def nsys_profile(nsys: str, report: Path) -> list[str]:
+    """The nsys command line a traced run starts under, up to the run's own command.
+
+    ``--cuda-graph-trace=node``: a CUDA graph's replays are traced kernel by kernel, so the checks that count
+    kernels (elementwise_kernels, launches_per_step's kernels in all) see what a graph ran, not one bar per replay
+    (nsys's default, which checker.trace.nsys reads as GPU time only). A submission cannot hide its kernels in a graph.
+    """
+    return [nsys, "profile", "-t", "cuda,nvtx,osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
+            "--cuda-graph-trace=node", "--force-overwrite=true", "-o", str(report)]
+
+
 def run_script(
     chapter: Chapter,
     script: Path,
@@ -295,10 +306,7 @@ def run_script(
         # run's process has ended. (Run as the grader's user with the run dropped beneath it, nsys wrote no report
         # on an H100 or an H200: docs/results/history/2026-11-25-h100-call4-checks.jsonl.)
         report = folder.path / "trace"
-        command = [
-            nsys, "profile", "-t", "cuda,nvtx,osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
-            "--force-overwrite=true", "-o", str(report), *command,
-        ]
+        command = [*nsys_profile(nsys, report), *command]
         trace_file = report.with_suffix(".nsys-rep")
     if profiler is not None:
         _name, tool, options = profiler

@@ -71,3 +71,13 @@ def test_a_damaged_graph_row_is_left_out_with_a_warning(sqlite_copy, capsys):
     assert main(["report", str(sqlite_copy), "--json"]) == 0
     warnings = json.loads(capsys.readouterr().out)["warnings"]
     assert any("CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in w for w in warnings), warnings
+
+
+def test_the_graders_nsys_traces_graphs_kernel_by_kernel(tmp_path):
+    """The grader's own nsys runs list each graph's kernels, so no count of kernels can be dodged by replaying them
+    in a CUDA graph; the whole-graph rows above are for traces a learner took without the flag."""
+    from checker.grader.runs import nsys_profile
+
+    command = nsys_profile("/opt/nsys", tmp_path / "trace")
+    assert command[:2] == ["/opt/nsys", "profile"] and "--cuda-graph-trace=node" in command
+    assert command[-2:] == ["-o", str(tmp_path / "trace")]

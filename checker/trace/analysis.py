@@ -312,13 +312,24 @@ class TraceAnalysis:
                 f"steps={self.step_count})")
 
 
+# An event may outlast the other events' starts (a long last kernel, the range around everything), never by this much
+OUTLAST_SLACK_NS = 60_000_000_000
+
+
 def _mend_times(events: pd.DataFrame, warnings: list[str]) -> None:
-    """Events that end before they start (a damaged export) are taken to end where they start."""
+    """Events that end before they start, or that last more than twice the whole trace and a minute besides (an end
+    far past every other event's start), come from a damaged export: each is taken to end where it starts."""
     start, end = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
     backwards = end < start
     if backwards.any():
         warnings.append(f"{int(backwards.sum()):,} events end before they start (a negative duration); taken as 0")
         events.loc[backwards, "end_ns"] = start[backwards]
+    span = int(start.max()) - int(start.min()) if len(start) else 0
+    endless = (end - start) > 2 * span + OUTLAST_SLACK_NS
+    if endless.any():
+        warnings.append(f"{int(endless.sum()):,} events last far longer than the whole trace (more than twice the "
+                        "time between its first and last start, and a minute besides); taken as 0")
+        events.loc[endless, "end_ns"] = start[endless]
 
 
 def load(path, step_regex: str | None = None, skip_steps: int = 0) -> TraceAnalysis:

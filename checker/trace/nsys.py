@@ -311,10 +311,18 @@ def _graphs(db, tables, warnings) -> pd.DataFrame:
     if "CUPTI_ACTIVITY_KIND_KERNEL" in tables and "graphNodeId" in _columns(db, "CUPTI_ACTIVITY_KIND_KERNEL"):
         if db.execute("SELECT 1 FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphNodeId IS NOT NULL LIMIT 1").fetchone():
             return pd.DataFrame()
-    rows = _gpu(db, "CUPTI_ACTIVITY_KIND_GRAPH_TRACE", "graphId", warnings)
+    cols = _columns(db, "CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
+    missing = sorted({"start", "end", "globalPid", "deviceId", "streamId", "correlationId"} - cols)
+    if missing:  # an optional table: the rest of the export is still worth reading
+        warnings.append(f"the export's CUPTI_ACTIVITY_KIND_GRAPH_TRACE has no {', '.join(missing)} column, so its CUDA "
+                        "graph replays were left out (the GPU looks idle through them)")
+        return pd.DataFrame()
+    has_id = "graphId" in cols
+    rows = _gpu(db, "CUPTI_ACTIVITY_KIND_GRAPH_TRACE", "graphId" if has_id else "NULL", warnings)
     if not len(rows):
         return pd.DataFrame()
-    labels = [f"{GRAPH_PREFIX}{g}" if g >= 0 else f"{GRAPH_PREFIX}(no id)" for g in rows.ints(6, "graphId")]
+    ids = rows.ints(6, "graphId") if has_id else np.full(len(rows), -1)
+    labels = [f"{GRAPH_PREFIX}{g}" if g >= 0 else f"{GRAPH_PREFIX}(no id)" for g in ids]
     names, codes = np.unique(np.array(labels, dtype=object), return_inverse=True)
     return _gpu_frame("kernel", rows, list(names), codes)
 

@@ -81,3 +81,28 @@ def test_the_graders_nsys_traces_graphs_kernel_by_kernel(tmp_path):
     command = nsys_profile("/opt/nsys", tmp_path / "trace")
     assert command[:2] == ["/opt/nsys", "profile"] and "--cuda-graph-trace=node" in command
     assert command[-2:] == ["-o", str(tmp_path / "trace")]
+
+
+@pytest.mark.parametrize("column, replays", [("graphId", 20), ("streamId", 0)])
+def test_a_graph_table_short_of_a_column_costs_only_what_it_must(sqlite_copy, column, replays):
+    """The graph table is optional: without graphId its replays are still GPU time (named "(no id)"); without a
+    column every GPU row needs, they are left out with a warning, and the rest of the export is still read."""
+    with sqlite3.connect(sqlite_copy) as db:
+        db.execute(f"ALTER TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE DROP COLUMN {column}")
+    trace = load(sqlite_copy)
+    graphs = _graph_rows(trace)
+    assert len(graphs) == replays and trace.summary()["steps"] == 10
+    if replays:
+        assert set(graphs["name"].astype(str)) == {"CUDA graph (no id)"}
+    else:
+        assert any("has no streamId column" in w for w in trace.warnings)
+
+
+def test_an_event_that_outlasts_the_trace_by_ages_is_taken_as_damage(sqlite_copy, capsys):
+    """One kernel whose end is int64's largest value made every GPU-time share absurd (billions of percent)."""
+    with sqlite3.connect(sqlite_copy) as db:
+        db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = 9223372036854775807 WHERE rowid = 5")
+    assert main(["report", str(sqlite_copy), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert any("last far longer than the whole trace" in w for w in summary["warnings"])
+    assert all(k["share"] <= 1.0 for k in summary["top_kernels"])

@@ -3,10 +3,9 @@
 Tables read (each only when present): CUPTI_ACTIVITY_KIND_RUNTIME (CUDA runtime and driver calls),
 CUPTI_ACTIVITY_KIND_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
 CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, CUPTI_ACTIVITY_KIND_GRAPH_TRACE and NVTX_EVENTS, with names from StringIds.
-Numeric codes are
-turned into words by joining the export's own enum tables (ENUM_CUDA_MEMCPY_OPER, ENUM_CUDA_MEM_KIND,
-ENUM_CUPTI_SYNC_TYPE, ENUM_NSYS_EVENT_TYPE), never by numbers written here, since they change between
-versions. API names lose their version suffix (cudaStreamSynchronize_v3020 -> cudaStreamSynchronize),
+Numeric codes are turned into words by joining the export's own enum tables (ENUM_CUDA_MEMCPY_OPER,
+ENUM_CUDA_MEM_KIND, ENUM_CUPTI_SYNC_TYPE, ENUM_NSYS_EVENT_TYPE), never by numbers written here, since they change
+between versions. API names lose their version suffix (cudaStreamSynchronize_v3020 -> cudaStreamSynchronize),
 and copies get the names torch.profiler gives them ("Memcpy HtoD (Pageable -> Device)") so that the
 two formats of one program compare name for name.
 

@@ -45,6 +45,7 @@ class TraceAnalysis:
         self.warnings: list[str] = [str(w) for w in self.meta.get("warnings", [])]
         self.step_pattern: re.Pattern = compile_step_regex(step_regex)
         _mend_times(events, self.warnings)
+        _mend_bytes(events, self.warnings)
         steps = find_steps(events, self.step_pattern, self.warnings)
         self.skipped_steps = [int(s) for s in steps["step"].iloc[:max(0, skip_steps)]]
         if skip_steps and len(steps) and skip_steps >= len(steps):
@@ -52,6 +53,7 @@ class TraceAnalysis:
                              f"{len(steps)}; skip fewer")
         self._steps = steps.iloc[max(0, skip_steps):].reset_index(drop=True)
         events["step"] = assign_steps(events, self._steps)
+        _clip_to_steps(events, self._steps, self.warnings)
         self.events = events
 
     # ---- what the trace holds -------------------------------------------------------------------
@@ -330,6 +332,52 @@ def _mend_times(events: pd.DataFrame, warnings: list[str]) -> None:
         warnings.append(f"{int(endless.sum()):,} events last far longer than the whole trace (more than twice the "
                         "time between its first and last start, and a minute besides); taken as 0")
         events.loc[endless, "end_ns"] = start[endless]
+
+
+OVERRUN_SLACK_NS = 1_000  # time stamps in microseconds, rounded: a call may seem to end a little after its step
+
+
+def _clip_to_steps(events: pd.DataFrame, steps: pd.DataFrame, warnings: list[str]) -> None:
+    """A CUDA call or a range on a step's own thread ends inside that step (the step's range encloses it): one that
+    ends after it (a damaged end) is cut at the step's end, so that no wait counts for more than its step. Python
+    frames are left alone: the frame that closes the step's own range ends just after it."""
+    if steps.empty or events.empty:
+        return
+    step = events["step"].to_numpy(dtype=np.int64, na_value=-1)
+    host = events["kind"].isin(("cuda_api", "range")).to_numpy() & (step >= 0)
+    if not host.any():
+        return
+    ends = dict(zip(steps["step"].astype(int), steps["end_ns"].astype(np.int64)))
+    threads = {(int(p), int(t)) for p, t in zip(steps["pid"], steps["tid"])}
+    rows = np.flatnonzero(host)
+    own = np.array([(int(p), int(t)) in threads for p, t in zip(events["pid"].to_numpy()[rows],
+                                                              events["tid"].to_numpy()[rows])], dtype=bool)
+    rows = rows[own]
+    if not len(rows):
+        return
+    limit = np.array([ends[int(k)] for k in step[rows]], dtype=np.int64)
+    end = events["end_ns"].to_numpy()[rows]
+    over = end > limit + OVERRUN_SLACK_NS
+    if over.any():
+        warnings.append(f"{int(over.sum()):,} host calls or ranges end after the step they started in (a damaged "
+                        "end, or a step range that ended too soon); cut at the step's end")
+        events.loc[events.index[rows[over]], "end_ns"] = limit[over]
+
+
+MAX_COPY_BYTES = 1 << 40  # 1 TiB: more than any GPU's memory, so no one copy or set moves more
+
+
+def _mend_bytes(events: pd.DataFrame, warnings: list[str]) -> None:
+    """Byte counts below zero or beyond any GPU's memory (damage; summed, they wrapped around int64) are taken as
+    missing."""
+    if "bytes" not in events:
+        return
+    values = events["bytes"]
+    bad = (values.notna() & ((values < 0) | (values > MAX_COPY_BYTES))).to_numpy(dtype=bool, na_value=False)
+    if bad.any():
+        warnings.append(f"{int(bad.sum()):,} copies or sets give a byte count below zero or above 1 TiB; taken as "
+                        "unknown")
+        events.loc[bad, "bytes"] = pd.NA
 
 
 def load(path, step_regex: str | None = None, skip_steps: int = 0) -> TraceAnalysis:

@@ -72,6 +72,12 @@ def categorical(codes, categories, dtype: pd.CategoricalDtype | None = None) -> 
     """Integer codes (-1 = missing) into a Categorical; with dtype, the categories are that dtype's."""
     codes = np.asarray(codes, dtype=np.int32)
     if dtype is None:
+        # two codes may name the same text (two StringIds rows, or two API versions once their suffix is gone):
+        # one category each, the codes mapped onto it
+        unique, first = np.unique(np.array(list(categories), dtype=object), return_inverse=True)
+        if len(unique) < len(first):
+            codes = np.where(codes >= 0, first[np.clip(codes, 0, None)] if len(first) else codes, -1).astype(np.int32)
+            categories = unique
         return pd.Categorical.from_codes(codes, categories=pd.Index(list(categories), dtype=object))
     return pd.Categorical.from_codes(codes, dtype=dtype)
 

@@ -305,11 +305,21 @@ def _kernels(db, strings, tables, warnings) -> pd.DataFrame:
 GRAPH_PREFIX = "CUDA graph "  # names the whole-graph rows: checker.trace.analyses.kernels gives them a family
 
 
+def _node_kernel_starts(db, tables) -> dict:
+    """Per device, the sorted starts of the kernels traced one by one inside graphs (--cuda-graph-trace=node)."""
+    if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables or not {"graphNodeId", "deviceId"} <= _columns(
+            db, "CUPTI_ACTIVITY_KIND_KERNEL"):
+        return {}
+    found: dict = {}
+    for start, device in db.execute("SELECT start, deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphNodeId IS NOT "
+                                    "NULL AND typeof(start) = 'integer'"):
+        found.setdefault(device if isinstance(device, int) else None, []).append(start)
+    return {device: np.sort(np.array(starts, dtype=np.int64)) for device, starts in found.items()}
+
+
 def _graphs(db, tables, warnings) -> pd.DataFrame:
-    """Whole-graph rows, unless the kernels inside graphs were traced one by one (--cuda-graph-trace=node)."""
-    if "CUPTI_ACTIVITY_KIND_KERNEL" in tables and "graphNodeId" in _columns(db, "CUPTI_ACTIVITY_KIND_KERNEL"):
-        if db.execute("SELECT 1 FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphNodeId IS NOT NULL LIMIT 1").fetchone():
-            return pd.DataFrame()
+    """Whole-graph rows, but for a replay whose kernels were traced one by one (a kernel with a graph node id starts
+    inside it, on its device): that one is already counted, kernel by kernel."""
     cols = _columns(db, "CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
     missing = sorted({"start", "end", "globalPid", "deviceId", "streamId", "correlationId"} - cols)
     if missing:  # an optional table: the rest of the export is still worth reading
@@ -323,7 +333,17 @@ def _graphs(db, tables, warnings) -> pd.DataFrame:
     ids = rows.ints(6, "graphId") if has_id else np.full(len(rows), -1)
     labels = [f"{GRAPH_PREFIX}{g}" if g >= 0 else f"{GRAPH_PREFIX}(no id)" for g in ids]
     names, codes = np.unique(np.array(labels, dtype=object), return_inverse=True)
-    return _gpu_frame("kernel", rows, list(names), codes)
+    frame = _gpu_frame("kernel", rows, list(names), codes)
+    node_starts = _node_kernel_starts(db, tables)
+    if node_starts:
+        devices = rows.ints(3, "deviceId")
+        inside = np.zeros(len(frame), dtype=bool)
+        for device, starts in node_starts.items():
+            mine = (devices == device) if device is not None else np.ones(len(frame), dtype=bool)
+            first = np.searchsorted(starts, rows.start, side="left")
+            inside |= mine & (first < len(starts)) & (starts[np.minimum(first, len(starts) - 1)] <= rows.end)
+        frame = frame[~inside].reset_index(drop=True)
+    return frame
 
 
 def _memcpys(db, tables, warnings) -> pd.DataFrame:

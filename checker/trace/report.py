@@ -234,7 +234,8 @@ def _findings(s: dict, syncs, pageable, window_ns: float) -> list[tuple[float, s
             tail = f"; the top kernel takes {top['share']:.0%} of GPU time (Nsight Compute on it is next)"
         out.append((1.0 - idle, f"GPU busy {1 - idle:.0%} of step time: the kernels are the wall" + tail))
     if s["host_syncs_in_steps"]:
-        cost = float(syncs["dur_ns"].sum()) / window_ns if window_ns else 0.0
+        # never more than the steps: calls a damaged trace let overlap (the warnings say so) cannot cost more
+        cost = min(1.0, float(syncs["dur_ns"].sum()) / window_ns) if window_ns else 0.0
         parts = []
         for src in s["sync_sources"][:3]:
             origin = " in ".join(x for x in (src["op"], src["where"]) if x)
@@ -250,7 +251,7 @@ def _findings(s: dict, syncs, pageable, window_ns: float) -> list[tuple[float, s
         out.append((max(cost, 1e-6) + 1e-3, f"{s['host_syncs_in_steps']} host syncs {scope} "
                     f"({s['host_syncs_per_step']:g} per step){waited}{busy}: " + "; ".join(parts)))
     if len(pageable):
-        cost = float(pageable["cpu_blocked_ns"].sum()) / window_ns if window_ns else 0.0
+        cost = min(1.0, float(pageable["cpu_blocked_ns"].sum()) / window_ns) if window_ns else 0.0
         mb = s["pageable_h2d_bytes"] / 1e6
         if s["pageable_h2d_copies"]:
             text = (f"{s['pageable_h2d_copies']} pageable host-to-device copies {scope} "

@@ -229,6 +229,24 @@ def _empty_runtime(d: Path):
     return [str(nsys_copy(d, "DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME"))]
 
 
+def _same_text_twice(d: Path):
+    # two StringIds rows with one text: what two versions of one API call become once their suffix is stripped
+    return [str(nsys_copy(d, "UPDATE StringIds SET value = 'cudaLaunchKernel' "
+                             "WHERE value = 'cudaLaunchKernelExC_v11060'"))]
+
+
+def _copy_bytes(value: int):
+    def make(d: Path):
+        return [str(nsys_copy(d, f"UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET bytes = {value}"))]
+    return make
+
+
+def _long_host(sql: str):
+    def make(d: Path):
+        return [str(nsys_copy(d, sql))]
+    return make
+
+
 CASES = [
     Case("ts-10e400", "`ts` = 10**400: OverflowError", _ts_huge, WARNED, "time stamp", CPU_NUMBERS),
     Case("ts-5000-digits", "a 5000-digit `ts`: ValueError", _ts_digits, WARNED, "time stamp", CPU_NUMBERS),
@@ -264,6 +282,19 @@ CASES = [
     Case("steps-same-name", "seven steps all named `step 1`: 1 step", _same_step_name, WARNED, "repeat", CPU_NUMBERS),
     Case("steps-overlap", "overlapping step ranges: treated as nested", _overlapping_steps, WARNED, "overlap",
          CPU_NUMBERS),
+    Case("nsys-same-text-twice", "two StringIds rows with one text: ValueError (categories must be unique)",
+         _same_text_twice, WARNED, "", GPU_NUMBERS),
+    Case("nsys-bytes-negative", "a copy of -10**12 bytes: -2,000,000 MB per step", _copy_bytes(-10**12), WARNED,
+         "byte count", GPU_NUMBERS),
+    Case("nsys-bytes-9e18", "copies of 9e18 bytes each: their sum wrapped to a negative MB per step",
+         _copy_bytes(9 * 10**18), WARNED, "byte count", GPU_NUMBERS),
+    Case("nsys-sync-50s", "syncs lasting 50 s each: waiting 6,515,812% of step time",
+         _long_host("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET end = start + 50000000000 WHERE nameId IN "
+                    "(SELECT id FROM StringIds WHERE value LIKE 'cudaStreamSynchronize%')"), WARNED,
+         "end after the step they started in", GPU_NUMBERS),
+    Case("nsys-data-range-50s", "`data` ranges lasting 50 s: waiting for data 2,171,937% of step time",
+         _long_host("UPDATE NVTX_EVENTS SET end = start + 50000000000 WHERE text = 'data'"), WARNED,
+         "end after the step they started in", GPU_NUMBERS),
     Case("nsys-empty-runtime", "an emptied RUNTIME table: `cuda: false` yet a GPU idle figure", _empty_runtime, WARNED,
          "no CUDA API calls", {"cuda": True}),
 ]

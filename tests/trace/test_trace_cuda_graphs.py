@@ -54,12 +54,20 @@ def test_whole_graph_replays_count_as_gpu_time(capsys):
 
 
 def test_node_traced_kernels_are_not_counted_twice(sqlite_copy):
-    """With --cuda-graph-trace=node the kernels inside a graph carry its node id; whole-graph rows, if an export
-    has both, are then left out rather than counted beside their own kernels."""
+    """With --cuda-graph-trace=node the kernels inside a replay carry a graph node id: a whole-graph row with such a
+    kernel inside it is left out rather than counted beside its own kernels; the other replays still count. One
+    stray node id on a kernel outside every replay leaves all of them in place."""
     with sqlite3.connect(sqlite_copy) as db:
-        db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET graphNodeId = 1 WHERE rowid = "
-                   "(SELECT MIN(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)")
-    assert _graph_rows(load(sqlite_copy)).empty
+        columns = [row[1] for row in db.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")]
+        copied = ", ".join({"start": "g.start + 1", "end": "g.start + 2", "graphNodeId": "7",
+                            "deviceId": "g.deviceId"}.get(c, f"k.{c}") for c in columns)
+        db.execute(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL ({', '.join(columns)}) SELECT {copied} FROM "
+                   "CUPTI_ACTIVITY_KIND_KERNEL k, CUPTI_ACTIVITY_KIND_GRAPH_TRACE g WHERE k.rowid = 1 AND g.rowid = 1")
+    assert len(_graph_rows(load(sqlite_copy))) == 19
+    with sqlite3.connect(sqlite_copy) as db:
+        db.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphNodeId = 7")
+        db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET graphNodeId = 1 WHERE rowid = 1")  # before any replay
+    assert len(_graph_rows(load(sqlite_copy))) == 20
 
 
 def test_a_damaged_graph_row_is_left_out_with_a_warning(sqlite_copy, capsys):

@@ -8,6 +8,7 @@ left out or guessed, and the numbers that damage did not touch still right.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 
@@ -175,3 +176,19 @@ def test_events_that_are_all_unusable_are_named_not_called_missing(capsys, tmp_p
     code, out, err = report(capsys, [str(path)])
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "no usable events" in err and "holds no events" not in err
+
+
+def test_waits_a_damaged_end_stretched_cost_no_more_than_the_steps(capsys, tmp_path):
+    """Syncs or `data` ranges whose end a damaged export put 50 s later: every share of step time stays at 100%
+    or below, and the warning says the calls were cut at their step's end."""
+    from damage_cases import CASES as cases
+
+    for case_id in ("nsys-sync-50s", "nsys-data-range-50s"):
+        case = next(c for c in cases if c.id == case_id)
+        (tmp_path / case_id).mkdir()
+        code, out, _ = report(capsys, case.make(tmp_path / case_id))
+        summary = json.loads(out)
+        assert code == 0 and any("cut at the step's end" in w for w in summary["warnings"])
+        for line in summary["findings"]:
+            for number in re.findall(r"(\d+)% of step time", line):
+                assert int(number) <= 100, line

@@ -203,6 +203,16 @@ def test_a_verdict_belongs_to_the_lab_as_it_was_checked(state, workbook):
     assert "labs/02_pageable_copies/train.py changed since that check" in hint and "1/3 a nudge:" in hint
 
 
+def test_a_pass_of_some_checks_is_not_called_a_pass_of_the_lab(state, workbook):
+    """After `workbook check 01 --only same_work` passed, the lab may still fail its other checks: the hint sends
+    the learner to a full check, not to the solution (a learner was told "no hint needed" with three syncs left)."""
+    progress.record_check(_report("01"))
+    progress.update("01_item_syncs", every_check=False)
+    hint = " ".join(workbook("hint", "01").stdout.split())
+    assert "no hint needed" not in hint and "workbook solution" not in hint
+    assert "ran only some of the chapter's checks (--only)" in hint and "run `workbook check 01`" in hint
+
+
 def test_a_check_of_a_variant_or_a_submission_is_not_progress(state, workbook, tmp_path):
     (tmp_path / "train.py").write_text("x = (\n")
     workbook("check", "01", "--submission", str(tmp_path))

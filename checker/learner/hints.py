@@ -40,6 +40,9 @@ def next_hint(chapter: Chapter) -> str:
             return (f"{chapter.id}: your lab passed its check of {entry.get('date')}, but "
                     f"{display_path(chapter.lab_script)} changed since: run `workbook check {number}` again; "
                     f"the hint follows what that check finds.")
+        if entry.get("every_check") is False:  # `workbook check NN --only ...`: a pass of the checks it ran
+            return (f"{chapter.id}: your last check ran only some of the chapter's checks (--only), and those passed; "
+                    f"run `workbook check {number}` for all of them: the hint follows what fails there.")
         return (f"{chapter.id}: your lab passed its last check; no hint needed. "
                 f"`workbook solution {number}` shows the reference solution beside your lab.")
     check = _failing_check(chapter, entry)

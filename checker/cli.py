@@ -379,6 +379,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
         if args.tool == "torch" and chapter.look_for.get("torch_cpu"):
             print(textwrap.fill("on a CPU, look for: " + chapter.look_for["torch_cpu"], 100), file=sys.stderr)
     if not args.run:
+        if args.tool in ("nsys", "ncu") and find_tool(args.tool) is None:  # the command is for a GPU machine
+            print(f"note: {args.tool} is not found here; run the command above on a machine with a GPU and "
+                  f"{args.tool}, or here: workbook profile {chapter.number:02d} --tool torch --run", file=sys.stderr)
         return 0
     argv = shlex.split(command)
     if argv[0] in ("nsys", "ncu"):

@@ -179,6 +179,15 @@ def test_after_a_torch_profile_the_next_command_and_what_to_look_for_on_its_devi
         assert expected in " ".join(printed.split())
 
 
+def test_profile_without_nsys_here_says_where_the_command_runs(workbook, monkeypatch):
+    """Printing nsys's recipe on a machine without nsys is fine (it is for the GPU machine), but say so."""
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("WORKBOOK_NSYS", raising=False)
+    proc = workbook("profile", "01", "--tool", "nsys")
+    assert proc.returncode == 0 and proc.stdout.startswith("nsys profile")
+    assert "note: nsys is not found here" in proc.stderr and "--tool torch --run" in proc.stderr
+
+
 def test_profile_run_without_nsys_explains(workbook, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("WORKBOOK_NSYS", raising=False)

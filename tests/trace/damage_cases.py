@@ -241,6 +241,21 @@ def _copy_bytes(value: int):
     return make
 
 
+def _copies_each_on_a_thread(d: Path):
+    # 50,000 copy calls, each on a thread of its own, each with its copy: pairing a copy's call with the call after
+    # it on its thread went thread by thread over every copy (still running after 60 s)
+    count = 50_000
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 0,
+               "dur": count * 10 + 10}]
+    for i in range(count):
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 100 + i,
+                       "ts": i * 10 + 1, "dur": 2, "args": {"correlation": i + 1}})
+        events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 7,
+                       "ts": i * 10 + 3, "dur": 2, "args": {"correlation": i + 1, "device": 0, "stream": 7,
+                                                           "bytes": 100}})
+    return [str(write_doc({"traceEvents": events}, d / "threads.json"))]
+
+
 def _long_host(sql: str):
     def make(d: Path):
         return [str(nsys_copy(d, sql))]
@@ -295,6 +310,8 @@ CASES = [
     Case("nsys-data-range-50s", "`data` ranges lasting 50 s: waiting for data 2,171,937% of step time",
          _long_host("UPDATE NVTX_EVENTS SET end = start + 50000000000 WHERE text = 'data'"), WARNED,
          "end after the step they started in", GPU_NUMBERS),
+    Case("copies-50000-threads", "50,000 copies, each call on its own thread: still running after 60 s",
+         _copies_each_on_a_thread, WARNED, "", {"steps": 1, "pageable_h2d_copies": 50_000}),
     Case("nsys-empty-runtime", "an emptied RUNTIME table: `cuda: false` yet a GPU idle figure", _empty_runtime, WARNED,
          "no CUDA API calls", {"cuda": True}),
 ]

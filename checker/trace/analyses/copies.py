@@ -44,20 +44,22 @@ def launch_rows(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
 
 
 def next_call_rows(events: pd.DataFrame, calls: np.ndarray) -> np.ndarray:
-    """For cuda_api rows, the next cuda_api row on the same thread, or -1."""
+    """For cuda_api rows, the next cuda_api row on the same thread, or -1 (one sort, whatever the threads)."""
     out = np.full(len(calls), -1, dtype=np.int64)
     api = np.flatnonzero((events["kind"] == "cuda_api").to_numpy())
-    if not len(api):
+    if not len(api) or not len(calls):
         return out
-    tid = events["tid"].to_numpy()
-    pid = events["pid"].to_numpy()
-    for key, members in pd.Series(api).groupby([pid[api], tid[api]]).indices.items():
-        ordered = api[members]  # table order is start order
-        position = {row: k for k, row in enumerate(ordered)}
-        for i, call in enumerate(calls):
-            k = position.get(call)
-            if k is not None and k + 1 < len(ordered):
-                out[i] = ordered[k + 1]
+    tid = events["tid"].to_numpy()[api]
+    pid = events["pid"].to_numpy()[api]
+    order = np.lexsort((api, tid, pid))  # by thread, then table order (start order) within it
+    ranked, same = api[order], (pid[order][1:] == pid[order][:-1]) & (tid[order][1:] == tid[order][:-1])
+    following = np.full(len(api), -1, dtype=np.int64)
+    following[:-1] = np.where(same, ranked[1:], -1)
+    after = np.full(len(events), -1, dtype=np.int64)
+    after[ranked] = following
+    calls = np.asarray(calls, dtype=np.int64)
+    valid = calls >= 0
+    out[valid] = after[calls[valid]]
     return out
 
 

@@ -44,6 +44,7 @@ class TraceAnalysis:
         self.meta = meta or {}
         self.warnings: list[str] = [str(w) for w in self.meta.get("warnings", [])]
         self.step_pattern: re.Pattern = compile_step_regex(step_regex)
+        events = _drop_repeats(events, self.warnings)
         _mend_times(events, self.warnings)
         _mend_bytes(events, self.warnings)
         steps = find_steps(events, self.step_pattern, self.warnings)
@@ -312,6 +313,21 @@ class TraceAnalysis:
     def __repr__(self) -> str:
         return (f"TraceAnalysis({self.source!r}, format={self.format!r}, events={len(self.events)}, "
                 f"steps={self.step_count})")
+
+
+REPEAT_KEY = ["kind", "name", "start_ns", "end_ns", "pid", "tid", "device", "stream", "correlation"]
+
+
+def _drop_repeats(events: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
+    """An event recorded twice (the same kind, name, times, thread and correlation: a trace merged with itself,
+    a table copied into itself) is counted once: a second copy of every call doubled the syncs and paired each
+    copy with its own twin instead of the sync after it."""
+    repeated = events.duplicated(subset=[c for c in REPEAT_KEY if c in events], keep="first").to_numpy()
+    if not repeated.any():
+        return events
+    warnings.append(f"{int(repeated.sum()):,} events appear twice or more (the same name, times, thread and "
+                    "correlation); each is counted once")
+    return events[~repeated].reset_index(drop=True)
 
 
 # An event may outlast the other events' starts (a long last kernel, the range around everything), never by this much

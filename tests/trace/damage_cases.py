@@ -312,6 +312,9 @@ CASES = [
          "end after the step they started in", GPU_NUMBERS),
     Case("copies-50000-threads", "50,000 copies, each call on its own thread: still running after 60 s",
          _copies_each_on_a_thread, WARNED, "", {"steps": 1, "pageable_h2d_copies": 50_000}),
+    Case("nsys-runtime-twice", "every CUDA call recorded twice: 42 syncs, and each copy paired with its own twin",
+         _long_host("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT * FROM CUPTI_ACTIVITY_KIND_RUNTIME"), WARNED,
+         "appear twice or more", GPU_NUMBERS),
     Case("nsys-empty-runtime", "an emptied RUNTIME table: `cuda: false` yet a GPU idle figure", _empty_runtime, WARNED,
          "no CUDA API calls", {"cuda": True}),
 ]

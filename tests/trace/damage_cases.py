@@ -243,7 +243,7 @@ def _copy_bytes(value: int):
 
 def _copies_each_on_a_thread(d: Path):
     # 50,000 copy calls, each on a thread of its own, each with its copy: pairing a copy's call with the call after
-    # it on its thread went thread by thread over every copy (still running after 60 s)
+    # it on its thread went thread by thread over every copy (over 60 s)
     count = 50_000
     events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 0,
                "dur": count * 10 + 10}]
@@ -310,7 +310,7 @@ CASES = [
     Case("nsys-data-range-50s", "`data` ranges lasting 50 s: waiting for data 2,171,937% of step time",
          _long_host("UPDATE NVTX_EVENTS SET end = start + 50000000000 WHERE text = 'data'"), WARNED,
          "end after the step they started in", GPU_NUMBERS),
-    Case("copies-50000-threads", "50,000 copies, each call on its own thread: still running after 60 s",
+    Case("copies-50000-threads", "50,000 copies, each call on its own thread: a hang (over 60 s)",
          _copies_each_on_a_thread, WARNED, "", {"steps": 1, "pageable_h2d_copies": 50_000}),
     Case("nsys-runtime-twice", "every CUDA call recorded twice: 42 syncs, and each copy paired with its own twin",
          _long_host("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT * FROM CUPTI_ACTIVITY_KIND_RUNTIME"), WARNED,

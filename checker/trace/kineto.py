@@ -75,6 +75,7 @@ for _cat, _kind in CATEGORY_KIND.items():
 _GPU_CATS = {"gpu_user_annotation", "kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "cuda_sync",
              "Kernel", "Memcpy", "Memset"}
 _SPARSE_CATS = _GPU_CATS | {"cuda_runtime", "runtime", "Runtime", "cuda_driver", "driver", "Driver"}
+_NOT_WORK = {"s", "f", "t", "i", "I", "M", "C", "n", "R", "O", "N", "D", "P"}  # flows, instants, counters, marks, metadata
 _CPU_OP, _RANGE, _MEMCPY, _MEMSET, _PYTHON = (_KIND_CODE[k] for k in ("cpu_op", "range", "memcpy", "memset", "python"))
 _COPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*\((\w[\w ]*?)\s*->\s*(\w[\w ]*?)\)")
 _SET_NAME = re.compile(r"Memset\s*\((\w[\w ]*?)\)")
@@ -130,6 +131,10 @@ class _Columns:
         pid_append, tid_append = self.pid.append, self.tid.append
         for e in events:
             if e.get("ph") != "X":
+                # flows, instants, counters and metadata are not work; a kernel or a call in another phase (a
+                # begin/end pair, say) is work this reader does not pair up: said, not dropped in silence
+                if e.get("ph") not in _NOT_WORK and e.get("cat") in cat_code:
+                    self._note("a phase ('ph') other than complete ('X'), and were left out", e)
                 continue
             cat = e.get("cat")
             kind = cat_code.get(cat)

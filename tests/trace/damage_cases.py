@@ -256,6 +256,14 @@ def _copies_each_on_a_thread(d: Path):
     return [str(write_doc({"traceEvents": events}, d / "threads.json"))]
 
 
+def _kernels_as_begin_events(d: Path):
+    doc = kineto_doc(GPU_KINETO)
+    for event in doc["traceEvents"]:
+        if event.get("cat") == "kernel":
+            event["ph"] = "B"  # a phase the reader does not pair up
+    return [str(write_doc(doc, d / "trace.json"))]
+
+
 def _long_host(sql: str):
     def make(d: Path):
         return [str(nsys_copy(d, sql))]
@@ -315,6 +323,8 @@ CASES = [
     Case("nsys-runtime-twice", "every CUDA call recorded twice: 42 syncs, and each copy paired with its own twin",
          _long_host("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT * FROM CUPTI_ACTIVITY_KIND_RUNTIME"), WARNED,
          "appear twice or more", GPU_NUMBERS),
+    Case("kineto-kernels-ph-B", "kernels in phase 'B', not 'X': left out in silence, the GPU called idle",
+         _kernels_as_begin_events, WARNED, "other than complete ('X')", GPU_NUMBERS),
     Case("nsys-empty-runtime", "an emptied RUNTIME table: `cuda: false` yet a GPU idle figure", _empty_runtime, WARNED,
          "no CUDA API calls", {"cuda": True}),
 ]

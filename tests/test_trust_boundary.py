@@ -172,6 +172,25 @@ def test_a_trace_spanning_other_times_than_the_run_is_not_its_record():
     assert "not the record" in trace_problem(trace_of([5, 6, 7]), Stamped(900), 5, 3, "cpu")
 
 
+def test_a_gpu_bound_trace_ends_where_its_kernels_end():
+    """The grader's last stamp follows the harness's sync: a run whose host launched three steps in 30 ms while their
+    kernels ran until 130 ms is the record of a run the grader saw take 130 ms (an honest lab of chapter 05 was once
+    refused for it); with no kernels that late, the same stamps still mark the trace as another run's."""
+    host = trace_of([5, 6, 7]).events
+    rows = []
+    for index, step in enumerate((5, 6, 7)):
+        launch = index * 10_000_000 + 100
+        rows.append({"kind": "cuda_api", "name": "cudaLaunchKernel", "start_ns": launch, "end_ns": launch + 50,
+                     "pid": 1, "tid": 1, "correlation": 100 + step})
+        rows.append({"kind": "kernel", "name": "elementwise_kernel", "start_ns": (index + 1) * 40_000_000,
+                     "end_ns": (index + 1) * 40_000_000 + 10_000_000, "pid": 1, "tid": 7, "device": 0, "stream": 7,
+                     "correlation": 100 + step})
+    both = finish(pd.concat([host.drop(columns=["step"]), pd.DataFrame(rows)], ignore_index=True))
+    gpu_bound = TraceAnalysis(both, fmt="fabricated", source="test")
+    assert trace_problem(gpu_bound, Stamped(130), 5, 3, "cuda") is None
+    assert "not the record" in trace_problem(trace_of([5, 6, 7]), Stamped(130), 5, 3, "cuda")
+
+
 def test_a_step_without_work_is_a_failure_not_infinitely_fewer():
     assert "no work in step(s) 6" in trace_problem(trace_of([5, 6, 7], op_in={5, 7}), Stamped(30), 5, 3, "cpu")
 

@@ -78,6 +78,7 @@ def find_steps(events: pd.DataFrame, pattern: re.Pattern, warnings: list[str] | 
     next_end = np.append(ends[1:], 0)
     # a range that holds the next one on its thread is outer; a zero-length range holds nothing
     holds_next = same_thread & (next_start < ends) & (next_end <= ends) & (ends > starts)
+    _warn_of_steps_holding_steps(hits, holds_next, warnings)
     inner = hits[~holds_next]
     steps = pd.DataFrame({
         "step": pd.array([number[n] for n in inner["name"]], dtype="Int64"),
@@ -112,6 +113,28 @@ def find_steps(events: pd.DataFrame, pattern: re.Pattern, warnings: list[str] | 
                         f"counted once, by its first range ({len(steps) - len(unique)} ranges left out)")
     steps = unique.reset_index(drop=True)
     return steps[list(STEP_COLUMNS)].astype(STEP_COLUMNS)
+
+
+def _warn_of_steps_holding_steps(hits: pd.DataFrame, outer: np.ndarray, warnings: list[str]) -> None:
+    """An outer step range holds one step (``ProfilerStep#5`` around ``step 5``); one that holds two or more (a
+    damaged end: ``step 3`` lasting 50 s around steps 4..6) is left out like any outer range, but said."""
+    if not outer.any():
+        return
+    starts, ends = hits["start_ns"].to_numpy(), hits["end_ns"].to_numpy()
+    thread = list(zip(hits["pid"].to_numpy(), hits["tid"].to_numpy()))
+    swallowing = []
+    for i in np.flatnonzero(outer):
+        j, held = i + 1, 0  # hits are sorted by thread, then start: the ranges it holds follow it
+        while j < len(hits) and thread[j] == thread[i] and starts[j] < ends[i] and held < 2:
+            held += 1
+            j += 1
+        if held >= 2:
+            swallowing.append(i)
+    if swallowing:
+        i = swallowing[0]
+        warnings.append(f"{len(swallowing)} step ranges hold two or more other step ranges (e.g. "
+                        f"{hits['name'].iat[i]}, {(ends[i] - starts[i]) / 1e6:g} ms long): a step cannot hold "
+                        "steps, so each was left out and its steps counted without it")
 
 
 def _mend_ends(steps: pd.DataFrame, events: pd.DataFrame, warnings: list[str]) -> None:

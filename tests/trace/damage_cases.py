@@ -325,6 +325,9 @@ CASES = [
          "appear twice or more", GPU_NUMBERS),
     Case("kineto-kernels-ph-B", "kernels in phase 'B', not 'X': left out in silence, the GPU called idle",
          _kernels_as_begin_events, WARNED, "other than complete ('X')", GPU_NUMBERS),
+    Case("nsys-step-50s", "`step 3` lasting 50 s around steps 4..6: step 3 gone from the count, unsaid",
+         _long_host("UPDATE NVTX_EVENTS SET end = start + 50000000000 WHERE text = 'step 3'"), WARNED,
+         "hold two or more other step ranges", {"steps": 6}),
     Case("nsys-empty-runtime", "an emptied RUNTIME table: `cuda: false` yet a GPU idle figure", _empty_runtime, WARNED,
          "no CUDA API calls", {"cuda": True}),
 ]

@@ -40,7 +40,16 @@ def _window(trace, max_steps: int) -> tuple[int, int]:
     if len(correlations):
         gpu = events[events["device"].notna() & events["correlation"].isin(correlations)]
         if len(gpu):
-            hi = max(hi, int(gpu["end_ns"].max()))
+            # up to the last GPU work that follows on from the rest: a kernel that a damaged time stamp put hours
+            # away (a gap of more than ten drawn windows) would squeeze everything else into one pixel
+            ends = np.sort(gpu["end_ns"].to_numpy(dtype=np.int64))
+            ends = ends[ends > hi]
+            if len(ends):
+                gaps = np.diff(np.concatenate(([hi], ends)))
+                far = np.flatnonzero(gaps > 10 * max(hi - lo, 1))
+                kept = ends[:far[0]] if len(far) else ends
+                if len(kept):
+                    hi = int(kept[-1])
     return lo, hi
 
 

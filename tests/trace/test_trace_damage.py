@@ -192,3 +192,16 @@ def test_waits_a_damaged_end_stretched_cost_no_more_than_the_steps(capsys, tmp_p
         for line in summary["findings"]:
             for number in re.findall(r"(\d+)% of step time", line):
                 assert int(number) <= 100, line
+
+
+def test_one_kernel_a_damaged_stamp_put_hours_away_does_not_stretch_the_timeline(tmp_path):
+    """A kernel whose `ts` moved 4e12 us later made the timeline span 4e9 ms, every other bar in one pixel."""
+    from damage_cases import GPU_KINETO
+    from checker.trace.timeline import _window
+
+    doc = kineto_doc(GPU_KINETO)
+    kernel = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    kernel["ts"] += 4e12
+    lo, hi = _window(load(write_doc(doc, tmp_path / "far.json")), 20)
+    lo0, hi0 = _window(load(GPU_KINETO), 20)
+    assert (lo, hi) == (lo0, hi0)

@@ -222,7 +222,9 @@ class _Rows:
     def _column(self, i: int, what: str) -> np.ndarray:
         values, bad = _int_column(self.columns[i])
         values, bad = values[self.keep], bad[self.keep]
-        if bad.any():
+        said = self.__dict__.setdefault("_said", set())
+        if bad.any() and i not in said:  # one warning per column, however often it is read
+            said.add(i)
             self.warnings.append(f"{int(bad.sum()):,} rows of {self.table} had a {what} that is not an integer; "
                                  "taken as missing")
         return values

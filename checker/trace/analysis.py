@@ -363,15 +363,15 @@ def _clip_to_steps(events: pd.DataFrame, steps: pd.DataFrame, warnings: list[str
     host = events["kind"].isin(("cuda_api", "range")).to_numpy() & (step >= 0)
     if not host.any():
         return
-    ends = dict(zip(steps["step"].astype(int), steps["end_ns"].astype(np.int64)))
-    threads = {(int(p), int(t)) for p, t in zip(steps["pid"], steps["tid"])}
+    # each step's end, and whether the row runs on a thread that carries step ranges: two lookups, no Python loop
+    step_end = pd.Series(steps["end_ns"].to_numpy(dtype=np.int64), index=steps["step"].to_numpy(dtype=np.int64))
+    stepping = pd.MultiIndex.from_arrays([steps["pid"].to_numpy(), steps["tid"].to_numpy()])
     rows = np.flatnonzero(host)
-    own = np.array([(int(p), int(t)) in threads for p, t in zip(events["pid"].to_numpy()[rows],
-                                                              events["tid"].to_numpy()[rows])], dtype=bool)
+    own = pd.MultiIndex.from_arrays([events["pid"].to_numpy()[rows], events["tid"].to_numpy()[rows]]).isin(stepping)
     rows = rows[own]
     if not len(rows):
         return
-    limit = np.array([ends[int(k)] for k in step[rows]], dtype=np.int64)
+    limit = step_end.reindex(step[rows]).to_numpy(dtype=np.int64)
     end = events["end_ns"].to_numpy()[rows]
     over = end > limit + OVERRUN_SLACK_NS
     if over.any():

@@ -308,9 +308,6 @@ def _grade(args: argparse.Namespace, say) -> int:
     slots = None
     if not (args.collect or args.slurm):  # refuse bad --gpus/--workers before touching any folder
         slots = grading.plan_slots(chapter, device, args.gpus, args.workers, names() if device == "cuda" else [])
-        note = several_gpus_note(chapter, device, slots)
-        if note:
-            say(note)
     earlier = grading_class.earlier_output()
     if earlier and not args.force:  # what is there was made by another grading: rebuilding would replace it
         raise WorkbookError(f"--out {args.out}: {earlier}")
@@ -351,14 +348,6 @@ def _grade(args: argparse.Namespace, say) -> int:
     print(f"gradebook: {args.out / GRADEBOOK_NAME}, feedback: {args.out / FEEDBACK_DIR}/, "
           f"ledger: {args.out / 'ledger.jsonl'}")
     return summary.exit_code
-
-
-def several_gpus_note(chapter, device: str, slots) -> str | None:
-    """A chapter's word of caution for a class graded on several GPUs at once (chapter.toml's several_gpus_note)."""
-    text = chapter.raw.get("several_gpus_note")
-    if not text or device != "cuda" or len(slots or ()) < 2:
-        return None
-    return "note: " + " ".join(str(text).split())
 
 
 # -- profile ------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import json
 import sys
 from pathlib import Path
 
+from checker.base.errors import WorkbookError
 from checker.pages.results import assemble, assemble_manifest, chapter_results, read_rows, render_markdown
 
 
@@ -48,5 +49,5 @@ def main() -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except (OSError, ValueError) as err:  # a missing file, a bad row, a --drop that names no row
+    except (OSError, ValueError, WorkbookError) as err:  # a missing file, a bad row, a --drop naming no row
         sys.exit(f"summarize_gpu_run.py: {err}")

@@ -366,17 +366,3 @@ def test_an_empty_submission_path_is_refused_not_read_as_the_current_folder(work
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "give a folder (an empty path would mean the current folder)" in proc.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "g").exists()
-
-
-def test_grading_chapter_05_on_several_gpus_says_what_was_seen_there():
-    """Chapter 05's runs checked several at a time on one host have ended at an out-of-line held-out loss: a class
-    graded on two GPUs or more is told so; one GPU, a CPU or another chapter hears nothing."""
-    from checker.base.chapters import get_chapter
-    from checker.cli import several_gpus_note
-
-    chapter = get_chapter("05")
-    note = several_gpus_note(chapter, "cuda", ["gpu 0", "gpu 1"])
-    assert note.startswith("note: ") and "--gpus 0" in note and "same_work" in note
-    assert several_gpus_note(chapter, "cuda", ["gpu 0"]) is None
-    assert several_gpus_note(chapter, "cpu", ["cpu 0", "cpu 1"]) is None
-    assert several_gpus_note(get_chapter("04"), "cuda", ["gpu 0", "gpu 1"]) is None

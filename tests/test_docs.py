@@ -225,6 +225,41 @@ def test_dropping_a_row_that_does_not_exist_is_an_error(tmp_path):
         read_rows([rows], ["checks.jsonl#2"])
 
 
+def test_a_superseded_chapter_counts_only_the_rows_from_its_named_file_on(tmp_path):
+    """A chapter whose workload changed keeps its old rows in history, but its results come from the rows measured
+    after: the old failing row no longer shows, the other chapters' rows in the old file still count, and a name
+    that matches nothing is an error, not a silent no-op."""
+    from checker.base.errors import WorkbookError
+    from checker.pages.results import assemble_manifest
+
+    env = {"gpu": "G", "driver": "D", "torch": "T", "cuda": "C", "cpu_count": 1, "date": "2026-01-02"}
+    (tmp_path / "env.json").write_text(json.dumps(env))
+    old_fail = _row("solution", "torch", [_check("same_work", "failed", 0.1)], False)
+    other = {**_row("solution", "torch", [_check("same_work", "passed", 0.1)], True), "chapter": "04_eager_microops"}
+    new_pass = _row("solution", "torch", [_check("same_work", "passed", 0.1)], True)
+    (tmp_path / "2026-01-01-a.jsonl").write_text(json.dumps(old_fail) + "\n" + json.dumps(other) + "\n")
+    (tmp_path / "2026-01-02-b.jsonl").write_text(json.dumps(new_pass) + "\n")
+    kind = {"env": "env.json", "rows": ["2026-01-01-a.jsonl", "2026-01-02-b.jsonl"]}
+
+    def build(**extra):
+        (tmp_path / "assembly.json").write_text(json.dumps({"kinds": [{**kind, **extra}]}))
+        return assemble_manifest(tmp_path / "assembly.json")
+
+    def verdicts(built, chapter_id):
+        head = built[chapter_id]["kinds"][0]["headline"]
+        return head["solution_runs_passed"], head["solution_runs"]
+
+    assert verdicts(build(), "05_pointwise_chains") == (1, 2)
+    since = {"from": "2026-01-02-b.jsonl", "why": "a new learning rate"}
+    built = build(superseded={"05": since})
+    assert verdicts(built, "05_pointwise_chains") == (1, 1)
+    assert verdicts(built, "04_eager_microops") == (1, 1)
+    with pytest.raises(ValueError, match="c.jsonl"):
+        build(superseded={"05": {**since, "from": "2026-01-02-c.jsonl"}})
+    with pytest.raises(WorkbookError, match="unknown chapter"):
+        build(superseded={"55": since})
+
+
 def test_verdicts_are_counted_per_variant_over_every_run():
     """Every run of `workbook check` is a verdict, whatever its tool or --only; a run judged in part against an
     older threshold and an ncu measurement of the lab are not counted; one lab pass makes the verdicts unstable."""

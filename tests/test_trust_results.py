@@ -22,7 +22,9 @@ def test_the_chapter_05_probe_tables_are_rendered_from_their_rows():
     page = (ROOT / "docs" / "results" / "05_pointwise_chains-heldout-probe.md").read_text()
     for files, env in (([f"{history}h200-session39-call4-probe05.jsonl", f"{history}h200-session39-call5-probe05-lr.jsonl"],
                         f"{history}h200-session39-call5-probe05-lr.env.json"),
-                       ([f"{history}cpu-session39-probe05-proxy.jsonl"], f"{history}cpu-session39-probe05-proxy.env.json")):
+                       ([f"{history}cpu-session39-probe05-proxy.jsonl"], f"{history}cpu-session39-probe05-proxy.env.json"),
+                       ([f"{history}h100-session40-call2-probe05.jsonl"], f"{history}h100-session40-call2-probe05.env.json"),
+                       ([f"{history}h200-session40-call3-probe05.jsonl"], f"{history}h200-session40-call3-probe05.env.json")):
         proc = subprocess.run(["python3", "scripts/probe_heldout_05.py", "--summarize", *files, "--env", env], cwd=ROOT,
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr

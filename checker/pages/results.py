@@ -378,15 +378,24 @@ def assemble_manifest(manifest: Path) -> dict[str, dict[str, Any]]:
     """The results files that ``manifest`` (docs/results/history/assembly.json) says to build, from the raw
     rows beside it: how the committed docs/results/<chapter>.json files were made, repeatable by anyone.
 
-    The manifest names, per GPU kind, its environment file, its rows and the rows dropped; ``superseded`` maps a
-    chapter to the date from which its rows count (rows measured before describe other code: kept in history).
+    The manifest names, per GPU kind, its environment file, its rows and the rows dropped; its ``superseded`` maps a
+    chapter to ``{"from": FILE, "why": ...}``: that chapter's rows count from FILE on (one of the kind's rows), those
+    of the files before it measured a workload that has changed since (kept in history, not shown as current).
     """
+    from checker.base.chapters import get_chapter
+
     spec = json.loads(Path(manifest).read_text())
     folder = Path(manifest).parent
     per_chapter: dict[str, list[dict[str, Any]]] = {}
     for kind in spec["kinds"]:
         env = json.loads((folder / kind["env"]).read_text())
         rows = read_rows([folder / f for f in kind["rows"]], kind.get("drop", []))
+        for chapter_key, since in kind.get("superseded", {}).items():
+            chapter_id = get_chapter(chapter_key).id  # a typo in either name would silently keep every old row
+            if since["from"] not in kind["rows"]:
+                raise ValueError(f"superseded {chapter_key}: {since['from']} is not one of the kind's rows")
+            old = set(kind["rows"][:kind["rows"].index(since["from"])])
+            rows = [r for r in rows if not (r["chapter"] == chapter_id and r["source"] in old)]
         for chapter_id, results in assemble(env, rows).items():
             # the days its rows were measured (their files are named by date), where other than the env file's day
             days = sorted({r["source"][:10] for r in rows if r["chapter"] == chapter_id and r["source"][:4].isdigit()})

@@ -20,6 +20,8 @@ from checker.trace.cli import main
 from trace_helpers import ROOT
 
 FIXTURE = ROOT / "tests" / "data" / "traces" / "ch07" / "solution-nsys.sqlite.gz"
+NODE_TRACED = ROOT / "tests" / "data" / "traces" / "ch07" / "solution-node-nsys.sqlite.gz"
+LAB = ROOT / "tests" / "data" / "traces" / "ch07" / "lab-nsys.sqlite.gz"
 
 
 @pytest.fixture
@@ -114,3 +116,28 @@ def test_an_event_that_outlasts_the_trace_by_ages_is_taken_as_damage(sqlite_copy
     summary = json.loads(capsys.readouterr().out)
     assert any("last far longer than the whole trace" in w for w in summary["warnings"])
     assert all(k["share"] <= 1.0 for k in summary["top_kernels"])
+
+
+def test_a_node_traced_solution_lists_the_kernels_inside_its_graphs(capsys):
+    """The grader's nsys since session 39 (--cuda-graph-trace=node), on an H100: the same solution, each kernel of
+    each replay a row of its own with a graph node id, no whole-graph rows. The report reads it as the busy GPU it
+    is, with the kernels named, and says nothing about whole-graph rows; against the lab's trace (the slow
+    script's patterns, same grader) the changes are the ones the chapter teaches."""
+    trace = load(NODE_TRACED)
+    assert _graph_rows(trace).empty
+    summary = trace.summary(exclude_steps=(39,))
+    assert summary["kernels_per_step"] > 10 * summary["launches_per_step"]  # replays launch many kernels at once
+    assert summary["gpu_idle_fraction"] < 0.2 and summary["host_syncs_per_step"] == 0
+    assert summary["pageable_h2d_per_step"] == 0 and summary["pinned_h2d_copies"] > 0
+    families = trace.get_kernel_families(exclude_steps=(39,)).set_index("family")["count"]
+    assert families["CUDA graph"] == 0 and families["gemm/conv"] > 0
+    lab = load(LAB).summary(exclude_steps=(39,))
+    assert lab["host_syncs_per_step"] == 5 and lab["pageable_h2d_per_step"] == 2
+    assert lab["data_wait_fraction"] > 0.5 and lab["step_ms_median"] > 10 * summary["step_ms_median"]
+    assert main(["report", str(NODE_TRACED), "--baseline", str(LAB), "--chapter", "07"]) == 0
+    out = capsys.readouterr().out
+    assert "--cuda-graph-trace=node" not in out and "traced as whole graphs" not in out
+    assert "host syncs per step: 5 -> 0" in out and "pageable HtoD copies per step: 2 -> 0" in out
+    # chapter 07's page quotes these two lines
+    assert "kernels per step: 624 -> 335" in out and "kernel launches per step: 624 -> 27" in out
+    assert "sm90_xmma_" in out  # the tensor-core convolutions inside the graphs, by name

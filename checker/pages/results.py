@@ -8,6 +8,7 @@ chapter page includes the Markdown. No number on a page is typed by hand.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,11 @@ def _cell(runs: list[dict[str, Any]], variant: str, tool: str, check: str) -> st
         mark += " · " + fmt.format(statistics.median(values))
     elif values:  # a measure given as text (triage's "3 of 3"): each distinct one
         mark += " · " + ", ".join(fmt.format(v) for v in sorted(set(map(str, values))))
+    if check == "same_work":  # the weights judge every chapter on a GPU; the loss alone does not (chapter 07)
+        distances = [r["checks"][check]["measured"].get("weight_distance") for r in chosen]
+        distances = [d for d in distances if _is_number(d) and math.isfinite(d)]
+        if distances:
+            mark += f" · weights {statistics.median(distances):.2f} apart"
     return mark
 
 

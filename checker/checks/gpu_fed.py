@@ -28,6 +28,8 @@ def gpu_fed(evidence, spec):
     fed = trace.get_data_wait_gpu_idle(exclude_steps=left_out)
     if fed.empty:
         why = "the trace holds no GPU work" if steps else "the trace holds no training steps"
+        if steps and trace.gpu_clock_skew:  # GPU work there is, on a clock the host's steps cannot be read against
+            why = "the trace's GPU time stamps are off from the host's (clock skew)"
         return result(spec, FAILED, threshold=threshold, evidence=[f"{why}: nothing shows the GPU kept busy"])
     wait, idle, after_sync = (int(fed[c].sum()) for c in ("data_wait_ns", "gpu_idle_ns", "after_sync_ns"))
     if wait <= 0:

@@ -45,9 +45,12 @@ class TraceAnalysis:
         self.warnings: list[str] = [str(w) for w in self.meta.get("warnings", [])]
         self.step_pattern: re.Pattern = compile_step_regex(step_regex)
         events = _drop_repeats(events, self.warnings)
+        events = _one_process(events, self.step_pattern, fmt, self.warnings)
         _mend_times(events, self.warnings)
         _mend_bytes(events, self.warnings)
         steps = find_steps(events, self.step_pattern, self.warnings)
+        _say_unterminated_steps(self.meta.get("unterminated_ranges") or {}, self.step_pattern, steps, source,
+                                self.warnings)
         self.skipped_steps = [int(s) for s in steps["step"].iloc[:max(0, skip_steps)]]
         if skip_steps and len(steps) and skip_steps >= len(steps):
             raise TraceError(f"{source}: asked to skip {skip_steps} warm-up steps, but the trace has only "
@@ -118,10 +121,15 @@ class TraceAnalysis:
             lo, hi = int(self._steps["start_ns"].min()), int(self._steps["end_ns"].max())
             start = events["start_ns"].to_numpy()
             during = unlinked & (start >= lo) & (start < hi)
+            if during.any():  # only work without its call: work whose call is in no step (a step left out) is not
+                rows = np.flatnonzero(during)
+                during[rows[copies_mod.launch_rows(events, rows) >= 0]] = False
             if during.any():
                 out.append(f"{int(during.sum()):,} kernels and copies ran during the steps but could not be linked "
                            "to the CUDA call that launched them (no correlation id, or no call with it): they count "
                            "in no step")
+        if self._gpu_off_clock:
+            out.append(self._gpu_off_clock)
         copies = self._all_copies
         unknown = copies[(copies["copy_kind"] == "unknown") | (copies["src_kind"] == "unknown")
                          | (copies["dst_kind"] == "unknown")]
@@ -129,6 +137,38 @@ class TraceAnalysis:
             out.append(f"{len(unknown):,} copies {'in the steps ' if self.has_steps else ''}have an unknown direction "
                        "or memory kind: the pageable and pinned copy counts leave them out")
         return out
+
+    @property
+    def gpu_clock_skew(self) -> str | None:
+        """Why GPU idle time is not given for this trace (its GPU time stamps are off from the host's), or None."""
+        return self._gpu_off_clock
+
+    @cached_property
+    def _gpu_off_clock(self) -> str | None:
+        """The warning for GPU time stamps off from the host's (clock skew), else None. Measured against each kernel's
+        or copy's own launch (the CUDA call with its correlation id): none starts before its launch, so half of them
+        doing so by more than GPU_EARLY_SLACK_NS is skew; behind a queue of launches any one may start long after its
+        launch, but the first launched into an idle GPU starts at once, so every one starting more than
+        GPU_LAG_LIMIT_NS after its launch is skew too. Then GPU idle time is not given."""
+        events = self.events
+        gpu = np.flatnonzero(events["kind"].isin(gpu_idle.GPU_WORK).to_numpy())
+        launch = copies_mod.launch_rows(events, gpu)
+        linked, launch = gpu[launch >= 0], launch[launch >= 0]
+        if not len(linked):
+            return None
+        start = events["start_ns"].to_numpy()
+        delta = start[linked] - start[launch]
+        if np.median(delta) < -GPU_EARLY_SLACK_NS:
+            early = int((delta < -GPU_EARLY_SLACK_NS).sum())
+            where = f"{early:,} of {len(delta):,} started before the CUDA call that launched them, by up to " \
+                    f"{-int(delta.min()) / 1e6:,.0f} ms"
+        elif delta.min() > GPU_LAG_LIMIT_NS:
+            where = f"all {len(delta):,} started at least {int(delta.min()) / 1e6:,.0f} ms after the CUDA call " \
+                    "that launched them, none sooner"
+        else:
+            return None
+        return (f"of the kernels and copies, {where}: the GPU's time stamps are off from the host's (clock skew), "
+                "so GPU idle time is not given")
 
     # ---- steps -----------------------------------------------------------------------------------
     def get_steps(self) -> pd.DataFrame:
@@ -207,6 +247,8 @@ class TraceAnalysis:
     # ---- GPU time --------------------------------------------------------------------------------
     @cached_property
     def _idle(self) -> pd.DataFrame:
+        if self._gpu_off_clock:  # GPU time stamps off from the host's: the GPU's busy time in a step is unknown
+            return gpu_idle.empty_idle()
         return gpu_idle.gpu_idle(self.events, self._windows())
 
     def get_gpu_idle(self, exclude_steps=()) -> pd.DataFrame:
@@ -278,7 +320,10 @@ class TraceAnalysis:
 
     def get_data_wait_gpu_idle(self, exclude_steps=()) -> pd.DataFrame:
         """One row per step: data_wait_ns, gpu_idle_ns (the GPU idle through it), after_sync_ns (of that, idle
-        time that began while the host sat in a host sync). Empty for a trace without GPU work."""
+        time that began while the host sat in a host sync). Empty for a trace without GPU work, or whose GPU time
+        stamps are off from the host's."""
+        if self._gpu_off_clock:
+            return pd.DataFrame({c: pd.Series(dtype=t) for c, t in dataloader.IDLE_COLUMNS.items()})
         return dataloader.data_wait_gpu_idle(self.events, self._steps, self._all_syncs, exclude_steps)
 
     # ---- two traces ------------------------------------------------------------------------------
@@ -329,6 +374,66 @@ def _drop_repeats(events: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
                     "correlation); each is counted once")
     return events[~repeated].reset_index(drop=True)
 
+
+def _say_unterminated_steps(unterminated: dict, pattern: re.Pattern, steps: pd.DataFrame, source: str,
+                            warnings: list[str]) -> None:
+    """Step ranges an nsys export holds without an end (NVTX ranges never closed: the capture stopped inside them,
+    or a damaged export) cannot be measured and are left out by the reader: said, or, when no step is left,
+    refused, rather than reported as a step pattern that matched nothing."""
+    named = {str(n): int(c) for n, c in unterminated.items() if pattern.search(str(n))}
+    if not named:
+        return
+    count = sum(named.values())
+    shown = ", ".join(sorted(named, key=_natural)[:3]) + (", ..." if len(named) > 3 else "")
+    if steps.empty:
+        raise TraceError(f"{source}: every one of its {count:,} step ranges ({shown}) has no end (NVTX ranges never "
+                         "closed: `end` is NULL in the export, as when the capture stops inside them), so no step "
+                         "can be measured; close each step's range before the capture ends, and export again")
+    warnings.append(f"{count:,} step range{'s' if count > 1 else ''} ({shown}) {'have' if count > 1 else 'has'} no "
+                    "end (NVTX ranges never closed: `end` is NULL in the export, as when the capture stops inside "
+                    f"them): {'those steps are' if count > 1 else 'that step is'} left out")
+
+
+def _natural(name: str):
+    """'step 10' after 'step 9'."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def _one_process(events: pd.DataFrame, pattern: re.Pattern, fmt: str, warnings: list[str]) -> pd.DataFrame:
+    """Step ranges in two or more host processes (two programs' traces merged, or one copied under a second pid) would
+    count both programs' steps, syncs and copies as one's, and in a Kineto trace leave its GPU work, filed under the
+    device, with no process to link it to its launches. The process with the most step ranges (on a tie, the first to
+    start one) is counted; the others' events are left out, and said."""
+    ranges = events[(events["kind"] == "range") & events["device"].isna()]
+    names = [n for n in ranges["name"].cat.categories if pattern.search(str(n))] if len(ranges) else []
+    hits = ranges[ranges["name"].isin(names)]
+    if hits["pid"].nunique() < 2:
+        return events
+    per_pid = hits.groupby("pid")["start_ns"].agg(["size", "min"]).sort_values(["size", "min"],
+                                                                                 ascending=[False, True])
+    kept, others = int(per_pid.index[0]), [int(p) for p in per_pid.index[1:]]
+    why = ("the most" if per_pid["size"].iat[0] > per_pid["size"].iat[1] else
+           f"as many as pid {others[0]}, and the first to start one")
+    drop = events["pid"].isin(others).to_numpy()
+    if fmt == "kineto":  # its GPU rows carry the device, not the process: those stay, to be linked to pid kept's calls
+        drop = drop & events["device"].isna().to_numpy()
+    warnings.append(f"step ranges come from {len(per_pid)} host processes (pids {kept}, "
+                    f"{', '.join(map(str, others[:3]))}{', ...' if len(others) > 3 else ''}): only pid {kept} is "
+                    f"counted ({int(per_pid['size'].iat[0]):,} step ranges, {why}); "
+                    + (f"pid {others[0]}'s" if len(others) == 1 else f"the other {len(others)} processes'")
+                    + f" {int(drop.sum()):,} events are left out")
+    events = events[~drop].reset_index(drop=True)
+    if fmt == "kineto":
+        from checker.trace.kineto import _host_pid_for_gpu_rows
+
+        _host_pid_for_gpu_rows(events)
+    return events
+
+
+# GPU work starts after the call that launched it (the clocks' rounding aside), and the first launched into an idle
+# GPU starts at once: most of a trace's GPU work before its launch, or all of it this long after, is clock skew
+GPU_EARLY_SLACK_NS = 1_000_000
+GPU_LAG_LIMIT_NS = 1_000_000_000
 
 # An event may outlast the other events' starts (a long last kernel, the range around everything), never by this much
 OUTLAST_SLACK_NS = 60_000_000_000

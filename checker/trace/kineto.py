@@ -24,10 +24,10 @@ python_function                             python     needs ``with_stack=True``
 Damaged traces: what cannot be read exits with one line (TraceError); what can be read but is damaged
 is kept with a warning in ``metadata["warnings"]``, never silently:
 
-- an event whose ``ts`` is missing, not finite (NaN), or out of range once in nanoseconds (beyond
-  +-2**62 ns, e.g. a trace whose times were scaled by 1e12, or ``ts`` = 10**400) is left out; when no
-  event is left, the trace is refused;
-- a ``dur`` that is missing, NaN, negative or out of range is taken as 0 (the step finder then ends such a
+- an event whose ``ts`` is missing, not finite (NaN), a boolean (``true`` is no time, though Python would
+  read it as 1), or out of range once in nanoseconds (beyond +-2**62 ns, e.g. a trace whose times were scaled
+  by 1e12, or ``ts`` = 10**400) is left out; when no event is left, the trace is refused;
+- a ``dur`` that is missing, NaN, a boolean, negative or out of range is taken as 0 (the step finder then ends such a
   step range where the next one begins, and says so);
 - a ``pid`` / ``tid`` / ``device`` / ``stream`` / ``correlation`` that is an integer too large for 64 bits
   is an identifier still: it gets a stand-in id, the same one wherever the value recurs, so launches and
@@ -156,6 +156,10 @@ class _Columns:
             if type(tid) is not int or not -_I64 <= tid < _I64:
                 tid = self._id(tid)
             ts, dur = e.get("ts", NAN), e.get("dur", NAN)
+            if ts is True or ts is False:  # a float array takes a boolean as 1 or 0: not a number, here
+                ts = self._number(ts, "ts")
+            if dur is True or dur is False:
+                dur = self._number(dur, "dur")
             try:
                 ts_append(ts)
             except (TypeError, OverflowError):
@@ -192,8 +196,12 @@ class _Columns:
         raise TypeError(f"'name' is {_short(name)}, not a string")
 
     def _number(self, value, field: str) -> float:
-        """A ts or dur that is not a float: null -> NaN, an integer too large for a float -> infinite."""
+        """A ts or dur that is not a float: null or a boolean -> NaN (a boolean kept as the example the warning
+        quotes), an integer too large for a float -> infinite."""
         if value is None:
+            return NAN
+        if isinstance(value, bool):
+            self.first.setdefault(field, json.dumps(value))  # as the file spells it: true, false
             return NAN
         if isinstance(value, int):
             return math.inf if value > 0 else -math.inf
@@ -269,14 +277,15 @@ class _Columns:
         bad_ts = int((~good_ts).sum())
         if bad_ts == n:
             raise TraceError(f"every one of its {n:,} timed events has a time stamp ('ts') that is missing or out of "
-                             f"range (e.g. ts={_short(ts[0])} us); re-export the trace with prof.export_chrome_trace()")
+                             f"range (e.g. ts={self.first.get('ts') or _short(ts[0])} us); re-export the trace with "
+                             "prof.export_chrome_trace()")
         if bad_ts:
-            example = _short(ts[np.flatnonzero(~good_ts)[0]])
+            example = self.first.get("ts") or _short(ts[np.flatnonzero(~good_ts)[0]])
             warnings.append(f"{bad_ts:,} of {n:,} events had a time stamp ('ts') that is missing, not a number or out "
                             f"of range (e.g. ts={example} us); they were left out")
         bad_dur = good_ts & ~good_dur
         if bad_dur.any():
-            example = _short(dur[np.flatnonzero(bad_dur)[0]])
+            example = self.first.get("dur") or _short(dur[np.flatnonzero(bad_dur)[0]])
             ranges = int((bad_dur & (kinds == _RANGE)).sum())
             warnings.append(f"{int(bad_dur.sum()):,} events had a duration ('dur') that is missing, negative or not a "
                             f"number (e.g. dur={example}); taken as 0"

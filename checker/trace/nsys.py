@@ -399,8 +399,9 @@ def _syncs(db, tables, warnings) -> pd.DataFrame:
     return _gpu_frame("sync", rows, list(names), codes)
 
 
-def _nvtx(db, strings, tables, warnings) -> pd.DataFrame:
-    """Push/pop and start/end NVTX ranges (marks and unterminated ranges are left out)."""
+def _nvtx(db, strings, tables, warnings, unterminated: dict[str, int]) -> pd.DataFrame:
+    """Push/pop and start/end NVTX ranges (marks are left out; so are unterminated ranges, whose ``end`` is NULL,
+    counted by name in ``unterminated`` so that the step finder can say which steps they were)."""
     types = _enum(db, tables, "ENUM_NSYS_EVENT_TYPE")
     wanted = [i for i, (name, label) in types.items()
               if name in ("NvtxPushPopRange", "NvtxStartEndRange") or label in ("NvtxPushPopRange", "NvtxStartEndRange")]
@@ -411,6 +412,10 @@ def _nvtx(db, strings, tables, warnings) -> pd.DataFrame:
         return pd.DataFrame()
     cols = _columns(db, "NVTX_EVENTS")
     text_id = "textId" if "textId" in cols else "NULL"
+    for text, text_key, count in db.execute(f"SELECT text, {text_id}, count(*) FROM NVTX_EVENTS WHERE end IS NULL "
+                                            f"AND eventType IN ({', '.join(map(str, wanted))}) GROUP BY 1, 2"):
+        label = _str(text) if text is not None else strings.get(text_key, "") if type(text_key) is int else ""
+        unterminated[label] = unterminated.get(label, 0) + int(count)
     rows = _Rows(db, f"SELECT start, end, globalTid, text, {text_id} FROM NVTX_EVENTS "
                      f"WHERE end IS NOT NULL AND eventType IN ({', '.join(map(str, wanted))})", "NVTX_EVENTS", warnings)
     if not len(rows):
@@ -461,10 +466,12 @@ def _read(db: sqlite3.Connection, tables: set[str], label: str) -> tuple[pd.Data
         parts.append(_memsets(db, tables, warnings))
     if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in tables:
         parts.append(_syncs(db, tables, warnings))
+    unterminated: dict[str, int] = {}
     if "NVTX_EVENTS" in tables:
-        parts.append(_nvtx(db, strings, tables, warnings))
+        parts.append(_nvtx(db, strings, tables, warnings, unterminated))
     parts = [p for p in parts if len(p)]
-    meta = {"tables": sorted(t for t in tables if t.startswith(("CUPTI_", "NVTX_", "OSRT_")))}
+    meta = {"tables": sorted(t for t in tables if t.startswith(("CUPTI_", "NVTX_", "OSRT_"))),
+            "unterminated_ranges": unterminated}
     if "META_DATA_EXPORT" in tables:
         meta.update({str(k): v for k, v in db.execute("SELECT name, value FROM META_DATA_EXPORT")
                      if k in ("EXPORT_PRODUCT_VERSION", "EXPORT_SCHEMA_VERSION")})

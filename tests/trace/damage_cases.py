@@ -264,6 +264,43 @@ def _kernels_as_begin_events(d: Path):
     return [str(write_doc(doc, d / "trace.json"))]
 
 
+def _gpu_clock_skew(seconds: float):
+    def make(d: Path):
+        doc = kineto_doc(GPU_KINETO)
+        for event in doc["traceEvents"]:
+            if event.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "ts" in event:
+                event["ts"] += seconds * 1e6  # the GPU's clock off from the host's
+        return [str(write_doc(doc, d / "skew.json"))]
+    return make
+
+
+def _second_process(renumber: int):
+    """The host process's events copied under a second pid (the GPU's, filed under the device, left single); with
+    renumber, the copy's steps numbered on from the first's (its own ProfilerStep#/step ranges)."""
+    def make(d: Path):
+        doc = kineto_doc(GPU_KINETO)
+        host = next(e["pid"] for e in timed(doc) if e.get("cat") == "cuda_runtime")
+        twins = []
+        for event in doc["traceEvents"]:
+            if event.get("pid") == host:
+                twin = json.loads(json.dumps(event))
+                twin["pid"] = host + 1
+                for prefix in ("ProfilerStep#", "step "):
+                    number = twin.get("name", "").removeprefix(prefix)
+                    if renumber and number != twin.get("name") and number.isdigit():
+                        twin["name"] = f"{prefix}{int(number) + renumber}"
+                twins.append(twin)
+        doc["traceEvents"] += twins
+        return [str(write_doc(doc, d / "two_processes.json"))]
+    return make
+
+
+def _ts_true(d: Path):
+    doc = kineto_doc()
+    first_op(doc)["ts"] = True
+    return [str(write_doc(doc, d / "ts_true.json"))]
+
+
 def _long_host(sql: str):
     def make(d: Path):
         return [str(nsys_copy(d, sql))]
@@ -330,6 +367,25 @@ CASES = [
          "hold two or more other step ranges", {"steps": 6}),
     Case("nsys-empty-runtime", "an emptied RUNTIME table: `cuda: false` yet a GPU idle figure", _empty_runtime, WARNED,
          "no CUDA API calls", {"cuda": True}),
+    Case("nsys-step-end-null", "NVTX `step 3` with a NULL `end`: 6 steps, the warning blaming kernels without a launch",
+         _long_host("UPDATE NVTX_EVENTS SET end = NULL WHERE text = 'step 3'"), WARNED, "step 3) has no end",
+         {"steps": 6, "host_syncs_in_steps": 18, "pageable_h2d_copies": 12}),
+    Case("nsys-steps-end-null", "every NVTX step range with a NULL `end`: 'no step ranges matched' the pattern, and "
+         "counts over the whole trace", _long_host("UPDATE NVTX_EVENTS SET end = NULL WHERE text LIKE 'step %'"),
+         REFUSED, "has no end"),
+    Case("kineto-gpu-clock-5s-late", "GPU events 5 s after the host's (clock skew): GPU idle 100% of step time, unsaid",
+         _gpu_clock_skew(5.0), WARNED, "clock skew", {**GPU_NUMBERS, "kernels_per_step": 19.0}),
+    Case("kineto-gpu-clock-5s-early", "GPU events 5 s before the host's (clock skew): GPU idle 100%, all of it "
+         "'waiting for the host', unsaid", _gpu_clock_skew(-5.0), WARNED, "clock skew",
+         {**GPU_NUMBERS, "kernels_per_step": 19.0}),
+    Case("kineto-second-process", "the host process copied under a second pid: 0 pageable copies, 0 kernels per step, "
+         "blamed on correlation ids", _second_process(0), WARNED, "2 host processes",
+         {**GPU_NUMBERS, "kernels_per_step": 19.0}),
+    Case("kineto-second-process-own-steps", "a second pid with its own steps (7..13): 14 steps, 42 host syncs, 0 "
+         "pageable copies", _second_process(7), WARNED, "2 host processes", {**GPU_NUMBERS, "kernels_per_step": 19.0}),
+    Case("ts-true", "`ts` = true: read as 1 us, unsaid", _ts_true, WARNED, "time stamp", CPU_NUMBERS),
+    Case("step-dur-true", "step durations of `true`: read as 1 us, steps of 0.001 ms holding 0 host syncs, unsaid", _step_durations(True), WARNED,
+         "no duration", CPU_NUMBERS),
 ]
 
 

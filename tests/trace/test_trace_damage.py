@@ -205,3 +205,107 @@ def test_one_kernel_a_damaged_stamp_put_hours_away_does_not_stretch_the_timeline
     lo, hi = _window(load(write_doc(doc, tmp_path / "far.json")), 20)
     lo0, hi0 = _window(load(GPU_KINETO), 20)
     assert (lo, hi) == (lo0, hi0)
+
+
+def _case(case_id: str):
+    return next(c for c in CASES if c.id == case_id)
+
+
+def test_an_unterminated_step_range_is_said_and_only_its_step_left_out(capsys, tmp_path):
+    """NVTX `step 3` without an end: the one warning names it (not kernels without a launch), and the numbers are the
+    sound export's without step 3."""
+    from damage_cases import GPU_NSYS
+
+    code, out, _ = report(capsys, _case("nsys-step-end-null").make(tmp_path))
+    summary = json.loads(out)
+    assert code == 0 and len(summary["warnings"]) == 1 and "(step 3) has no end" in summary["warnings"][0]
+    sound = load(GPU_NSYS).summary()
+    assert summary["step_numbers"] == [s for s in sound["step_numbers"] if s != 3]
+    for key in ("host_syncs_per_step", "pageable_h2d_per_step", "kernels_per_step"):
+        assert summary[key] == sound[key], key
+
+
+def test_no_step_range_with_an_end_is_refused_as_such_not_as_a_pattern_that_matched_nothing(capsys, tmp_path):
+    code, out, err = report(capsys, _case("nsys-steps-end-null").make(tmp_path) + ["--chapter", "02"])
+    assert code == 2 and out == "" and "7 step ranges" in err and "no step ranges matched" not in err
+
+
+@pytest.mark.parametrize("case_id", ["kineto-gpu-clock-5s-late", "kineto-gpu-clock-5s-early"])
+def test_gpu_clock_skew_is_said_and_gpu_idle_time_not_given(capsys, tmp_path, case_id):
+    """GPU events 5 s off the host's clock lie in no step's window: GPU idle 100% was reported, unsaid."""
+    code, out, _ = report(capsys, _case(case_id).make(tmp_path))
+    summary = json.loads(out)
+    assert code == 0 and len(summary["warnings"]) == 1 and "clock skew" in summary["warnings"][0]
+    assert ("all 161 started at least 5,000 ms after" if "late" in case_id else "161 of 161 started before") \
+        in summary["warnings"][0]
+    for key in ("gpu_idle_fraction", "gpu_idle_host_wait_fraction", "data_wait_gpu_idle_fraction",
+                "data_wait_after_sync_fraction"):
+        assert summary[key] is None, key
+    assert not any("idle" in line for line in summary["findings"]), summary["findings"]
+
+
+def test_gpu_work_a_little_behind_its_steps_is_no_clock_skew(tmp_path):
+    """The GPU may run behind the host (a queue of launches): 0.5 s after the last step is not called skew."""
+    from damage_cases import _gpu_clock_skew
+
+    assert not any("clock skew" in w for w in load(_gpu_clock_skew(0.5)(tmp_path)[0]).get_warnings())
+
+
+def test_a_gpu_seconds_behind_a_host_that_ran_ahead_is_no_clock_skew(tmp_path):
+    """A GPU-bound job whose host launches far ahead: after the first kernel, launched into an idle GPU, every later
+    one starts seconds after its launch, and after the last step. That is a deep queue, not skew: GPU time is given."""
+    from damage_cases import GPU_KINETO
+
+    doc = kineto_doc(GPU_KINETO)
+    gpu = sorted((e for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                  and "ts" in e), key=lambda e: e["ts"])
+    for event in gpu[1:]:
+        event["ts"] += 3e6
+    trace = load(write_doc(doc, tmp_path / "queued.json"))
+    assert not any("clock skew" in w for w in trace.get_warnings()), trace.get_warnings()
+    assert trace.summary()["gpu_idle_fraction"] is not None
+
+
+@pytest.mark.parametrize("case_id", ["kineto-second-process", "kineto-second-process-own-steps"])
+def test_a_second_host_process_is_left_out_and_said(capsys, tmp_path, case_id):
+    """The host process copied under a second pid: one process counted, by name, with the sound trace's numbers."""
+    from damage_cases import GPU_KINETO
+
+    code, out, _ = report(capsys, _case(case_id).make(tmp_path))
+    summary = json.loads(out)
+    assert code == 0 and len(summary["warnings"]) == 1, summary["warnings"]
+    assert "only pid 442 is counted" in summary["warnings"][0] and "pid 443's" in summary["warnings"][0]
+    sound = load(GPU_KINETO).summary()
+    for key in ("step_numbers", "host_syncs_in_steps", "pageable_h2d_copies", "kernels_per_step", "launches_per_step",
+                "gpu_idle_fraction", "gpu_idle_host_wait_fraction", "data_wait_fraction"):
+        assert summary[key] == sound[key], key
+
+
+def test_a_boolean_duration_or_time_stamp_is_no_number(tmp_path):
+    """`"ts": true` / `"dur": true` are no times (Python's float() reads them as 1): left out or taken as 0, said."""
+    doc = kineto_doc()
+    doc["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "aten::odd", "pid": 1, "tid": 1, "ts": True,
+                               "dur": 3})
+    doc["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "aten::odd", "pid": 1, "tid": 1, "ts": 5,
+                               "dur": False})
+    trace = load(write_doc(doc, tmp_path / "bools.json"))
+    warnings = trace.get_warnings()
+    assert any("ts=true" in w and "left out" in w for w in warnings), warnings
+    assert any("dur=false" in w for w in warnings), warnings
+    assert (trace.events["name"] == "aten::odd").sum() == 1
+
+
+def test_gpu_fed_on_a_skewed_trace_names_the_skew_not_missing_gpu_work(tmp_path):
+    """gpu_fed cannot read a skewed trace's GPU against its steps: it fails, and says why (there is GPU work)."""
+    from pathlib import Path
+
+    from checker.base.chapters import CheckSpec
+    from checker.checks.evidence import Evidence
+    from checker.checks.gpu_fed import gpu_fed
+
+    spec = CheckSpec(name="gpu_fed", doc="fed", threshold={"cuda": 0.5}, skip={}, options={})
+    path = _case("kineto-gpu-clock-5s-late").make(tmp_path)[0]
+    evidence = Evidence(chapter=None, device="cuda", trace_tool="torch", candidate=Path("train.py"), cfg={},
+                        traced=(None, None), traces={"candidate": load(path)})
+    outcome = gpu_fed(evidence, spec)
+    assert outcome.status == "failed" and "clock skew" in outcome.evidence[0], outcome.evidence

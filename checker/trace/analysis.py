@@ -405,8 +405,8 @@ def _one_process(events: pd.DataFrame, pattern: re.Pattern, fmt: str, warnings: 
     device, with no process to link it to its launches. The process with the most step ranges (on a tie, the first to
     start one) is counted; the others' events are left out, and said."""
     ranges = events[(events["kind"] == "range") & events["device"].isna()]
-    names = [n for n in ranges["name"].cat.categories if pattern.search(str(n))] if len(ranges) else []
-    hits = ranges[ranges["name"].isin(names)]
+    names = [n for n in ranges["name"].astype(str).unique() if pattern.search(n)]
+    hits = ranges[ranges["name"].astype(str).isin(names)]
     if hits["pid"].nunique() < 2:
         return events
     per_pid = hits.groupby("pid")["start_ns"].agg(["size", "min"]).sort_values(["size", "min"],

@@ -198,6 +198,7 @@ def test_each_ncu_measurement_says_what_it_was_judged_against():
         "judged against an older line (85% of the copy), not counted", "passed against 70% of the copy",
         "the lab's \"before\", not a verdict"]
     assert "| pass/stale (older threshold) · 75% of copy bandwidth |" in markdown  # the skipped run says nothing
+    assert "| measured (the before, not a verdict) · 75% of copy bandwidth |" in markdown  # the lab's, no "fail"
 
 
 def test_results_files_are_rebuilt_from_the_raw_rows_they_claim():

@@ -153,7 +153,7 @@ def _verdict_line(head: dict[str, Any]) -> str:
         only = n - head[f"{variant}_runs_full"]
         return (f"the {'solution' if variant == 'solution' else 'unmodified lab'} {wanted} **{hits} of {n}** "
                 f"({head[f'{variant}_runs_nsys']} with nsys, the rest with torch.profiler"
-                + (f"; {only} with `--only`, its trace checks alone" if only else "") + ")")
+                + (f"; {only} with `--only`, the checks it names alone" if only else "") + ")")
 
     line = (f"- verdicts over every run of `workbook check`: {part('solution', 'passed')}; {part('lab', 'failed')}; "
             f"the same verdict every time: {'yes' if head['verdicts_stable'] else '**no**'}")
@@ -174,6 +174,9 @@ def _cell(runs: list[dict[str, Any]], variant: str, tool: str, check: str) -> st
               if key and r["checks"][check]["measured"].get(key) is not None]
     names = {"passed": "pass", "failed": "**fail**", STALE: "stale (older threshold)"}
     mark = "/".join(names.get(s, s) for s in sorted(statuses))
+    judged = [r for r in chosen if r["checks"][check].get("status") != "skipped"]
+    if judged and all(map(_measures_the_lab, judged)):
+        mark = "measured (the before, not a verdict)"  # Nsight Compute on the lab: what the solution improves on
     if values and all(map(_is_number, values)):
         mark += " · " + fmt.format(statistics.median(values))
     elif values:  # a measure given as text (triage's "3 of 3"): each distinct one
@@ -303,8 +306,8 @@ def _render_kind(results: dict[str, Any]) -> str:
         lines += [
             f"- slow script: **{head['baseline_samples_per_s']:,.0f} samples/s**; solution: "
             f"**{head['solution_samples_per_s']:,.0f} samples/s**, "
-            f"**{head['solution_speedup']:.2f}x** ({_runs_range(head)}, single trials {head['solution_speedup_min']:.2f}x to "
-            f"{head['solution_speedup_max']:.2f}x)",
+            f"**{head['solution_speedup']:.2f}x**, the median of each check's own speedup ({_runs_range(head)}, "
+            f"single trials {head['solution_speedup_min']:.2f}x to {head['solution_speedup_max']:.2f}x)",
         ]
         if head.get("lab_speedup") is not None:
             lines.append(f"- the unmodified lab: {head['lab_speedup']:.2f}x the slow script")

@@ -138,21 +138,26 @@ def test_measured_ladders_are_rendered_from_their_runs_and_the_page_says_when_th
 # -- same_work on a GPU: the committed tolerances against what the H100 measured ----------------------------------
 H100_ROWS = ["2026-11-25-h100-session31-call2-checks.jsonl", "2026-11-25-h100-session31-call3-checks.jsonl",
              "2026-11-25-h100-session31-call4-checks.jsonl", "2026-11-25-h100-session31-call1-checks.jsonl"]
+# and every GPU row the results are built from (both kinds), the H200's red team and a four-lane host's checks
+GPU_ROWS = sorted(set(H100_ROWS + [row for kind in json.loads((ROOT / "docs" / "results" / "history" / "assembly.json")
+                                                             .read_text())["kinds"] for row in kind["rows"]]
+                      + ["2026-11-27-h200-session38-call4-redteam.jsonl",
+                         "2026-11-26-h100x4-session37-call2-lane3-call19-checks.jsonl"]))
 
 
 def test_the_gpu_tolerances_pass_every_recorded_solution_pair_and_fail_every_recorded_cheat():
     """The weights judge chapter 07 on a GPU (the held-out loss swings mid-training): every bf16 solution and float32
-    lab pair measured on an H100 lands inside the committed tolerances, and each cheat (half the steps, half of
-    each batch, a smaller model) lands outside them, by the same rule the check applies."""
+    lab pair measured on a GPU lands inside the committed tolerances, and each cheat (half the steps, half of
+    each batch, a smaller model) lands outside them, by the same rule the check applies, on an H100 and an H200."""
     from checker.checks.same_work import tolerances
     from gradinglib import recorded_same_work, weights_rejected
 
     limits = tolerances(get_chapter(CHAPTER).check("same_work"), "cuda")
     assert limits["rel_tolerance"] == float("inf")  # shown, not judged: the chapter.toml says why
     seen = {"solution": 0, "lab": 0, "cheat": 0}
-    for variant, measured in recorded_same_work(CHAPTER, H100_ROWS):
+    for variant, measured in recorded_same_work(CHAPTER, GPU_ROWS):
         kind = "cheat" if variant.startswith("cheat/") else variant
         seen[kind] += 1
         rejected = weights_rejected(measured["weight_distance"], measured["worst_layer"], limits)
         assert rejected == (kind == "cheat"), (variant, measured["weight_distance"], measured["worst_layer"])
-    assert seen["solution"] >= 6 and seen["lab"] >= 2 and seen["cheat"] >= 4
+    assert seen["solution"] >= 30 and seen["lab"] >= 10 and seen["cheat"] >= 10

@@ -201,6 +201,18 @@ def test_each_ncu_measurement_says_what_it_was_judged_against():
     assert "| measured (the before, not a verdict) · 75% of copy bandwidth |" in markdown  # the lab's, no "fail"
 
 
+def test_a_check_no_run_asked_for_says_why_in_its_cell():
+    """Nsight Compute runs only when asked: a column of runs that all skipped it says so, not a bare "skipped"."""
+    from checker.pages.results import build_results
+
+    env = {"gpu": "G", "driver": "D", "torch": "T", "cuda": "C", "cpu_count": 1, "date": "2026-01-01"}
+    why = "runs only when asked: workbook check 05 --with-ncu (a minute or two)"
+    rows = [_row("solution", "torch", [_check("ncu_dram", "skipped", 0.7, reason=why)], True),
+            _row("lab", "torch", [_check("ncu_dram", "skipped", 0.7, reason=why)], False)]
+    markdown = render_markdown(build_results(env, rows, "05_pointwise_chains", {"ncu_dram": 0.7}))
+    assert "| ncu_dram | skipped (runs only when asked) | skipped (runs only when asked) |" in markdown
+
+
 def test_results_files_are_rebuilt_from_the_raw_rows_they_claim():
     """Every GPU results file is exactly what docs/results/history/assembly.json builds from raw gpu_verify rows:
     no number in one can be typed by hand, and a threshold changed since is marked, not silently re-judged."""

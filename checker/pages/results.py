@@ -174,6 +174,10 @@ def _cell(runs: list[dict[str, Any]], variant: str, tool: str, check: str) -> st
               if key and r["checks"][check]["measured"].get(key) is not None]
     names = {"passed": "pass", "failed": "**fail**", STALE: "stale (older threshold)"}
     mark = "/".join(names.get(s, s) for s in sorted(statuses))
+    if statuses == {"skipped"}:  # say why, where every run says the same ("runs only when asked")
+        reasons = {str(r["checks"][check].get("reason") or "").split(":")[0].strip() for r in chosen}
+        if len(reasons) == 1 and "" not in reasons:
+            mark = f"skipped ({reasons.pop()})"
     judged = [r for r in chosen if r["checks"][check].get("status") != "skipped"]
     if judged and all(map(_measures_the_lab, judged)):
         mark = "measured (the before, not a verdict)"  # Nsight Compute on the lab: what the solution improves on

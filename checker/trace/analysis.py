@@ -128,8 +128,8 @@ class TraceAnalysis:
                 out.append(f"{int(during.sum()):,} kernels and copies ran during the steps but could not be linked "
                            "to the CUDA call that launched them (no correlation id, or no call with it): they count "
                            "in no step")
-        if self._gpu_off_clock:
-            out.append(self._gpu_off_clock)
+        if self.gpu_clock_skew:
+            out.append(self.gpu_clock_skew)
         copies = self._all_copies
         unknown = copies[(copies["copy_kind"] == "unknown") | (copies["src_kind"] == "unknown")
                          | (copies["dst_kind"] == "unknown")]
@@ -138,14 +138,10 @@ class TraceAnalysis:
                        "or memory kind: the pageable and pinned copy counts leave them out")
         return out
 
-    @property
-    def gpu_clock_skew(self) -> str | None:
-        """Why GPU idle time is not given for this trace (its GPU time stamps are off from the host's), or None."""
-        return self._gpu_off_clock
-
     @cached_property
-    def _gpu_off_clock(self) -> str | None:
-        """The warning for GPU time stamps off from the host's (clock skew), else None. Measured against each kernel's
+    def gpu_clock_skew(self) -> str | None:
+        """The warning for GPU time stamps off from the host's (clock skew), else None; then GPU idle time is not
+        given. Measured against each kernel's
         or copy's own launch (the CUDA call with its correlation id): none starts before its launch, so half of them
         doing so by more than GPU_EARLY_SLACK_NS is skew; behind a queue of launches any one may start long after its
         launch, but the first launched into an idle GPU starts at once, so every one starting more than
@@ -247,7 +243,7 @@ class TraceAnalysis:
     # ---- GPU time --------------------------------------------------------------------------------
     @cached_property
     def _idle(self) -> pd.DataFrame:
-        if self._gpu_off_clock:  # GPU time stamps off from the host's: the GPU's busy time in a step is unknown
+        if self.gpu_clock_skew:  # GPU time stamps off from the host's: the GPU's busy time in a step is unknown
             return gpu_idle.empty_idle()
         return gpu_idle.gpu_idle(self.events, self._windows())
 
@@ -322,8 +318,8 @@ class TraceAnalysis:
         """One row per step: data_wait_ns, gpu_idle_ns (the GPU idle through it), after_sync_ns (of that, idle
         time that began while the host sat in a host sync). Empty for a trace without GPU work, or whose GPU time
         stamps are off from the host's."""
-        if self._gpu_off_clock:
-            return pd.DataFrame({c: pd.Series(dtype=t) for c, t in dataloader.IDLE_COLUMNS.items()})
+        if self.gpu_clock_skew:
+            return dataloader.empty_idle()
         return dataloader.data_wait_gpu_idle(self.events, self._steps, self._all_syncs, exclude_steps)
 
     # ---- two traces ------------------------------------------------------------------------------
@@ -424,9 +420,9 @@ def _one_process(events: pd.DataFrame, pattern: re.Pattern, fmt: str, warnings: 
                     + f" {int(drop.sum()):,} events are left out")
     events = events[~drop].reset_index(drop=True)
     if fmt == "kineto":
-        from checker.trace.kineto import _host_pid_for_gpu_rows
+        from checker.trace.kineto import host_pid_for_gpu_rows
 
-        _host_pid_for_gpu_rows(events)
+        host_pid_for_gpu_rows(events)
     return events
 
 

@@ -510,12 +510,12 @@ def read_kineto(stream: IO[str], label: str) -> tuple[pd.DataFrame, dict]:
         events, warnings = columns.frame()
     except TraceError as exc:
         raise TraceError(f"{label}: {exc}") from None
-    _host_pid_for_gpu_rows(events)
+    host_pid_for_gpu_rows(events)
     meta["warnings"] = warnings
     return events, meta
 
 
-def _host_pid_for_gpu_rows(events: pd.DataFrame) -> None:
+def host_pid_for_gpu_rows(events: pd.DataFrame) -> None:
     """Kineto files GPU rows under the device number; give them the (single) host process instead."""
     host = events.loc[events["kind"] == "cuda_api", "pid"].unique()
     if len(host) == 1:

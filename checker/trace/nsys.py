@@ -201,6 +201,7 @@ class _Rows:
     def __init__(self, db, sql: str, table: str, warnings: list[str]):
         rows = db.execute(sql).fetchall()
         self.table, self.warnings = table, warnings
+        self.said: set[int] = set()  # columns already warned of: one warning per column, however often it is read
         self.columns = list(zip(*rows)) if rows else []
         self.keep = np.ones(len(rows), dtype=bool)
         self.start = self.end = np.empty(0, dtype=np.int64)
@@ -222,9 +223,8 @@ class _Rows:
     def _column(self, i: int, what: str) -> np.ndarray:
         values, bad = _int_column(self.columns[i])
         values, bad = values[self.keep], bad[self.keep]
-        said = self.__dict__.setdefault("_said", set())
-        if bad.any() and i not in said:  # one warning per column, however often it is read
-            said.add(i)
+        if bad.any() and i not in self.said:
+            self.said.add(i)
             self.warnings.append(f"{int(bad.sum()):,} rows of {self.table} had a {what} that is not an integer; "
                                  "taken as missing")
         return values

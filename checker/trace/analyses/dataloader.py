@@ -69,6 +69,10 @@ CLOCK_SLACK_NS = 20_000
 IDLE_COLUMNS = {"step": "int64", "data_wait_ns": "int64", "gpu_idle_ns": "int64", "after_sync_ns": "int64"}
 
 
+def empty_idle() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in IDLE_COLUMNS.items()})
+
+
 def data_wait_gpu_idle(events: pd.DataFrame, steps: pd.DataFrame, syncs: pd.DataFrame,
                        exclude_steps=()) -> pd.DataFrame:
     """One row per step: data_wait_ns (over the ranges ``data_wait`` reads); gpu_idle_ns, how much of that wait
@@ -81,7 +85,7 @@ def data_wait_gpu_idle(events: pd.DataFrame, steps: pd.DataFrame, syncs: pd.Data
     """
     gpu = events[events["kind"].isin(GPU_WORK)]
     if gpu.empty or steps.empty:
-        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in IDLE_COLUMNS.items()})
+        return empty_idle()
     busy_s, busy_e = merge(gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy())
     sync_s = syncs["start_ns"].to_numpy(dtype=np.int64) if len(syncs) else np.empty(0, np.int64)
     sync_e = sync_s + (syncs["dur_ns"].to_numpy(dtype=np.int64) if len(syncs) else 0)

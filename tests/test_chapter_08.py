@@ -143,6 +143,31 @@ def test_rules_on_a_gpu_partition_every_job():
     assert wall == "kernel" and "rule 3" in rule and "60%" in rule
 
 
+def test_a_gpu_trace_that_gives_no_gpu_idle_time_decides_no_wall_and_passes_no_answer(tmp_path):
+    """On a GPU every job's wall is decided by its trace; a trace whose GPU time stamps are off from the host's
+    gives no GPU idle time, and "kernel" (the CPU's unconfirmed answer) is not taken as right there: it fails,
+    saying why."""
+    from types import SimpleNamespace
+
+    from checker.base.chapters import get_chapter
+    from checker.checks.triage import triage
+    from checker.trace import load
+
+    sys.path.insert(0, str(ROOT / "tests" / "trace"))
+    from damage_cases import CASES
+
+    skewed = load(next(c for c in CASES if c.id == "kineto-gpu-clock-5s-late").make(tmp_path)[0])
+    jobs = {"a": SimpleNamespace(trace=skewed, design="kernel")}
+    answer = {"device": "cuda", "fix": {"job": "a"},
+              "jobs": {"a": {"wall": "kernel", "data_wait": 0.0, "ops_per_step": 1, "gpu_idle": 0.0,
+                             "top_kernel_share": 0.5}}}
+    diagnosis = SimpleNamespace(answer=answer, answer_problem=None, jobs=jobs, secret_kind="practice", fix_job="a",
+                                learner=None)
+    outcome = triage(SimpleNamespace(device="cuda", diagnosis=diagnosis), get_chapter(CHAPTER).check("triage"))
+    assert outcome.status == "failed"
+    assert any("decides no wall" in line and "clock skew" in line for line in outcome.evidence), outcome.evidence
+
+
 def _check(submission_args):
     env = dict(os.environ, WORKBOOK_ROOT=str(ROOT), PYTHONPATH=str(ROOT))
     env.pop(SECRET_ENV, None)

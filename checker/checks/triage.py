@@ -44,6 +44,8 @@ def measure(trace, device: str) -> dict:
     if device == "cuda":
         m["ops_per_step"] = s["launches_per_step"]
         m["gpu_idle"] = s["gpu_idle_fraction"]
+        if m["gpu_idle"] is None:  # why no GPU rule can be applied: clock skew, or no GPU work in the steps
+            m["no_gpu_idle"] = trace.gpu_clock_skew or "the trace shows no GPU work"
         top = s["top_kernels"][0] if s["top_kernels"] else None
         m["top_kernel_share"] = top["share"] if top else None
         m["top_kernel"] = top["name"][:80] if top else None
@@ -61,7 +63,7 @@ def decide(m: dict, device: str, rules: dict) -> tuple[str | None, str]:
     if device == "cuda":
         idle = m.get("gpu_idle")
         if idle is None:
-            return None, "the trace shows no GPU work: no GPU rule can be applied"
+            return None, f"{m.get('no_gpu_idle') or 'the trace shows no GPU work'}: no GPU rule can be applied"
         if idle >= rules["gpu_idle"]:
             return "overhead", (f"rule 2: data wait {m['data_wait']:.0%} < {rules['data_wait']:.0%}; GPU idle "
                                 f"{idle:.0%} >= {rules['gpu_idle']:.0%} of the step")
@@ -143,6 +145,8 @@ def triage(evidence, spec):
         elif wall is not None and claimed != wall:
             wrong.append(f"wall = {claimed!r} is not the wall the grader's measurement decides" if hide
                          else f"wall = {claimed!r}, but the grader's measurement decides {wall!r}")
+        elif wall is None and device == "cuda":  # a GPU's trace decides every job: one that does not is unjudged
+            wrong.append(f"the grader's trace of this job decides no wall ({rule})")
         elif wall is None:
             unconfirmed.append(job)
             if claimed != "kernel":

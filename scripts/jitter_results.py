@@ -2,9 +2,9 @@
 
 The table on the chapter's page ("the median alone can lie") comes from this script, run on the GPU machine:
 
-    python chapters/03_dataloader_workers/jitter_results.py --device cuda --workers 2,4,8,12 --trials 2 \\
+    python scripts/jitter_results.py --device cuda --workers 2,4,8,12 --trials 2 \\
         --out docs/results/03_dataloader_workers-jitter
-    python chapters/03_dataloader_workers/jitter_results.py --device cpu --workers 1,2 --trials 2 \\
+    python scripts/jitter_results.py --device cpu --workers 1,2 --trials 2 \\
         --out docs/results/03_dataloader_workers-jitter-cpu
 
 It writes <out>.json (every run) and <out>.md (the table the page includes), with GPU, driver, torch and date.
@@ -61,7 +61,7 @@ def render(env: dict, rows: list[dict]) -> str:
     lines = [
         (f"Measured on **{env['gpu']}** (driver {env['driver']}, torch {env['torch']}, {env['cpu_count']} CPU cores) "
          if env.get("driver") else f"Measured on **a CPU with {env['cpu_count']} cores, no GPU** (torch {env['torch']}) ") +
-        f"on {env['date'][:10]}, by `chapters/03_dataloader_workers/jitter_results.py`; medians over "
+        f"on {env['date'][:10]}, by `scripts/jitter_results.py`; medians over "
         f"{len(rows[0]['samples_per_s'])} runs, step times pooled over them.",
         "",
         "| loader | samples/s (mean over the window) | vs slow | step p50 | step p90 | step max |",

@@ -2,7 +2,7 @@
 
 The stretch numbers on the chapter's page come from this script, run on the GPU machine:
 
-    python chapters/02_pageable_copies/stretch_results.py --device cuda --trials 3 \\
+    python scripts/stretch_results.py --device cuda --trials 3 \\
         --out docs/results/02_pageable_copies-prefetch
 
 It writes <out>.json (every run) and <out>.md (the table the page includes), with GPU, driver, torch and date.
@@ -24,7 +24,7 @@ from checker.grader.runs import run_script
 
 def _jitter_module():
     """The table helpers of chapter 03's results script (one implementation for both chapters)."""
-    path = repo_root() / "chapters" / "03_dataloader_workers" / "jitter_results.py"
+    path = repo_root() / "scripts" / "jitter_results.py"
     spec = importlib.util.spec_from_file_location("jitter_results", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -36,7 +36,7 @@ def render(env: dict, rows: list[dict]) -> str:
     baseline = statistics.median(rows[0]["samples_per_s"])
     lines = [
         f"Measured on **{env['gpu']}** (driver {env['driver']}, torch {env['torch']}) on {env['date'][:10]}, by "
-        f"`chapters/02_pageable_copies/stretch_results.py`; medians over {len(rows[0]['samples_per_s'])} runs each, "
+        f"`scripts/stretch_results.py`; medians over {len(rows[0]['samples_per_s'])} runs each, "
         "alternating.",
         "",
         "| script | samples/s | vs slow | step p50 |",

@@ -169,18 +169,3 @@ def _json_default(value):
     if hasattr(value, "item"):
         return value.item()
     return str(value)
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="workbook")
-    add_report_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except BrokenPipeError:  # `... report TRACE | head`: the reader left; stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

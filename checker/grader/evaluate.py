@@ -27,6 +27,7 @@ from checker.grader.baseline import BaselineBank
 from checker.grader.collect import ask_referee, trace_problem
 from checker.grader.ncu import profile_kernel
 from checker.grader.plan import Plan, make_plan
+from checker.grader.precheck import check_candidate
 from checker.grader.runs import IncompleteWork, RunResult, describe_phases, run_script
 from checker.grader.scan import refuse_probes
 
@@ -176,7 +177,6 @@ class Evaluation:
         self.only = only
         self.plan = make_plan(chapter, device, only, with_ncu, trace_tool)
         self.workdir = sandbox.check_folder()
-        forkserver.prestart()  # its imports overlap what comes before the first run
         # a chapter about loading data: a CPU trace's time spent waiting for a batch is the lesson, not hidden work
         self.loads_data = any(c.name in ("data_wait", "loader_settings", "triage") for c in chapter.checks)
         # a chapter that grades a diagnosis (chapter 08): the learner's jobs, drawn here from the grader's secret
@@ -602,9 +602,15 @@ def evaluate(chapter: Chapter, *, variant: str = "lab", submission: Path | None 
              trace_tool: str = "torch", with_ncu: bool = False, keep: bool = False,
              keep_traces: Path | None = None, only: set[str] | None = None, progress=None,
              bank: BaselineBank | None = None, learner: str | None = None) -> Report:
-    """Grade one script. ``bank``: the slow script's speed shared by a grading worker's students (see
-    checker.grader.baseline); without it, every candidate run is paired with a slow-script run."""
+    """The one way from a submission to a verdict: `workbook check`, the pytest plugin and class grading all call
+    this. It finds the script (a variant of the chapter, or the lab file in a ``submission`` folder), refuses one
+    that does not compile or starts another chapter's workload before anything runs (checker.grader.precheck),
+    starts the fork server, and grades it. ``bank``: the slow script's speed shared by a grading worker's students
+    (see checker.grader.baseline); without it, every candidate run is paired with a slow-script run.
+    ``learner``: class grading's learner id (the submission folder's name), whose jobs chapter 08 draws."""
+    forkserver.prestart()  # its imports of torch overlap the precheck and the plan
     candidate = resolve_candidate(chapter, variant, submission)
+    check_candidate(candidate, chapter.id)
     ev = Evaluation(chapter, candidate, device or default_device(), trace_tool, with_ncu, keep_traces, progress,
                     only=only, bank=bank, learner=learner)
     if submission is not None:

@@ -248,7 +248,7 @@ def nsys_profile(nsys: str, report: Path) -> list[str]:
     kernels (elementwise_kernels, launches_per_step's kernels in all) see what a graph ran, not one bar per replay
     (nsys's default, which checker.trace.nsys reads as GPU time only), as torch.profiler's traces do: a submission
     cannot hide its kernels in a graph (tests/redteam/gpu/graph_hide_05 fails under it on an H100 and an H200,
-    docs/results/history/README.md, session 40).
+    evidence/history/README.md, session 40).
     """
     return [nsys, "profile", "-t", "cuda,nvtx,osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
             "--cuda-graph-trace=node", "--force-overwrite=true", "-o", str(report)]
@@ -306,7 +306,7 @@ def run_script(
         nsys = require_tool("nsys", "--trace-tool nsys")
         # nsys runs as the run's own user: started by the grader around the run, it writes its report after the
         # run's process has ended. (Run as the grader's user with the run dropped beneath it, nsys wrote no report
-        # on an H100 or an H200: docs/results/history/2026-11-25-h100-call4-checks.jsonl.)
+        # on an H100 or an H200: evidence/history/2026-11-25-h100-call4-checks.jsonl.)
         report = folder.path / "trace"
         command = [*nsys_profile(nsys, report), *command]
         trace_file = report.with_suffix(".nsys-rep")

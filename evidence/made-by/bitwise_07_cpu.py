@@ -5,7 +5,7 @@ samples from the same start), with the solution's fused optimizer as [workload.c
 and prints, per run, every tensor of the final weights that differs from the slow script's and by how much.
 Run it under ATEN_CPU_CAPABILITY=default|avx2|avx512 to see each of PyTorch's CPU kernel sets.
 
-    python docs/results/made-by/bitwise_07_cpu.py
+    python evidence/made-by/bitwise_07_cpu.py
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = "07_capstone_ladder"
 
 # In the script's process: keep the weights the window closes on (what the grader would receive).

@@ -1,5 +1,5 @@
 """A timing probe: 20 tiny ops timed per call, 200 calls without torch.profiler and 200 with it (the harness's
-settings: CPU activity, with_stack, every thread). docs/results/history/2026-11-26-cpu-profiler-probe.md."""
+settings: CPU activity, with_stack, every thread). evidence/history/2026-11-26-cpu-profiler-probe.md."""
 import time, statistics, torch
 def probe(n=20):
     t = time.perf_counter_ns()

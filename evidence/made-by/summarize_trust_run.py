@@ -1,7 +1,7 @@
 """Render the GPU verification of the grader's trust boundary from the raw check rows.
 
-    python docs/results/made-by/summarize_trust_run.py docs/results/history/2026-11-23-h100-trust-*.jsonl \
-        --env docs/results/history/2026-11-23-h100-trust-1.env.json > docs/results/trust-gpu.md
+    python evidence/made-by/summarize_trust_run.py evidence/history/2026-11-23-h100-trust-*.jsonl \
+        --env evidence/history/2026-11-23-h100-trust-1.env.json > docs/results/trust-gpu.md
 
 Each row is one `workbook check` made by scripts/gpu_verify.sh (its checks stage). A solution must pass, a lab
 must fail, and a red-team cheat (variant cheat/...) must be rejected: exit 1 with a check failed, or exit 2.

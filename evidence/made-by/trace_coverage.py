@@ -4,7 +4,7 @@ Reads traces kept by `workbook check NN ... --device cpu --keep-traces DIR` (one
 ran) and writes a table: per trace, the lowest and the median share of a step's time that recorded ops
 cover, and what checker.grader.collect.hidden_work says of it.
 
-    python docs/results/made-by/trace_coverage.py /tmp/traces/* --out docs/results/cpu-trace-coverage.md
+    python evidence/made-by/trace_coverage.py /tmp/traces/* --out docs/results/cpu-trace-coverage.md
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def main() -> int:
     parser.add_argument("folders", nargs="+", type=Path, help="folders of traces kept by workbook check")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    lines = [f"Made by `docs/results/made-by/trace_coverage.py` on {datetime.date.today().isoformat()}: CPU traces kept by "
+    lines = [f"Made by `evidence/made-by/trace_coverage.py` on {datetime.date.today().isoformat()}: CPU traces kept by "
              f"`workbook check NN --device cpu --keep-traces`, torch {torch.__version__}, {platform.machine()}, "
              f"{os.cpu_count()} cores. The floor is {OP_COVERAGE_FLOOR:.0%} of a step's time (median over the "
              "traced steps; in chapters about loading data, of the step's time not spent waiting for its batch).", "",

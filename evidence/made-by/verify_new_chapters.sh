@@ -3,8 +3,8 @@
 # tool), through scripts/gpu_verify.sh: the same set-up (the carried nvtx wheel and nsys's libdw), the same rows
 # in $OUT/checks.jsonl, the same summary. Results come back under $OUT.
 #
-#   bash docs/results/made-by/verify_new_chapters.sh                  # sizing sweep of 06, then the checks, then the summary
-#   STAGES="env checks summary" bash docs/results/made-by/verify_new_chapters.sh   # the checks alone
+#   bash evidence/made-by/verify_new_chapters.sh                  # sizing sweep of 06, then the checks, then the summary
+#   STAGES="env checks summary" bash evidence/made-by/verify_new_chapters.sh   # the checks alone
 #
 # What it runs, in this order (a cut-short session keeps the most important verdicts):
 #   1. chapter 06's solution: 3 x `workbook check --trace-tool torch`, 1 x `--trace-tool nsys` (the issue asks
@@ -33,4 +33,4 @@ S00=00_measuring_right
 export PLAN=${PLAN:-"check:$S06:solution:torch check:$S06:solution:torch check:$S06:solution:torch \
 check:$S06:solution:nsys check:$S06:lab:torch:same_work,host_syncs check:$S00:lab:torch check:$S00:solution:torch \
 check:$S06:lab:nsys:host_syncs check:$S00:solution:nsys"}
-exec bash "$(dirname "$0")/gpu_verify.sh"
+exec bash "$(dirname "$0")/../../scripts/gpu_verify.sh"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The fresh-eyes timing of issue 19, written by a helper who had not seen the project's numbers (session 34; its one
 # device call was spent on a placeholder, and no device time was left to run this): on the GPU machine, with .whl and
-# .debs carried, `bash scripts/plans/fresh_eyes.sh` warms the compile cache of chapters 07 and 04, then times one
+# .debs carried, `bash evidence/plans/fresh_eyes.sh` warms the compile cache of chapters 07 and 04, then times one
 # `workbook check NN --variant solution` per chapter, appending chapter, exit code, seconds and the verdict line to
 # $OUT/times.txt as it goes (a cut-short run keeps what it did).
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl; export PYTHONPATH=/tmp/site

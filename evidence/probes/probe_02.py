@@ -1,6 +1,6 @@
 """Chapter 02's pieces timed apart on the GPU machine: what bounds the step, the loader, the copy or the model?
 
-    python scripts/probe_02.py --out $OUT/probe_02.jsonl
+    python evidence/probes/probe_02.py --out $OUT/probe_02.jsonl
 
 Prints one JSON line per measurement: DataLoader batches/s (per-sample collating or ready batches; workers;
 pin_memory), host-to-device GB/s from pageable and pinned memory, and the model's train-step time per
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "chapters" / "02_pageable_copies"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "chapters" / "02_pageable_copies"))
 import workload
 
 

@@ -1,6 +1,6 @@
 """Where chapter 07's solution spends its set-up (about 3.5 s a run on an H100, two runs a check): timed apart.
 
-    python scripts/probe_07_setup.py --out $OUT/probe_07.jsonl
+    python evidence/probes/probe_07_setup.py --out $OUT/probe_07.jsonl
 
 The grader's phase "setup" of a run is from the chapter's workload built to the first step: the script's own
 model and optimizer, then its DataLoader's first batch. This times each piece in one process with CUDA started,
@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "chapters" / "07_capstone_ladder"))
 

@@ -1,7 +1,7 @@
 """Chapter 05's held-out loss over many secrets: is a high one a property of the secret, or of the variant's numerics?
 
-    python scripts/probe_heldout_05.py --out probe.jsonl [--seeds 24] [--deadline-s 200] [--variants slow,solution]
-    python scripts/probe_heldout_05.py --summarize probe.jsonl [more.jsonl ...] [--env env.json] > summary.md
+    python evidence/probes/probe_heldout_05.py --out probe.jsonl [--seeds 24] [--deadline-s 200] [--variants slow,solution]
+    python evidence/probes/probe_heldout_05.py --summarize probe.jsonl [more.jsonl ...] [--env env.json] > summary.md
                                       [--lrs 0.001,0.0005] [--config cuda] [--set batch_size=2048]
 
 For each (seed, window key), drawn as the grader draws them, trains chapter 05's model the way a graded run does
@@ -12,7 +12,7 @@ the reference solution), ``bf16`` (bf16 autocast in eager mode). One JSON line p
 every step, so a run that ends out of line shows where it left the others, and each variant's weight distance from
 the ``slow`` run of the same secret and learning rate (the referee's own measure, in units of how far training moved
 the weights). ``--config cuda --set batch_size=2048`` runs the GPU's workload, smaller, on a CPU. Written for the question in
-docs/results/history/README.md (sessions 37-39): chapter 05's honest solution failed same_work when one run of a
+evidence/history/README.md (sessions 37-39): chapter 05's honest solution failed same_work when one run of a
 pair ended at 0.10-0.13 against the usual 0.08.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from checker.base.chapters import get_chapter  # noqa: E402
 from checker.base.workloads import initial_rms, load_workload_module, redraw_head  # noqa: E402
@@ -82,7 +82,7 @@ def summarize(paths: list[str], env: dict | None) -> str:
         where = (f"{env['gpu']}, driver {env['nvidia_smi'].split(', ')[1]}" if env.get("gpu")
                  else f"a CPU ({env.get('cpu_model')}, {env.get('cpu_count')} cores)")
         lines += [f"{where}, torch {env.get('torch')}, {env.get('date') or env.get('finished')}; "
-                  "`scripts/probe_heldout_05.py`, chapter 05's GPU workload, a fresh secret per row group. same_work's "
+                  "`evidence/probes/probe_heldout_05.py`, chapter 05's GPU workload, a fresh secret per row group. same_work's "
                   f"tolerance on the held-out loss: {tolerance:.0%}.", ""]
     lines += ["| rows | lr | runs | held-out loss: median (min-max) | other variant vs slow, same secret: median gap (max) "
               f"| pairs over {tolerance:.0%} | spike steps per run | weight distance: median (max) |",

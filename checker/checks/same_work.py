@@ -129,8 +129,13 @@ def failure_measure(measured: dict, threshold) -> str | None:
             "samples": "samples in the window differ"}.get(failed_on)
 
 
+def judge_pair(judged: dict, spec, device: str, reference: str) -> tuple[list[str], float]:
+    """What differs in one judged pair under the chapter's tolerances for ``device``, and the weight distance."""
+    return pair_problems(judged, tolerances(spec, device), reference)
+
+
 @check("same_work", needs=(VERDICTS,), key="relative_difference", fmt="{:.1%} loss diff", thresholded=False,
-       failure=failure_measure)
+       failure=failure_measure, pair_judge=judge_pair)
 def same_work(evidence, spec):
     """trains the same model on the same samples and ends at the baseline's loss"""
     limits = tolerances(spec, evidence.device)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import select
 import subprocess
 import time
@@ -252,6 +253,11 @@ def nsys_profile(nsys: str, report: Path) -> list[str]:
     """
     return [nsys, "profile", "-t", "cuda,nvtx,osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
             "--cuda-graph-trace=node", "--force-overwrite=true", "-o", str(report)]
+
+
+def new_secret() -> tuple[int, int]:
+    """A fresh secret for one run, or one pair of runs: its seed and its window key (checker.base.workloads)."""
+    return secrets.randbelow(2**31 - 1) + 1, secrets.randbelow(2**31 - 1) + 1
 
 
 def run_script(

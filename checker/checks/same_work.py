@@ -26,7 +26,7 @@ from checker.checks import FAILED, PASSED, VERDICTS, check, result
 # imports, set-up, the warm-up steps) until the window opens. Those seconds may exceed the baseline's by this
 # factor plus these seconds, by device, unless chapter.toml says otherwise (untimed_factor, untimed_allowance_s):
 # torch.compile and worker processes start there, honestly; a dataset decoded or a model trained there does not
-# belong there. Calibrated on the honest solutions' runs (evidence/results/check-phases-*.md, `before_window_s`).
+# belong there. Set from the honest solutions' `before_window_s` (evidence/ keeps the runs).
 BEFORE_WINDOW = ("build", "setup", "warm-up")
 DEFAULT_UNTIMED = {"cpu": (2.0, 20.0), "cuda": (2.0, 20.0)}
 

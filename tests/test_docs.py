@@ -356,7 +356,7 @@ def test_chapter_titles_are_declared_once_in_chapter_toml():
         assert f"[{chapter.short_title}](chapters/{chapter.id}.md) | {chapter.summary} |" in chapters_table()
 
 
-@pytest.mark.parametrize("table", sorted((ROOT / "docs" / "results").glob("check-phases-*.json")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("table", sorted((ROOT / "evidence" / "results").glob("check-phases-*.json")), ids=lambda p: p.stem)
 def test_phase_tables_are_rendered_from_their_rows(table):
     """evidence/results/check-phases-*.md is what scripts/phase_table.py renders from the .json beside it."""
     module = load_script("scripts/phase_table.py")

@@ -109,3 +109,11 @@ def straggler_summary(waits: pd.DataFrame) -> dict:
                                "step_ms": round(float(step_ms[r]), 3)} for r in medians.index},
             "waiting_rank": int(medians.idxmax()), "straggler": int(medians.idxmin()),
             "worst_share": round(float(medians.max()), 3)}
+
+
+def ops_per_step(events: pd.DataFrame) -> float:
+    """The median count of recorded CPU ops per step, collectives aside: the work a rank asked for, counted, which
+    a busy machine's scheduling cannot change (a CPU's timings can be)."""
+    ops = events[events["step"].notna() & (events["kind"] == "cpu_op") & ~events["name"].str.contains(COLLECTIVE_CALL)]
+    counts = ops.groupby("step").size()
+    return float(counts.median()) if len(counts) else 0.0

@@ -43,6 +43,43 @@ def test_mkdocs_build_strict(tmp_path):
             text = page.read_text(errors="replace")
             hits = outside.findall(text) if page.suffix == ".html" else []
             assert not hits and not fonts.search(text), f"{page.relative_to(tmp_path)} requests an outside host: {hits[:3]}"
+    broken = _links_the_site_lacks(tmp_path / "site")
+    assert not broken, ("pages link to what the built site leaves out (docs/results/ and docs/snippets/ are not "
+                        "pages: name such a file as `docs/results/...`, or build it as a page): " + "; ".join(broken[:10]))
+
+
+def _links_the_site_lacks(site):
+    """Every link of a built page to a place on the site (relative, or from the site's root) whose target the
+    build did not write: `page -> link`."""
+    import re
+    from urllib.parse import unquote, urlsplit
+
+    broken = []
+    for page in sorted(site.rglob("*.html")):
+        for href in re.findall(r"<a\b[^>]*\bhref=\"([^\"]*)\"", page.read_text(errors="replace")):
+            parts = urlsplit(href)
+            if parts.scheme or parts.netloc or not parts.path:
+                continue  # another host, mailto:, or a place on the same page
+            path = unquote(parts.path)
+            target = (site / path.lstrip("/")) if path.startswith("/") else (page.parent / path)
+            target = target.resolve()
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.is_file():
+                broken.append(f"{page.relative_to(site)} -> {href}")
+    return broken
+
+
+def test_a_link_to_a_file_the_site_leaves_out_is_found(tmp_path):
+    """The link check above reads the built pages: a link to an excluded results file is caught, one to a page is not."""
+    (tmp_path / "chapters" / "a").mkdir(parents=True)
+    (tmp_path / "chapters" / "a" / "index.html").write_text(
+        '<a href="../../results/probe/">probe</a> <a href="../b/#x">b</a> <a href="/">home</a> '
+        '<a href="https://example.org/">out</a> <a href="#top">top</a>')
+    (tmp_path / "chapters" / "b").mkdir()
+    (tmp_path / "chapters" / "b" / "index.html").write_text("")
+    (tmp_path / "index.html").write_text("")
+    assert _links_the_site_lacks(tmp_path) == ["chapters/a/index.html -> ../../results/probe/"]
 
 
 def test_repo_url_comes_from_the_environment_and_asks_no_outside_host(tmp_path):

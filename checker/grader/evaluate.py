@@ -225,7 +225,8 @@ class Evaluation:
         chapter = self.chapter
         folder = self.candidate.parent
         own = None
-        if learner is None:  # a learner checking their own work: the learner id of their assignment file
+        self_check = learner is None
+        if self_check:  # a learner checking their own work: the learner id of their assignment file
             own = assignments.from_file(chapter, folder, chapter.lab_script.parent)
             learner = own.learner if own else assignments.learner_of(folder, chapter.lab_script.parent)
         else:  # class grading: the learner is the submission folder's name
@@ -250,7 +251,8 @@ class Evaluation:
                               f"this feedback leaves out the grader's numbers); the fix runs as job {self.fix_job}")
         else:
             self.notes.append(f"assignment: learner {learner!r}, drawn from the {self.assignment.secret_kind} secret"
-                              + (" (set WORKBOOK_COURSE_SECRET to grade a class)" if self.assignment.secret_kind == "practice" else "")
+                              + (" (set WORKBOOK_COURSE_SECRET to grade a class)"  # class grading chose --practice
+                                 if self.assignment.secret_kind == "practice" and self_check else "")
                               + f"; the fix runs as job {self.fix_job}")
 
     def _reference_script(self) -> Path:

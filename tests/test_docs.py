@@ -503,3 +503,51 @@ def test_a_check_started_without_a_compile_cache_counts_as_cold():
     markdown = render_markdown(build_results(env, rows, "05_pointwise_chains", {"throughput": 1.7}))
     assert "31 s after another check on the machine and 60 s as the first check of a call or with no compile" \
         in markdown
+
+
+def _page_text(path) -> str:
+    """A built page's text as a reader sees it: tags (the highlighter's spans) removed, entities decoded."""
+    import html
+    import re
+
+    return html.unescape(re.sub(r"<[^>]+>", "", path.read_text()))
+
+
+def test_pages_show_the_labs_as_shipped_whatever_the_learner_did(tmp_path):
+    """A learner who rewrote every lab (here: the solution, without its snippet markers) and filled in chapter 08's
+    answer still builds the site, and its pages show the labs and the answer form as shipped (from git's history);
+    in a download without .git the slow script, the same code, stands in for an edited lab and the site still builds."""
+    import re
+
+    scratch = tmp_path / "checkout"
+    for folder in ("docs", "overrides", "checker", "chapters", "labs", "solutions"):
+        shutil.copytree(ROOT / folder, scratch / folder, ignore=shutil.ignore_patterns("__pycache__", "site"))
+    shutil.copy(ROOT / "mkdocs.yml", scratch / "mkdocs.yml")
+    git = lambda *args: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=scratch,
+                                       check=True, capture_output=True)
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "as shipped")
+    shipped_07 = (scratch / "labs" / "07_capstone_ladder" / "train.py").read_text()
+    for chapter in all_chapters():
+        lab = scratch / "labs" / chapter.id / chapter.lab_file
+        lab.write_text(re.sub(r"^# --8<-- .*\n", "", chapter.solution_script.read_text(), flags=re.M))
+    (scratch / "labs" / "08_triage" / "answer.toml").write_text((ROOT / "solutions" / "08_triage" / "answer.toml").read_text())
+    env = dict(os.environ, WORKBOOK_ROOT=str(scratch), PYTHONPATH=str(scratch))
+
+    def build(site):
+        proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)], cwd=scratch,
+                              env=env, capture_output=True, text=True)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        return proc.stderr
+
+    build(tmp_path / "site")
+    page_07 = _page_text(tmp_path / "site" / "chapters" / "07_capstone_ladder" / "index.html")
+    assert "running_loss += loss.item()" in shipped_07 and "running_loss += loss.item()" in page_07
+    page_08 = _page_text(tmp_path / "site" / "chapters" / "08_triage" / "index.html")
+    assert 'job = ""' in page_08 and 'wall = ""' in page_08  # the blank form, not the learner's answer
+
+    shutil.rmtree(scratch / ".git")
+    log = build(tmp_path / "no-git")
+    assert "chapters/07_capstone_ladder/slow.py" in log  # said, at INFO: the slow script stands in
+    assert "running_loss += loss.item()" in _page_text(tmp_path / "no-git" / "chapters" / "07_capstone_ladder" / "index.html")

@@ -509,7 +509,7 @@ class Evaluation:
                 f"Python imports from {folder} here (a script there, or PYTHONPATH), where the grader's runs write "
                 "their files: no verdict could be trusted. Run it from a script outside that folder, or take it "
                 "off PYTHONPATH")
-        began_ns = time.time_ns()
+        trusted = sandbox.TrustedFiles(sandbox.trusted_folders())  # what they hold now, to compare at the end
         wrote_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # the grader changes no file either
         try:
             incomplete: IncompleteWork | None = None
@@ -524,7 +524,7 @@ class Evaluation:
         finally:
             sys.dont_write_bytecode = wrote_bytecode
         began = time.perf_counter()
-        changed = sandbox.changed_since(began_ns, sandbox.trusted_folders())
+        changed = trusted.changed()
         self._timing("tamper", "the grader's files unchanged", began)
         if changed:
             raise WorkbookError(

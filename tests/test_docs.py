@@ -114,9 +114,15 @@ def test_site_in_headless_chromium_has_no_sideways_scroll_and_legible_linked_tim
 def test_page_snippets_are_generated_from_the_chapters():
     """The hints and the fix a page shows are what scripts/make_page_snippets.py makes of chapter.toml and the
     labs now; the command outputs a page shows were written by a real run of it."""
+    from checker.grader.pristine import shipped_lab
+
     module = load_script("scripts/make_page_snippets.py")
+    # a fix is shown from the lab as shipped: where only the learner's copy is here (a download without .git), the
+    # slow script stands in and its diff is not the committed one
+    unknown = {f"{c.id}-fix.diff" for c in all_chapters() if shipped_lab(c) is None}
     for path, text in module.static_snippets().items():
-        assert path.is_file() and path.read_text() == text, f"run python scripts/make_page_snippets.py ({path.name} is stale)"
+        if path.name not in unknown:
+            assert path.is_file() and path.read_text() == text, f"run python scripts/make_page_snippets.py ({path.name} is stale)"
     for chapter in all_chapters():
         page = chapter.docs_page.read_text()
         for variant in ("lab", "solution"):
@@ -129,6 +135,9 @@ def test_page_snippets_are_generated_from_the_chapters():
             assert f'"docs/snippets/{chapter.id}-{kind}"' in page, f"{chapter.docs_page} must include its {kind}"
         assert "solutions/" not in page.split("??? success")[0].split("## Fix it")[1], \
             "the solution must be folded: only inside the collapsed '??? success' block"
+    if unknown:
+        pytest.skip(f"{', '.join(sorted(unknown))} not compared: the labs they show were edited and this checkout has no "
+                    "git history holding the shipped ones")
 
 
 @pytest.mark.parametrize("chapter", all_chapters(), ids=lambda c: c.id)

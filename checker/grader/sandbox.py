@@ -390,12 +390,6 @@ def scratch_on_import_path() -> Path | None:
 UNWATCHED_FOLDERS = frozenset({".git"})
 
 
-def changed_since(since_ns: int, folders: list[Path], limit: int = 5) -> list[str]:
-    """Files and folders under ``folders`` whose inode changed after ``since_ns`` (wall clock, ns), .git left out:
-    the candidates TrustedFiles judges by content."""
-    return list(_ctime_after(since_ns, folders, lambda path: True, limit))
-
-
 def _ctime_after(since_ns: int, folders: list[Path], changed: Callable[[str], bool], limit: int):
     """Walk ``folders`` (no .git) and yield each file or folder whose ctime is after ``since_ns`` and that
     ``changed`` confirms, at most ``limit`` of them."""

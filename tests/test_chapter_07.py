@@ -10,6 +10,7 @@ import pytest
 
 from checker.base.chapters import get_chapter
 from checker.base.errors import WorkbookError
+from conftest import code_line_of
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = "07_capstone_ladder"

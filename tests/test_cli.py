@@ -43,9 +43,9 @@ def test_submission_folder_that_does_not_exist(workbook, tmp_path):
     assert "does not exist" in line and str(tmp_path / "nope") in line
 
 
-def test_another_chapters_lab_is_named_before_anything_runs(workbook, tmp_path):
+def test_another_chapters_lab_is_named_before_anything_runs(workbook, tmp_path, pristine_lab):
     """Every chapter's lab is train.py: chapter 01's handed in as chapter 00's is said in one line, not run."""
-    (tmp_path / "train.py").write_text((ROOT / "labs" / "01_item_syncs" / "train.py").read_text())
+    (tmp_path / "train.py").write_text((pristine_lab("01") / "train.py").read_text())
     line = one_clear_line(workbook("check", "00", "--submission", str(tmp_path), "--device", "cpu"))
     assert "chapter 01's lab" in line and "workbook check 01" in line
 

@@ -67,13 +67,18 @@ def host_syncs(evidence, spec):
     # torch.profiler before 2.12 records no call sites: a frame's line there is where it stood, not the call
     lines_recorded = trace.has_call_lines
     if len(syncs):
-        grouped = syncs.groupby(["name", "where"], dropna=False).size().sort_values(ascending=False)
-        for (name, where), count in grouped.items():
+        grouped = syncs.groupby(["name", "where", "in_fetch"], dropna=False).size().sort_values(ascending=False)
+        for (name, where, fetching), count in grouped.items():
             where = as_graded(where, evidence.candidate_run, evidence.candidate)
             if where and not lines_recorded:
                 origin = f"{where.rpartition(':')[0]} (this torch.profiler records no call lines; torch >= 2.12 does)"
             else:
                 origin = source_line(where, evidence.candidate)
-            lines.append(f"{count / len(counted):g} per step: {name} from {origin}")
+            if fetching:  # the harness's `data` range: no line of the loop's body made it
+                lines.append(f"{count / len(counted):g} per step: {name} while session.steps() fetched the next "
+                             "batch, made by the DataLoader, its sampler or dataset (a DataLoader whose workers do "
+                             f"not outlive an epoch starts anew each epoch), iterated at {origin}")
+            else:
+                lines.append(f"{count / len(counted):g} per step: {name} from {origin}")
     status = PASSED if per_step <= threshold else FAILED
     return result(spec, status, measured=measured, threshold=threshold, evidence=lines)

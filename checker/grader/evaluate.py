@@ -225,7 +225,8 @@ class Evaluation:
         chapter = self.chapter
         folder = self.candidate.parent
         own = None
-        if learner is None:  # a learner checking their own work: the learner id of their assignment file
+        self_check = learner is None
+        if self_check:  # a learner checking their own work: the learner id of their assignment file
             own = assignments.from_file(chapter, folder, chapter.lab_script.parent)
             learner = own.learner if own else assignments.learner_of(folder, chapter.lab_script.parent)
         else:  # class grading: the learner is the submission folder's name
@@ -250,7 +251,8 @@ class Evaluation:
                               f"this feedback leaves out the grader's numbers); the fix runs as job {self.fix_job}")
         else:
             self.notes.append(f"assignment: learner {learner!r}, drawn from the {self.assignment.secret_kind} secret"
-                              + (" (set WORKBOOK_COURSE_SECRET to grade a class)" if self.assignment.secret_kind == "practice" else "")
+                              + (" (set WORKBOOK_COURSE_SECRET to grade a class)"  # class grading chose --practice
+                                 if self.assignment.secret_kind == "practice" and self_check else "")
                               + f"; the fix runs as job {self.fix_job}")
 
     def _reference_script(self) -> Path:
@@ -516,7 +518,7 @@ class Evaluation:
                 f"Python imports from {folder} here (a script there, or PYTHONPATH), where the grader's runs write "
                 "their files: no verdict could be trusted. Run it from a script outside that folder, or take it "
                 "off PYTHONPATH")
-        began_ns = time.time_ns()
+        trusted = sandbox.TrustedFiles(sandbox.trusted_folders())  # what they hold now, to compare at the end
         wrote_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # the grader changes no file either
         try:
             incomplete: IncompleteWork | None = None
@@ -531,7 +533,7 @@ class Evaluation:
         finally:
             sys.dont_write_bytecode = wrote_bytecode
         began = time.perf_counter()
-        changed = sandbox.changed_since(began_ns, sandbox.trusted_folders())
+        changed = trusted.changed()
         self._timing("tamper", "the grader's files unchanged", began)
         if changed:
             raise WorkbookError(

@@ -13,13 +13,16 @@
   core files, a file-size cap, and a process-count cap when the run is unprivileged.
 * No survivors: the run starts a new session; the grader is a child subreaper, so descendants that detach
   (a double fork, setsid) are reparented to it; when the run ends every one of them is killed and counted.
-* Tampering: files of the checkout or the Python environment changed while the check ran (ctime, which no
-  unprivileged process can set) are found at the end, and the verdict is withheld.
+* Tampering: files of the checkout or the Python environment whose content changed while the check ran, or that
+  appeared, are found at the end (those whose ctime, which no process can set, moved, compared by content), and
+  the verdict is withheld (``TrustedFiles``). Metadata changed meanwhile (a hard link, `touch`) voids no verdict;
+  .git, which no verdict reads, is not watched.
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import pwd
 import resource
@@ -32,6 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from checker.base.paths import repo_root
 
@@ -348,12 +352,18 @@ def _alive(pid: int) -> bool:
 
 
 # -- tampering ---------------------------------------------------------------------------------------------
+def checkout_folders() -> list[Path]:
+    """The checkout's folders a verdict depends on: the checker, the chapters, the reference solutions."""
+    root = repo_root()
+    return [root / "checker", root / "chapters", root / "solutions"]
+
+
 def trusted_folders() -> list[Path]:
     """What the grader's verdict depends on: the checker, the chapters (baselines, workloads), the reference
     solutions (a grading worker trains them beside each student's runs), the Python installation and its
     site-packages."""
     root = repo_root()
-    folders = [root / "checker", root / "chapters", root / "solutions"]
+    folders = checkout_folders()
     cwd = Path.cwd().resolve()
     for entry in sys.path:
         path = Path(entry).resolve() if entry else None
@@ -375,12 +385,18 @@ def scratch_on_import_path() -> Path | None:
     return None
 
 
-def changed_since(since_ns: int, folders: list[Path], limit: int = 5) -> list[str]:
-    """Files and folders under ``folders`` whose inode changed after ``since_ns`` (wall clock, ns)."""
-    changed: list[str] = []
+# Folders under a trusted folder that no verdict reads: git's own files (an instructor's `git clone` of the
+# checkout hard-links .git/objects, which changes those files' ctime and nothing a grading imports or reads).
+UNWATCHED_FOLDERS = frozenset({".git"})
+
+
+def _ctime_after(since_ns: int, folders: list[Path], changed: Callable[[str], bool], limit: int):
+    """Walk ``folders`` (no .git) and yield each file or folder whose ctime is after ``since_ns`` and that
+    ``changed`` confirms, at most ``limit`` of them."""
+    found = 0
     stack = [str(f) for f in folders]
     seen_roots = set()
-    while stack and len(changed) < limit:
+    while stack and found < limit:
         current = stack.pop()
         try:
             info = os.stat(current, follow_symlinks=False)
@@ -389,8 +405,9 @@ def changed_since(since_ns: int, folders: list[Path], limit: int = 5) -> list[st
         if current in seen_roots:
             continue
         seen_roots.add(current)
-        if info.st_ctime_ns > since_ns:
-            changed.append(current)
+        if info.st_ctime_ns > since_ns and changed(current):
+            found += 1
+            yield current
         try:
             entries = os.scandir(current)
         except OSError:
@@ -402,9 +419,96 @@ def changed_since(since_ns: int, folders: list[Path], limit: int = 5) -> list[st
                 except OSError:
                     continue
                 if stat.S_ISDIR(st.st_mode):
-                    stack.append(entry.path)
-                elif st.st_ctime_ns > since_ns:
-                    changed.append(entry.path)
-                    if len(changed) >= limit:
+                    if entry.name not in UNWATCHED_FOLDERS:
+                        stack.append(entry.path)
+                elif st.st_ctime_ns > since_ns and changed(entry.path):
+                    found += 1
+                    yield entry.path
+                    if found >= limit:
                         break
-    return changed
+
+
+def _content(path: str) -> str | None:
+    """What a file holds, as a digest (a symlink: where it points; a folder: its entries' names); None if unreadable."""
+    try:
+        mode = os.stat(path, follow_symlinks=False).st_mode
+        if stat.S_ISLNK(mode):
+            return "link " + os.readlink(path)
+        if stat.S_ISDIR(mode):
+            return "folder " + "\0".join(sorted(e for e in os.listdir(path) if e not in UNWATCHED_FOLDERS))
+        if not stat.S_ISREG(mode):
+            return f"kind {stat.S_IFMT(mode):o}"
+        with open(path, "rb") as handle:
+            return "sha256 " + hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError:
+        return None
+
+
+def _installed_digests(folder: Path) -> dict[str, str]:
+    """The sha256 pip recorded of each file it installed under a site-packages ``folder`` (its *.dist-info/RECORD
+    files: ``path,sha256=<urlsafe base64>,size``), by absolute path."""
+    import base64
+    import csv
+
+    out: dict[str, str] = {}
+    for record in folder.glob("*.dist-info/RECORD"):
+        try:
+            rows = list(csv.reader(record.read_text().splitlines()))
+        except (OSError, UnicodeDecodeError, csv.Error):
+            continue
+        for row in rows:
+            if len(row) >= 2 and row[1].startswith("sha256="):
+                raw = row[1][len("sha256="):]
+                try:
+                    digest = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).hex()
+                except ValueError:
+                    continue
+                out[os.path.normpath(os.path.join(folder, row[0]))] = "sha256 " + digest
+    return out
+
+
+class TrustedFiles:
+    """The files a verdict rests on (trusted_folders(); .git, which nothing graded reads, left out), watched
+    while a check runs: a file or folder whose content changed, or that appeared, is tampering, and the verdict
+    is withheld. A change of metadata alone voids nothing: a hard link to a file (an instructor's `git clone`
+    of the checkout, uv's installs), `touch`, a chmod.
+
+    At the start the checkout's trusted folders (checker/, chapters/, solutions/: small) are read whole, as
+    digests and folder listings. At the end one walk finds every file and folder whose ctime (which no process
+    can set) moved since the start, as before; each is then compared by content with what it held: the checkout's
+    with the digests taken at the start, an installed package's file with the sha256 pip recorded of it
+    (*.dist-info/RECORD). One with nothing to compare with (a new file, the standard library, a .pyc) counts as
+    changed, as a ctime alone did. Reading the Python environment whole each check would take minutes (GBs of
+    CUDA libraries): only what moved is read."""
+
+    def __init__(self, folders: list[Path], checkout: list[Path] | None = None):
+        self.since_ns = time.time_ns()
+        self.folders = folders
+        if checkout is None:  # the workbook's own folders, never a virtual environment kept in the checkout
+            checkout = [f for f in folders if f in checkout_folders()]
+        self.known: dict[str, str | None] = {}
+        for folder in checkout:
+            for current, dirs, files in os.walk(folder):
+                dirs[:] = [d for d in dirs if d not in UNWATCHED_FOLDERS]
+                for name in (current, *(os.path.join(current, f) for f in files),
+                             *(os.path.join(current, d) for d in dirs if os.path.islink(os.path.join(current, d)))):
+                    self.known[name] = _content(name)
+        self._installed: dict[str, str] | None = None
+
+    def _reference(self, path: str) -> str | None:
+        if path in self.known:
+            return self.known[path]
+        if self._installed is None:
+            self._installed = {}
+            for folder in self.folders:
+                if folder.name in ("site-packages", "dist-packages"):
+                    self._installed.update(_installed_digests(folder))
+        return self._installed.get(os.path.normpath(path))
+
+    def _changed(self, path: str) -> bool:
+        reference = self._reference(path)
+        return reference is None or _content(path) != reference
+
+    def changed(self, limit: int = 5) -> list[str]:
+        """What changed in content since this was made (at most ``limit``): paths."""
+        return list(_ctime_after(self.since_ns, self.folders, self._changed, limit))

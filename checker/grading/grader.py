@@ -34,6 +34,9 @@ from checker.grading.submission import Student, TooLarge, copy_submission, shown
 OUTPUT_TAIL_BYTES = 64 << 10     # what the grader keeps of a student's grading output: the last 64 KiB
 RESULT_LIMIT_BYTES = 16 << 20    # a result larger than this is not a result
 POLL_S = 0.5
+# notes of a graded report that stay in its feedback and out of the gradebook's reason column: how the runs were
+# isolated, where the baseline came from, which learner's jobs were drawn (the same for every student)
+REPORT_ONLY_NOTES = ("isolation:", "baseline:", "assignment:")
 
 
 @dataclass(frozen=True)
@@ -220,7 +223,7 @@ class Grader:
         if record["notes"]:
             feedback += "".join(f"\nnote: {note}\n" for note in record["notes"])
         # what the runs' grader saw besides the checks (a process left running): said in the reason column too
-        seen = [n for n in result["report"].get("notes", []) if not n.startswith(("isolation:", "baseline:"))]
+        seen = [n for n in result["report"].get("notes", []) if not n.startswith(REPORT_ONLY_NOTES)]
         record.update(verdict=result["verdict"], reason="; ".join(seen + record["notes"]), cells=result["cells"],
                       speedup=result["speedup"],
                       report=result["report"], feedback=feedback, failed_checks=result["failed_checks"],

@@ -8,7 +8,8 @@ when the trace marks none, which ``steps_found`` and the notes say):
   ``skipped_steps`` (list), ``logging_steps_excluded`` (list), ``step_ms_median`` / ``step_ms_mean``
   (float | null)
 - ``host_syncs_in_steps`` (int), ``host_syncs_per_step`` (float), ``host_sync_ms_per_step`` (float),
-  ``sync_sources``: [{"name", "count", "where", "op"}] (most frequent first)
+  ``sync_sources``: [{"name", "count", "where", "op", "in_fetch"}] (most frequent first; in_fetch: made while the
+  harness fetched the step's batch)
 - ``pageable_h2d_copies`` (int), ``pageable_h2d_bytes`` (int), ``pageable_h2d_per_step`` (float),
   ``pageable_copy_cpu_ms_per_step`` (float), ``non_blocking_pageable_copies`` (int),
   ``pinned_h2d_copies`` (int)
@@ -121,8 +122,8 @@ def build_summary(trace, exclude_steps=frozenset()) -> dict:
         "host_syncs_in_steps": int(len(syncs)),
         "host_syncs_per_step": _num(len(syncs) / counted),
         "host_sync_ms_per_step": _num(syncs["dur_ns"].sum() / 1e6 / counted),
-        "sync_sources": [{"name": r.name, "count": int(r.count), "where": r.where, "op": r.op}
-                         for r in sources.itertuples(index=False)],
+        "sync_sources": [{"name": r.name, "count": int(r.count), "where": r.where, "op": r.op,
+                          "in_fetch": bool(r.in_fetch)} for r in sources.itertuples(index=False)],
         "pageable_h2d_copies": int(len(pageable_h2d)),
         "pageable_h2d_bytes": int(pageable_h2d["bytes"].fillna(0).sum()),
         "pageable_h2d_per_step": _num(len(pageable_h2d) / counted),
@@ -207,6 +208,9 @@ def _steps_text(numbers: list[int]) -> str:
     return ("step " if len(numbers) == 1 else "steps ") + ", ".join(runs)
 
 
+SYNC_SOURCES_SHOWN = 4  # places a report's sync line names; the rest are summed in one more part
+
+
 def _per(count: float, steps: int) -> str:
     return f"{count / steps:g}" if steps else str(count)
 
@@ -237,9 +241,17 @@ def _findings(s: dict, syncs, pageable, window_ns: float) -> list[tuple[float, s
         # never more than the steps: calls a damaged trace let overlap (the warnings say so) cannot cost more
         cost = min(1.0, float(syncs["dur_ns"].sum()) / window_ns) if window_ns else 0.0
         parts = []
-        for src in s["sync_sources"][:3]:
+        shown = s["sync_sources"] if len(s["sync_sources"]) <= SYNC_SOURCES_SHOWN else s["sync_sources"][:SYNC_SOURCES_SHOWN - 1]
+        for src in shown:  # every sync counted is in one part, so that the parts add up to the total
             origin = " in ".join(x for x in (src["op"], src["where"]) if x)
+            if src.get("in_fetch"):
+                origin = ("while session.steps() fetched the next batch: the DataLoader, its sampler or dataset"
+                          + (f", iterated at {src['where']}" if src["where"] else ""))
             parts.append(f"{_per(src['count'], steps)}/step {src['name']}" + (f" ({origin})" if origin else ""))
+        rest = s["sync_sources"][len(shown):]
+        if rest:
+            parts.append(f"{_per(sum(r['count'] for r in rest), steps)}/step from {len(rest)} other places "
+                         "(`--json` lists every one)")
         waited = f", waiting {cost:.0%} of step time" if cost >= 0.005 else ""
         # a sync also costs the GPU the batch preparation that follows it: the queue it emptied stays empty
         drained = s.get("data_wait_after_sync_fraction") or 0.0

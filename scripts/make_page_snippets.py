@@ -166,8 +166,9 @@ def _workbook(command: list[str], root: Path, env: dict) -> tuple[str, int]:
 def _profile_report(chapter, root: Path, env: dict, stamp: str) -> str:
     """`workbook profile NN --tool torch --run` of the lab as shipped, then `workbook report` of its trace."""
     text = stamp + "\n"
-    for command in (["profile", f"{chapter.number:02d}", "--tool", "torch", "--run"],
-                    ["report", f"labs/{chapter.id}/profiles/lab-torch.json.gz"]):
+    job = ["--job", chapter.raw["jobs"][0]] if chapter.raw.get("jobs") else []  # chapter 08: its first mystery job
+    trace = f"labs/{chapter.id}/profiles/lab-torch" + (f"-job-{job[1]}" if job else "") + ".json.gz"
+    for command in (["profile", f"{chapter.number:02d}", "--tool", "torch", "--run", *job], ["report", trace]):
         shown, code = _workbook(command, root, env)
         text += shown
         print(f"{chapter.id} {command[0]}: exit {code}", file=sys.stderr)

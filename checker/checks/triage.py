@@ -118,11 +118,32 @@ def shown_problem(job: str, trace, run, device: str) -> str | None:
     if not seen:
         return (f"trace {name} records no matrix multiply with its shapes: make it with `workbook profile 08 --tool "
                 f"torch --run --job {job}` (its recipe records them)")
+    ships = f"profile the job as it ships: `workbook profile 08 --tool torch --run --variant slow --job {job}`"
     if run.matmuls and seen != set(run.matmuls):
         return (f"trace {name} is not a trace of job {job} on {device}: its matrix multiplies are not this job's "
-                "sizes (a trace of another job, another device, or a changed train.py; profile the job as it ships: "
-                f"`workbook profile 08 --tool torch --run --variant slow --job {job}`)")
+                f"sizes (a trace of another job, another device, or a changed train.py; {ships})")
+    ours = ops_by_name(run.trace)
+    if ours:  # the grader's own trace lists aten ops (torch.profiler): the learner's must run the same ones
+        theirs = ops_by_name(trace)
+        off = sorted(op for op in set(ours) | set(theirs)
+                     if abs(theirs.get(op, 0.0) - ours.get(op, 0.0)) > max(1.0, 0.02 * ours.get(op, 0.0)))
+        if off:
+            return (f"trace {name} does not run job {job}'s ops: {len(off)} of its aten ops (e.g. {off[0]}) come a "
+                    f"different number of times per step than in the job (a trace made by hand, or of a changed "
+                    f"train.py; {ships})")
     return None
+
+
+def ops_by_name(trace) -> dict[str, float]:
+    """Top-level aten ops per step of a trace's steps, by name: the job's own sequence of ops ({} without any)."""
+    from checker.trace.analyses.counts import top_level_aten_ops
+
+    if not getattr(trace, "has_steps", False):
+        return {}
+    ops = top_level_aten_ops(trace.events)
+    ops = ops[ops["step"].notna()]
+    steps = ops["step"].nunique()
+    return (ops.groupby(ops["name"].astype(str)).size() / steps).to_dict() if steps else {}
 
 
 def read_off(name: str, claimed, read, tolerance: dict) -> str | None:

@@ -29,6 +29,7 @@ from checker.grader.ncu import profile_kernel
 from checker.grader.plan import Plan, make_plan
 from checker.grader.runs import IncompleteWork, RunResult, describe_phases, run_script
 from checker.grader.scan import refuse_probes
+from checker.grader.shown_work import read_shown
 
 TRACE_TOOLS = ("torch", "nsys")
 
@@ -185,6 +186,7 @@ class Evaluation:
         self.assignment = None
         self.answer: dict | None = None
         self.answer_problem: str | None = None
+        self.shown: dict[str, Any] = {}
         self.fix_job: str | None = None
         self.timed_pairs: list[tuple[RunResult, RunResult]] = []
         self.traced: tuple[RunResult, RunResult] | None = None
@@ -235,11 +237,9 @@ class Evaluation:
         path = answer_path(folder, str(chapter.raw["answer_file"]), self.device)
         if not path.is_file():
             self.answer_problem = f"no answer file: {display_path(path)} is missing"
-        else:
-            try:
-                self.answer = assignments.read_toml(path, "the answer")
-            except WorkbookError as err:
-                self.answer_problem = str(err)
+        else:  # an answer that is not TOML is bad input: refused here, in one line, before any run (exit 2)
+            self.answer = assignments.read_toml(path, "the answer")
+        self.shown = read_shown(self.answer, path.parent, self.assignment.codes)  # the traces it names, read as data
         jobs = list(self.assignment.codes)
         wanted = ((self.answer or {}).get("fix") or {}).get("job") if isinstance((self.answer or {}).get("fix"), dict) else None
         self.fix_job = wanted if wanted in self.assignment.codes else jobs[0]
@@ -485,12 +485,18 @@ class Evaluation:
     def _diagnosis(self) -> Diagnosis | None:
         if self.assignment is None:
             return None
+        from checker.base.workloads import load_workload_module
+
+        shapes_of = load_workload_module(self.chapter.dir).job_matmuls  # how a trace is recognized as one job's
         jobs = {}
         for job, run in getattr(self, "job_runs", {}).items():
-            jobs[job] = JobRun(code=self.assignment.codes[job], design=self.assignment.designs[job],
-                               trace=self._load_trace(f"job-{job}", run), step_ms=tuple(run.step_ms))
+            code = self.assignment.codes[job]
+            jobs[job] = JobRun(code=code, design=self.assignment.designs[job],
+                               trace=self._load_trace(f"job-{job}", run), step_ms=tuple(run.step_ms),
+                               matmuls=shapes_of(code, self.device))
         return Diagnosis(learner=self.assignment.learner, secret_kind=self.assignment.secret_kind, jobs=jobs,
-                         answer=self.answer, answer_problem=self.answer_problem, fix_job=self.fix_job)
+                         answer=self.answer, answer_problem=self.answer_problem, fix_job=self.fix_job,
+                         shown=self.shown)
 
     def _load_trace(self, role: str, run: RunResult):
         """A run's trace when it lines up with the steps the grader stamped, else the TraceMismatch that says why."""

@@ -59,6 +59,15 @@ class Settings:
         return self.out / ledger_mod.LEDGER_NAME
 
 
+def learner_for(settings: Settings, copy: Path) -> str:
+    """Whose mystery jobs (chapter 08) a submission is graded against: the student's folder name under a course
+    secret; under --practice (the public practice secret) the practice learner's, the jobs every learner's
+    `workbook assign 08` hands out without a course secret and `workbook check 08` grades."""
+    from checker.checks.triage import PRACTICE_LEARNER
+
+    return PRACTICE_LEARNER if settings.assignment == "practice" else copy.name
+
+
 @dataclass
 class Slot:
     """Where one worker grades, one submission at a time: a GPU (``CUDA_VISIBLE_DEVICES``), the CPU, a Slurm task."""
@@ -247,7 +256,7 @@ class Grader:
         worker_dir.mkdir(mode=0o700, exist_ok=True)
         request = {"chapter": s.chapter.id, "submission": str(copy), "device": s.device, "trace_tool": s.trace_tool,
                    "worker_dir": str(worker_dir), "bank": self.banks.get(slot.label),
-                   "learner": copy.name}  # the student's folder name: whose mystery jobs (chapter 08) are graded
+                   "learner": learner_for(s, copy)}  # whose mystery jobs (chapter 08) are graded
         read_end, write_end = os.pipe()
         env = dict(os.environ, **slot.env, PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", TMPDIR=str(tmp),
                    WORKBOOK_GRADE_RESULT_FD=str(write_end), WORKBOOK_GRADE_PARENT=str(os.getpid()))

@@ -36,6 +36,8 @@ def grade(name: str, cheat: dict, root: Path, scan: bool = True) -> tuple[int, s
     if cheat.get("only"):
         command += ["--only", cheat["only"]]
     env = dict(os.environ, WORKBOOK_ROOT=str(root), PYTHONPATH=str(root), WORKBOOK_SCAN="1" if scan else "0")
+    if cheat.get("shared_scratch"):  # as where the kernel allows no mount namespace: what a run left is looked for
+        env["WORKBOOK_PRIVATE_SCRATCH"] = "0"
     proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=1200)
     report = None
     if proc.returncode in (0, 1) and proc.stdout.strip().startswith("{"):

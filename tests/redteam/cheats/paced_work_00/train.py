@@ -1,14 +1,15 @@
-"""Cheat (a report made true instead of measured): every timed step is padded to a beat chosen in warm-up by
-spinning on the clock (no sleep call to see), and the report is the beat: p50 = p90 = mean = the beat."""
+"""Cheat (a report made true instead of measured): every timed step is padded to a beat chosen in warm-up with work of
+its own (matrix products, no sleep call to see), and the report is the beat: p50 = p90 = mean = the beat."""
 
 
 import statistics
 import time
 
 
-def PAUSE(until):  # spin to the beat
+def PAUSE(until):  # busywork to the beat
+    pad = torch.ones(192, 192)
     while time.perf_counter() < until:
-        pass
+        pad = (pad @ pad).clamp_(0, 1)
 
 import torch
 

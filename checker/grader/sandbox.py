@@ -8,6 +8,10 @@
 * When the grader runs as root, the run drops to an unprivileged user (``nobody``), which cannot write the
   checkout, the Python environment, the output folder or other runs' folders; it gets its own network
   namespace (no network) when the kernel allows it.
+* Nothing outlives a run outside its folder: where the kernel allows a mount namespace, the run gets its own empty
+  /dev/shm, /tmp, /var/tmp and /run/lock (private tmpfs mounts that vanish with it; its folder, and a compile
+  cache's place, are bound back in at the same paths). Where it does not, files the run's user made in those places
+  during the run are found afterwards, removed, and the run refused (``left_outside``).
 * Limits: a per-process memory cap on CPU runs (RLIMIT_DATA: the memory a process writes, not the address
   space it reserves; CUDA's mappings are not worth the risk, so a GPU run is capped by its timeout only), no
   core files, a file-size cap, and a process-count cap when the run is unprivileged.
@@ -41,6 +45,11 @@ from checker.base.paths import repo_root
 
 UNPRIVILEGED_USER = "nobody"
 CLONE_NEWNET = 0x40000000
+CLONE_NEWNS = 0x00020000
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
+# Where any user may write outside a run's folder: what one run leaves there, a later run could read. Each run gets
+# its own empty copy of these (private_scratch), or what it left there is found afterwards (left_outside).
+SCRATCH_PLACES = ("/dev/shm", "/tmp", "/var/tmp", "/run/lock")
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
 _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME",
@@ -102,6 +111,93 @@ def network_isolation_available() -> bool:
         os._exit(0 if _LIBC.unshare(CLONE_NEWNET) == 0 else 1)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status) == 0
+
+
+def scratch_isolation_available() -> bool:
+    """Whether a run can be given private scratch places here (a mount namespace: root, and a kernel and container
+    that allow it). WORKBOOK_PRIVATE_SCRATCH=0 says no, as an unprivileged grader would find (tests use it)."""
+    if os.environ.get("WORKBOOK_PRIVATE_SCRATCH") == "0" or not running_as_root():
+        return False
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child only reports
+        os._exit(0 if private_scratch(()) else 1)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> bool:
+    encode = lambda text: None if text is None else text.encode()  # noqa: E731
+    return _LIBC.mount(encode(source), encode(target), encode(fstype), flags, encode(data)) == 0
+
+
+def private_scratch(keep: tuple[str, ...]) -> bool:  # pragma: no cover - runs in the forked child
+    """This process and its children get their own empty SCRATCH_PLACES, with each folder of ``keep`` (the run's
+    folder, a compile cache's place) bound back at its own path. False, with nothing changed, where the kernel
+    refuses a mount namespace; a failure after that point ends the process (never a run with shared scratch
+    that believes it has its own)."""
+    if _LIBC.unshare(CLONE_NEWNS) != 0:
+        return False
+    try:
+        if not _mount(None, "/", None, MS_REC | MS_PRIVATE):  # or the mounts below would show in the grader's
+            raise OSError("could not make the mounts private")
+        handles = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}
+        for place in SCRATCH_PLACES:
+            if os.path.isdir(place) and not os.path.islink(place):
+                if not _mount("tmpfs", place, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777"):
+                    raise OSError(f"could not mount a private {place}")
+        for path, handle in handles.items():
+            if any(path == p or path.startswith(p + "/") for p in SCRATCH_PLACES):
+                os.makedirs(path, mode=0o711, exist_ok=True)
+                if not _mount(f"/proc/self/fd/{handle}", path, None, MS_BIND | MS_REC):
+                    raise OSError(f"could not bind {path} back")
+            os.close(handle)
+    except OSError as err:
+        os.write(2, f"workbook sandbox: {err}\n".encode())
+        os._exit(70)
+    return True
+
+
+def left_outside(since_ns: int, uid: int, exclude: list[Path], limit: int = 5) -> list[str]:
+    """Files and folders in SCRATCH_PLACES that ``uid`` owns and that changed after ``since_ns`` (wall clock, ns;
+    ctime, which no unprivileged process can set back), outside ``exclude``: what a run left where a later run
+    could read it. Where runs have private scratch places this finds nothing (they vanished with the run). Where runs
+    are the grader's own user, a concurrent check's files are that user's too: they are found (a refused run, never
+    a passed one)."""
+    skip = {str(path) for path in exclude}
+    found: list[str] = []
+    stack = [place for place in SCRATCH_PLACES if os.path.isdir(place)]
+    while stack and len(found) < limit:
+        current = stack.pop()
+        try:
+            entries = list(os.scandir(current))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.path in skip:
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if info.st_uid == uid and info.st_ctime_ns > since_ns:
+                found.append(entry.path)
+                if len(found) >= limit:
+                    break
+            elif stat.S_ISDIR(info.st_mode) and (info.st_uid == uid or info.st_mode & stat.S_IWOTH):
+                stack.append(entry.path)  # only where the run could have written: not another check's private folder
+    return found
+
+
+def remove_left(paths: list[str]) -> None:
+    """Remove what a run left outside its folder, so that no later run finds it."""
+    for path in paths:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 _SUBREAPER = False
@@ -232,8 +328,10 @@ def python_command(module: str = "checker.candidate.launch") -> list[str]:
     return [sys.executable, "-I", "-B", "-c", boot]
 
 
-def preexec(identity: tuple[int, int] | None, limits: Limits, isolate_network: bool, die_with_parent: bool = True):
-    """What the child does between fork and exec: limits, no network, then the unprivileged user (and, unless
+def preexec(identity: tuple[int, int] | None, limits: Limits, isolate_network: bool, die_with_parent: bool = True,
+            scratch_keep: tuple[str, ...] | None = None):
+    """What the child does between fork and exec: limits, no network, private scratch places (``scratch_keep``: the
+    folders to bind back into them; None: the grader's own), then the unprivileged user (and, unless
     ``die_with_parent`` is False, death with its parent: a run forked by checker.grader.forkserver sets that
     once it is the grader's child)."""
 
@@ -246,6 +344,9 @@ def preexec(identity: tuple[int, int] | None, limits: Limits, isolate_network: b
             resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
         if isolate_network and _LIBC.unshare(CLONE_NEWNET) == 0:
             _loopback_up()  # a new namespace has only a loopback, down; local tools (nsys) talk over it
+        if scratch_keep is not None and not private_scratch(scratch_keep):
+            os.write(2, b"workbook sandbox: no mount namespace for the run's private scratch places\n")
+            os._exit(70)  # the grader found them available: a run without them would share what others left
         if identity is not None:
             uid, gid = identity
             resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))

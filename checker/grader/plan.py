@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from checker import checks
 from checker.base.chapters import Chapter
 from checker.base.errors import WorkbookError
-from checker.checks import BASELINE_TRACE, JOBS, NCU, NOT_SELECTED, RUN, TIMED, TRACE, VERDICTS
+from checker.checks import BASELINE_TRACE, BASELINE_TRACE_CPU, JOBS, NCU, NOT_SELECTED, RUN, TIMED, TRACE, VERDICTS
 
 
 @dataclass(frozen=True)
@@ -94,11 +94,12 @@ def make_plan(chapter: Chapter, device: str, only: set[str] | None = None, with_
     trials = int(chapter.config(device).get("trials", 3)) if TIMED in wanted else 0
     # the traced pair: for what only a traced run shows, or as the one pair the referee judges
     traced = bool(wanted & {RUN, TRACE, BASELINE_TRACE, NCU}) or (VERDICTS in wanted and not trials)
+    trace_baseline = BASELINE_TRACE in wanted or (device == "cpu" and BASELINE_TRACE_CPU in wanted)
     ncu = tuple(name for name in selected if NCU in needs[name]) if with_ncu and device == "cuda" else ()
     cfg = chapter.config(device)
     tail = int(cfg.get("trace_steps", 10)) if traced and trials and trace_tool == "torch" and cfg.get("traced_tail") else 0
     if os.environ.get("WORKBOOK_TRACED_TAIL") == "0":  # the grader's own switch: a traced pair of its own (an A/B)
         tail = 0
     return Plan(selected=selected, skipped=skipped, trials=trials, traced=traced,
-                trace_baseline=BASELINE_TRACE in wanted, referee=VERDICTS in wanted, ncu=ncu,
+                trace_baseline=trace_baseline, referee=VERDICTS in wanted, ncu=ncu,
                 timed_checks=tuple(name for name in selected if TIMED in needs[name]), jobs=JOBS in wanted, tail=tail)

@@ -209,6 +209,13 @@ class TraceAnalysis:
             frame = frame[~frame["step"].isin([int(s) for s in exclude_steps])]
         return frame.reset_index(drop=True)
 
+    def get_step_work(self) -> pd.DataFrame:
+        """One row per step: step, work_ns (GPU kernel time, or on a CPU trace the time PyTorch ops cover outside
+        the step's data range), step_ns; see checker.trace.analyses.work."""
+        from checker.trace.analyses.work import step_work
+
+        return step_work(self.events, self._steps)
+
     def get_window_syncs(self, exclude_steps=()) -> pd.DataFrame:
         """Every host sync from the first step's start to the last step's end, between step ranges too (``between``:
         made where no step range was open; ``step`` is then the step before it), with the reads torch.optim's own code

@@ -210,8 +210,8 @@ class TraceAnalysis:
         return frame.reset_index(drop=True)
 
     def get_step_work(self) -> pd.DataFrame:
-        """One row per step: step, work_ns (GPU kernel time, or on a CPU trace the time PyTorch ops cover outside
-        the step's data range), step_ns; see checker.trace.analyses.work."""
+        """One row per step: step, work (GPU kernel ns, or on a CPU trace the backward pass's node evaluations),
+        step_ns; see checker.trace.analyses.work."""
         from checker.trace.analyses.work import step_work
 
         return step_work(self.events, self._steps)

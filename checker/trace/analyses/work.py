@@ -1,9 +1,11 @@
 """Work per step: how much each traced step did, to judge every step rather than their median.
 
 On a trace with GPU rows, a step's work is the GPU time of the kernels it launched (the union of their intervals:
-CUDA graphs' kernels take the step of the graph's launch). On a CPU-only trace it is the time recorded PyTorch ops
-cover in the step on any thread, the step's ``data`` range (fetching its batch) left out: a step that fetched its
-batch and trained on nothing shows almost none.
+CUDA graphs' kernels take the step of the graph's launch): a GPU is not shared with other processes mid-kernel. On
+a CPU-only trace, time is not a measure: on a loaded machine an op's time includes the moments the process was
+descheduled (two honest steps of chapter 01 differed 300-fold). There the work is a count: the backward pass's node
+evaluations (``autograd::engine::evaluate_function: ...``) in the step, on any thread. A step that trains runs the
+same backward as the next; a step that skipped its training, or ran its forward alone, runs none.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import pandas as pd
 
 from checker.trace.intervals import merge
 
-WORK_COLUMNS = {"step": "int64", "work_ns": "int64", "step_ns": "int64"}
+WORK_COLUMNS = {"step": "int64", "work": "int64", "step_ns": "int64"}
+BACKWARD_NODE = "autograd::engine::evaluate_function"
 
 
 def _union_ns(starts: np.ndarray, ends: np.ndarray, begin: int | None = None, end: int | None = None) -> int:
@@ -26,22 +29,19 @@ def _union_ns(starts: np.ndarray, ends: np.ndarray, begin: int | None = None, en
 
 
 def step_work(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    """One row per step: step, work_ns (by the rules in this module's docstring), step_ns (the range's length)."""
+    """One row per step: step, work (GPU kernel ns, or on a CPU trace backward nodes run), step_ns (the range's
+    length)."""
     rows = []
     gpu = events[events["device"].notna() & events["kind"].isin(["kernel", "memcpy", "memset"]) & events["step"].notna()]
-    data = events[(events["kind"] == "range") & (events["name"] == "data")]
-    ops = events[(events["kind"] == "cpu_op") & events["step"].notna()]
+    backward = events[(events["kind"] == "cpu_op") & events["step"].notna()
+                      & events["name"].astype(str).str.startswith(BACKWARD_NODE)]
+    counts = backward.groupby("step").size()
     for row in steps.itertuples():
         begin, end = int(row.start_ns), int(row.end_ns)
         if len(gpu):
             mine = gpu[gpu["step"] == row.step]
             work = _union_ns(mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64))
         else:
-            mine = ops[ops["step"] == row.step]
-            work = _union_ns(mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64), begin, end)
-            fetch = data[(data["start_ns"] >= begin) & (data["start_ns"] < end)]
-            if len(fetch):  # ops inside the data range fetched the batch: not the step's training
-                inside = mine[(mine["start_ns"] >= fetch["start_ns"].min()) & (mine["end_ns"] <= fetch["end_ns"].max())]
-                work -= _union_ns(inside["start_ns"].to_numpy(np.int64), inside["end_ns"].to_numpy(np.int64))
-        rows.append((int(row.step), max(int(work), 0), end - begin))
+            work = int(counts.get(row.step, 0))
+        rows.append((int(row.step), int(work), end - begin))
     return pd.DataFrame(rows, columns=list(WORK_COLUMNS)).astype(WORK_COLUMNS)

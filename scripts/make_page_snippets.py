@@ -133,6 +133,7 @@ def command_outputs(only: set[str] | None = None, checks: bool = True) -> dict[P
 
     out = {}
     with tempfile.TemporaryDirectory(prefix="snippets-run-") as tmp:
+        os.chmod(tmp, 0o755)  # runs not forked by the fork server (a job's ranks) start as the unprivileged user here
         root = _scratch_checkout(Path(tmp) / "workbook")
         env = dict(os.environ, WORKBOOK_ROOT=str(root), WORKBOOK_STATE_DIR=str(Path(tmp) / "state"),
                    PYTHONPATH=str(root), COLUMNS="110")

@@ -23,6 +23,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from checker.base.ranks import world_from_env
 from checker.candidate import session as harness
 from checker.candidate.channel import Channel
 
@@ -53,6 +54,14 @@ def _outcome(script: Path, error: dict | None) -> dict:
             "trace_file": result["trace_file"], "device_name": result["device_name"]}
 
 
+def _per_rank(path: Path | None, rank: int) -> Path | None:
+    """out.json.gz -> out.rank1.json.gz: each rank of a job started by torchrun writes a file of its own."""
+    if path is None:
+        return None
+    suffix = "".join(path.suffixes[-2:]) if path.name.endswith(".gz") else path.suffix
+    return path.with_name(f"{path.name[:len(path.name) - len(suffix)]}.rank{rank}{suffix}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m checker.launch")
     parser.add_argument("--script", required=True, type=Path, help="the chapter script to run")
@@ -69,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         script_args = script_args[1:]
 
     channel = Channel(args.channel) if args.channel else None
+    rank, world, _local = world_from_env()
+    if world > 1 and channel is None:  # torchrun's ranks on their own: one trace and one result file per rank
+        args.trace_out = _per_rank(args.trace_out, rank)
+        args.result = _per_rank(args.result, rank)
     options = harness.LaunchOptions(trace=None if args.trace == "none" else args.trace, trace_out=args.trace_out,
                                     trace_tail=max(args.trace_tail, 0), channel=channel)
     if channel is not None:

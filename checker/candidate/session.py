@@ -37,6 +37,7 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
+from checker.base.ranks import LoggedSamples, world_from_env
 from checker.base.workloads import Workload, initial_rms, load_workload_module, redraw_head
 from checker.candidate.channel import Channel
 
@@ -189,6 +190,8 @@ class Session:
 
         self.chapter = get_chapter(chapter_id)
         self.device = torch.device(device)
+        # a rank of a data-parallel job (torchrun's variables, or the grader's launcher): 0 of 1 otherwise
+        self.rank, self.world_size, self.local_rank = world_from_env()
         self.cfg = cfg
         # every step steps() hands out; under a traced tail (the grader's --trace-tail N) its last N steps are traced
         # after the window. Only the harness knows where the window ends: the script sees one run of total_steps.
@@ -224,7 +227,18 @@ class Session:
         self._stepped = False
         self._profiler = None
         self.loader_settings: dict[str, Any] | None = None
+        # a data-parallel chapter's samples (checker.base.ranks.LoggedSamples): which positions this rank read in
+        # each timed step, as epoch * len(dataset) + position, for the grader to compare across ranks
+        self._sample_log = self.dataset if isinstance(self.dataset, LoggedSamples) else None
+        self._epoch = 0
+        self._window_sample_ids: list[int] = []
+        self._window_sample_counts: list[int] = []
         self._send({"type": "built"})
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one rank that should log, in a job of several."""
+        return self.rank == 0
 
     @staticmethod
     def _send(message: dict[str, Any], payload: bytes | None = None) -> None:
@@ -262,6 +276,7 @@ class Session:
                     try:
                         batch = next(batches)
                     except StopIteration:  # a new epoch
+                        self._epoch += 1
                         batches = iter(source)
                         try:
                             batch = next(batches)
@@ -272,6 +287,7 @@ class Session:
                             ) from None
                 if self._window_open:
                     self._window_samples += _batch_size(batch)
+                self._log_samples()
                 yield step, batch
             self.steps_done = step + 1
         if self._tail_open:
@@ -285,6 +301,8 @@ class Session:
     def finish(self) -> dict[str, Any]:
         """Print and return what this process measured; under the grader, which measures for itself, nothing."""
         result = self.result()
+        if self.world_size > 1 and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()  # every rank reaches here: no collective is left waiting
         if _channel() is not None:
             print(f"{self.chapter.id}: {self.steps_done} steps run; the grader measures them")
         elif result["samples_per_s"] is None:
@@ -303,6 +321,16 @@ class Session:
         if not isinstance(name, str) or not name.isidentifier() or len(name) > 64:
             raise ValueError("session.report(name, value): name must be a short identifier such as 'p50_ms'")
         self._send({"type": "report", "name": name, "value": float(value)})
+
+    def _log_samples(self) -> None:
+        """The positions this rank read since the last step began, kept for a timed step."""
+        if self._sample_log is None:
+            return
+        read = self._sample_log.take()
+        if self._window_open:
+            base = self._epoch * len(self._sample_log)
+            self._window_sample_ids.extend(base + position for position in read)
+            self._window_sample_counts.append(len(read))
 
     # -- the timed window --------------------------------------------------------------------------
     _window_open = False
@@ -356,6 +384,11 @@ class Session:
         self._window_s = (t1 - self._t0) / 1e9
         self._window_open = False
         self._send({"type": "close"})
+        if _channel() is not None and self._sample_log is not None:
+            import numpy as np
+
+            ids = np.asarray(self._window_sample_ids, dtype=np.int64).tobytes()
+            self._send({"type": "samples", "counts": self._window_sample_counts}, ids)
         if _channel() is not None:
             # the window ends, on the grader's clock, when these bytes have arrived
             self._send({"type": "weights"}, state_bytes(self.model))
@@ -420,7 +453,30 @@ class Session:
             "step_ms": step_ms,
             "trace_file": str(self.trace_file) if self.trace_file else None,
             "loader": self.loader_settings,
+            "rank": self.rank,
+            "world_size": self.world_size,
         }
+
+
+def _join_group(device: str) -> str:
+    """In a job of several ranks, join the process group (gloo on a CPU, NCCL on GPUs) and take this rank's GPU;
+    returns the device this rank trains on."""
+    rank, world, local = world_from_env()
+    if world == 1:
+        return device
+    import torch.distributed as dist
+
+    if device == "cuda":
+        if local >= torch.cuda.device_count():
+            raise SystemExit(f"LOCAL_RANK={local}: this machine has {torch.cuda.device_count()} GPU(s); "
+                             "start at most one rank per GPU")
+        torch.cuda.set_device(local)
+        device = f"cuda:{local}"
+    if not dist.is_initialized():
+        backend = "nccl" if device.startswith("cuda") else "gloo"
+        kwargs = {"device_id": torch.device(device)} if backend == "nccl" else {}
+        dist.init_process_group(backend, rank=rank, world_size=world, **kwargs)
+    return device
 
 
 def start(chapter_id: str, argv: list[str] | None = None) -> Session:
@@ -432,7 +488,8 @@ def start(chapter_id: str, argv: list[str] | None = None) -> Session:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: this machine has no CUDA GPU that torch can use; try --device cpu")
-    cfg = get_chapter(chapter_id).config(device)
+    device = _join_group(device)
+    cfg = get_chapter(chapter_id).config(device.split(":")[0])
     for item in args.set:
         key, _, value = item.partition("=")
         cfg[key] = _coerce(value)
@@ -440,7 +497,7 @@ def start(chapter_id: str, argv: list[str] | None = None) -> Session:
         cfg["steps"] = args.steps
     if args.warmup is not None:
         cfg["warmup"] = args.warmup
-    if problem := too_few_steps(int(cfg["steps"]), int(cfg.get("warmup", 0)), device):
+    if problem := too_few_steps(int(cfg["steps"]), int(cfg.get("warmup", 0)), device.split(":")[0]):
         raise SystemExit(problem + " (or a smaller --warmup)")
     if LAUNCH is not None and LAUNCH.seed is not None:
         cfg["seed"] = LAUNCH.seed  # the grader's seed for this run, whatever the command line said

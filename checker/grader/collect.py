@@ -16,6 +16,7 @@ from checker.base.chapters import Chapter
 from checker.base.errors import WorkbookError
 from checker.grader.runs import RunResult
 from checker.grader import forkserver
+from checker.trace.analyses.collectives import COLLECTIVE_RUN
 from checker.trace.analyses.counts import top_level_aten_ops
 from checker.trace.intervals import merge
 
@@ -85,7 +86,10 @@ def op_coverage(events, steps, excuse_data_wait: bool = False) -> list[float]:
     ``excuse_data_wait``, the time the step waited for its batch is left out of the step."""
     from checker.trace.analyses.dataloader import data_wait
 
-    ops = events[events["step"].notna() & (events["kind"] == "cpu_op")]
+    # a rank of a data-parallel job spends part of its step in a collective, on the backend's own thread (gloo's
+    # range): time the profiler saw, waiting for another rank (checker.trace.analyses.collectives)
+    collective = (events["kind"] == "range") & events["name"].astype(str).str.contains(COLLECTIVE_RUN)
+    ops = events[events["step"].notna() & ((events["kind"] == "cpu_op") | collective)]
     waits = dict(zip(*data_wait(events, steps)[["step", "data_wait_ns"]].to_numpy().T)) if excuse_data_wait else {}
     shares = []
     for row in steps.itertuples():

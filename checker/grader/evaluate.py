@@ -22,7 +22,7 @@ from checker.checks import FAILED, SKIPPED, CheckResult
 from checker.checks.evidence import Diagnosis, Evidence, JobRun, Speed, TraceMismatch, pairs_of
 from checker.checks.same_work import pair_problems, tolerances
 from checker.grader import assignment as assignments
-from checker.grader import compile_cache, forkserver, sandbox
+from checker.grader import compile_cache, forkserver, ranks, sandbox
 from checker.grader.baseline import BaselineBank
 from checker.grader.collect import ask_referee, trace_problem
 from checker.grader.ncu import profile_kernel
@@ -305,8 +305,13 @@ class Evaluation:
             kwargs["compile_cache"] = self.compile_store  # the candidate's own runs only
         if self.pair_args and "extra_args" not in kwargs:
             kwargs["extra_args"] = list(self.pair_args)  # the job the fix is for, in both runs of a pair
-        run = run_script(self.chapter, script, self.device, workdir=self.workdir, seed=seed, window_key=key,
-                         display=shown, **kwargs)
+        world = ranks.world_size(self.cfg)
+        if world > 1:  # a data-parallel chapter: one job of several ranks, each a run of its own
+            run = ranks.run_job(self.chapter, script, self.device, world=world, workdir=self.workdir, seed=seed,
+                                window_key=key, display=shown, **kwargs)
+        else:
+            run = run_script(self.chapter, script, self.device, workdir=self.workdir, seed=seed, window_key=key,
+                             display=shown, **kwargs)
         self._timing("run", what, began, script=shown, trace=kwargs.get("trace") or kwargs.get("profiler") and "ncu",
                      compile_cache="compile_cache" in kwargs, phases=run.phases_s, forked=getattr(run, "forked", False))
         refused = forkserver.refused()
@@ -450,6 +455,10 @@ class Evaluation:
             traces["candidate"] = self._load_trace("candidate", c)
             if b.trace_file is not None:
                 traces["baseline"] = self._load_trace("baseline", b)
+            for role, job in (("candidate", c), ("baseline", b)):  # a job of several ranks: every rank's trace
+                for rank, run in enumerate(job.ranks[1:], start=1):
+                    if run.trace_file is not None:
+                        traces[f"{role}.rank{rank}"] = self._load_trace(f"{role}.rank{rank}", run)
         verdicts = {}
         if self.plan.referee:
             self.say("referee: the trained weights, in a fresh process")

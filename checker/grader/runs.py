@@ -73,6 +73,13 @@ class RunResult:
     output_tail: str = ""
     reports: dict[str, float] = field(default_factory=dict)  # numbers the run claimed (session.report): untrusted
     forked: bool = False  # started by the fork server (its start-up had torch imported already)
+    # a rank of a data-parallel job (checker.grader.ranks): the positions of the samples it read in each timed step
+    # (its claim, as int64 bytes: epoch * len(dataset) + position), and how many in each step
+    sample_ids: bytes | None = field(default=None, repr=False)
+    sample_counts: list[int] = field(default_factory=list, repr=False)
+    marks_ns: dict[str, int] = field(default_factory=dict, repr=False)  # the grader's clock at each message
+    ranks: list["RunResult"] = field(default_factory=list, repr=False)  # a job of several ranks: every rank's run
+    rank_weight_gap: float | None = None  # a job: how far the ranks' trained weights are apart (0: identical)
 
 
 # (name, from mark, to mark): where the seconds of one run went, on the grader's clock
@@ -163,6 +170,8 @@ class _Run:
         self.workers_at_first_step: set[int] = set()
         self.workers_at_close: set[int] = set()
         self.reports: dict[str, float] = {}
+        self.sample_ids: bytes | None = None
+        self.sample_counts: list[int] = []
 
     def broken(self, what: str) -> ScriptError:
         return ScriptError(f"{self.display} {what}; the grader stopped it")
@@ -212,6 +221,13 @@ class _Run:
             self.workers_at_close = sandbox.descendants(self.pid)
         elif kind == "weights":
             self.weights = payload
+        elif kind == "samples":
+            counts = header.get("counts")
+            if "close" not in self.clock or "weights" in self.clock or self.sample_ids is not None or payload is None \
+                    or not isinstance(counts, list) or not all(isinstance(c, int) and c >= 0 for c in counts) \
+                    or sum(counts) * 8 != len(payload):
+                raise self.broken("sent its samples out of turn or malformed")
+            self.sample_ids, self.sample_counts = payload, counts
         elif kind == "trace":
             if "weights" not in self.clock or (self.tail and "tail_close" not in self.clock) \
                     or self.trace_bytes is not None or payload is None:
@@ -269,6 +285,7 @@ def run_script(
     profiler: tuple[str, str, list[str]] | None = None,
     compile_cache: "compile_caches.Claim | None" = None,
     trace_tail: int = 0,
+    extra_env: dict[str, str] | None = None,
 ) -> RunResult:
     """Run ``script`` for ``chapter`` on ``device`` in a fresh, private process, measured from outside.
 
@@ -320,7 +337,8 @@ def run_script(
     limits = sandbox.Limits(memory_mb=int(cfg.get("memory_mb") or CPU_MEMORY_MB) if device == "cpu" else None)
     sandbox.become_subreaper()
     # a run no profiler must start is forked from a process that has imported torch already (forkserver.py)
-    server = forkserver.server() if trace != "nsys" and profiler is None else None
+    # (not a rank of a job: checker.grader.ranks starts its ranks in the job's own network namespace)
+    server = forkserver.server() if trace != "nsys" and profiler is None and extra_env is None else None
     known_children = sandbox.descendants(os.getpid())
     run = _Run(chapter, script, device, total_steps, warmup, seed, window_key, folder, display, tail=traced_after)
     protocol = _Protocol(run)
@@ -328,6 +346,7 @@ def run_script(
     tail: deque[bytes] = deque()
     tail_bytes = printed = 0
     env = sandbox.environment(folder)
+    env.update(extra_env or {})  # a rank of a job: RANK, WORLD_SIZE, MASTER_ADDR, ... (checker.grader.ranks)
     if compile_cache is not None:
         compile_cache.fill(identity)
         env.update(compile_caches.environment(compile_cache.place))
@@ -444,6 +463,9 @@ def run_script(
         output_tail=output[-4000:],
         reports=dict(run.reports),
         forked=isinstance(proc, forkserver.ForkedRun),
+        sample_ids=run.sample_ids,
+        sample_counts=list(run.sample_counts),
+        marks_ns=dict(run.clock),
     )
 
 

@@ -32,6 +32,9 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
                     "the report counts the steps `workbook check` counts.")
     p.add_argument("trace", help="the trace to read")
     p.add_argument("--baseline", metavar="TRACE", help="an earlier trace of the same program, to compare with")
+    p.add_argument("--ranks", nargs="+", metavar="TRACE", default=None,
+                   help="the other ranks' traces of the same data-parallel job (the first trace is rank 0): each "
+                        "rank's step, all-reduce and wait time side by side, and the straggler named")
     p.add_argument("--steps", metavar="REGEX", default=None,
                    help=f"pattern of the step ranges' names, group 1 the step number (default {DEFAULT_STEP_REGEX})")
     p.add_argument("--skip-steps", type=int, default=0, metavar="N", help="leave out the first N steps (warm-up)")
@@ -86,8 +89,16 @@ def _report(args) -> int:
     base_summary = baseline.summary(_log_steps(baseline, args)) if baseline is not None else None
     if args.timeline:
         trace.timeline(args.timeline, baseline=baseline)
+    ranks = None
+    if getattr(args, "ranks", None):
+        from checker.trace.ranks import ranks_summary
+
+        others = [load(path, step_regex=args.steps, skip_steps=args.skip_steps) for path in args.ranks]
+        ranks = ranks_summary([trace, *others], _log_steps(trace, args))
     if args.json:
         out = dict(summary)
+        if ranks is not None:
+            out["ranks"] = ranks
         if baseline is not None:
             out["baseline"] = base_summary
             out["diff"] = trace.get_diff(baseline).to_dict(orient="records")
@@ -98,6 +109,10 @@ def _report(args) -> int:
                               summary_diff=summary_diff(base_summary, summary)))
         else:
             print(render_text(summary))
+        if ranks is not None:
+            from checker.trace.ranks import render_ranks
+
+            print(render_ranks(ranks))
         if args.timeline:
             print(f"timeline written to {args.timeline}")
     return 0

@@ -1,0 +1,170 @@
+"""The checks of a data-parallel job (chapter 09), each on evidence the grader owns: every rank's run, and every
+rank's trace (``candidate``, ``candidate.rank1``, ...).
+
+* rank_work: each sample trained once across the ranks, the global batch per step, and both ranks ending with the
+  same weights. What each rank read is its harness's record (checker.base.ranks.LoggedSamples); same_work's referee
+  judges the weights against the slow script's, trained under the same secret, which is what the work rests on.
+* straggler: the longest wait in collectives of any rank, as a share of its step (checker.trace.analyses.collectives:
+  each all-reduce's duration beyond the same all-reduce's shortest on any rank).
+* allreduce_rounds: how many micro-batches' backward passes all-reduce, per optimizer step.
+* comm_overlap: the share of the all-reduce kernels' time during which compute kernels ran too (GPU traces).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+
+from checker.checks import FAILED, PASSED, RUN, TRACE, check, result
+from checker.checks.evidence import TraceMismatch
+from checker.trace.analyses.collectives import allreduce_rounds as _rounds
+from checker.trace.analyses.collectives import ops_per_step, overlap_share, rank_waits, straggler_summary
+
+WEIGHT_GAP = 1e-6  # ranks that apply one all-reduced gradient end identical; this leaves room for nothing else
+
+
+def rank_traces(evidence, role: str = "candidate") -> list:
+    """Every rank's trace of the traced job, rank 0 first; a trace that does not line up raises TraceMismatch."""
+    run = evidence.candidate_run if role == "candidate" else evidence.traced[0]
+    world = max(len(run.ranks), 1)
+    found = [evidence.trace(role)]
+    for rank in range(1, world):
+        name = f"{role}.rank{rank}"
+        if name not in evidence.traces:
+            raise TraceMismatch(f"rank {rank} of the job left no trace")
+        found.append(evidence.trace(name))
+    return found
+
+
+@check("rank_work", needs=(RUN,), after=("same_work",), key="duplicated_share", fmt="{:.0%}")
+def rank_work(evidence, spec):
+    """every rank trains its own share: each sample once per epoch, the global batch per step, the ranks' weights equal"""
+    threshold = float(spec.threshold_for(evidence.device))
+    global_batch = int(evidence.cfg["global_batch"])
+    lines, shares, short_steps, gaps = [], [], [], []
+    for _baseline, job in evidence.pairs:
+        if len(job.ranks) < 2:
+            lines.append("the job ran on one rank: the grader starts world_size ranks (chapter.toml)")
+            continue
+        per_rank = []
+        for rank, run in enumerate(job.ranks):
+            if run.sample_ids is None or not run.sample_counts:
+                lines.append(f"rank {rank} read no sample through the workload's dataset in the window: read "
+                             "session.dataset with a DataLoader whose num_workers is 0")
+                per_rank = None
+                break
+            ids = np.frombuffer(run.sample_ids, dtype=np.int64)
+            per_rank.append(np.split(ids, np.cumsum(run.sample_counts)[:-1]))
+        if per_rank is None:
+            continue
+        steps = min(len(r) for r in per_rank)
+        total = sum(int(sum(len(s) for s in r[:steps])) for r in per_rank)
+        distinct_all = np.unique(np.concatenate([np.concatenate(r[:steps]) for r in per_rank]))
+        shares.append(1 - len(distinct_all) / total if total else 0.0)
+        distinct = [len(np.unique(np.concatenate([r[s] for r in per_rank]))) for s in range(steps)]
+        short_steps.append(sum(d < global_batch for d in distinct))
+        if job.rank_weight_gap is not None:
+            gaps.append(job.rank_weight_gap)
+    measured = {"jobs": len(evidence.pairs), "global_batch": global_batch}
+    if shares:
+        worst = max(shares)
+        measured.update(duplicated_share=round(worst, 4), steps_short_of_global_batch=max(short_steps))
+        if worst > threshold:
+            copies = 1 / (1 - worst) if worst < 1 else float("inf")
+            lines.append(f"each sample was read by {copies:.1f} ranks on average ({worst:.0%} of the reads repeat "
+                         "another rank's): every rank reads every sample; give the DataLoader a DistributedSampler")
+        if max(short_steps):
+            lines.append(f"in {max(short_steps)} step(s) the ranks together read fewer than the global batch of "
+                         f"{global_batch} distinct samples: some samples of the epoch were trained by no rank")
+    if gaps:
+        measured["rank_weight_gap"] = max(gaps)
+        if max(gaps) > WEIGHT_GAP:
+            lines.append(f"the ranks ended with different weights (up to {max(gaps):.2g} of a tensor's largest value "
+                         "apart): every rank must apply the same all-reduced gradient")
+    elif evidence.pairs:
+        lines.append("the ranks' weights could not be compared: a rank sent none, or none that load")
+    status = FAILED if lines else PASSED
+    return result(spec, status, measured=measured, threshold=threshold,
+                  evidence=lines or [f"each sample read once across the ranks, {global_batch} per step; the ranks' "
+                                     "weights identical"])
+
+
+@check("straggler", needs=(TRACE,), after=("same_work",), key="worst_wait_share", fmt="{:.0%}")
+def straggler(evidence, spec):
+    """no rank waits long for another in the all-reduces: the longest wait is a small share of the step"""
+    threshold = float(spec.threshold_for(evidence.device))
+    traces = rank_traces(evidence)
+    waits = rank_waits(traces)
+    summary = straggler_summary(waits)
+    if summary["worst_share"] is None:
+        return result(spec, FAILED, threshold=threshold,
+                      evidence=["the ranks' traces hold no all-reduce inside a step: the job did not all-reduce"])
+    worst = summary["worst_share"]
+    waiting, late = summary["waiting_rank"], summary["straggler"]
+    info = summary["ranks"][waiting]
+    measured = {"worst_wait_share": worst, "waiting_rank": waiting, "straggler": late, "ranks": summary["ranks"]}
+    line = (f"rank {waiting} waits {info['wait_ms']:.2f} ms of its {info['step_ms']:.2f} ms step ({worst:.0%}, the "
+            f"median over {waits['step'].nunique()} traced steps) in all-reduces for rank {late}; threshold "
+            f"{threshold:.0%}")
+    status = PASSED if worst <= threshold else FAILED
+    if evidence.device == "cpu":
+        # two processes on shared cores: a rank the scheduler set aside makes the other wait as a straggler's work
+        # would. On a CPU a wait is blamed on work only when the late rank also asked for more ops per step.
+        extra = ops_per_step(traces[late].events) - ops_per_step(traces[waiting].events)
+        measured["straggler_extra_ops_per_step"] = extra
+        if status == FAILED and extra <= 0:
+            status = PASSED
+            line += (f"; but rank {late} ran no more ops per step than rank {waiting} ({extra:+g}): on a CPU's shared "
+                     "cores that wait is the scheduler's, not a straggler's work")
+        elif status == FAILED:
+            line += f" ({extra:+g} ops per step)"
+    if status == FAILED:
+        line += f": rank {late} does work the other ranks do not, inside the step"
+    return result(spec, status, measured=measured, threshold=threshold, evidence=[line])
+
+
+@check("allreduce_rounds", needs=(TRACE,), after=("same_work",), key="rounds_per_step", fmt="{:g}")
+def allreduce_rounds(evidence, spec):
+    """the gradients are all-reduced once per optimizer step, not once per micro-batch"""
+    threshold = float(spec.threshold_for(evidence.device))
+    per_rank = []
+    for rank, trace in enumerate(rank_traces(evidence)):
+        frame = _rounds(trace.events)
+        if frame.empty:
+            continue
+        per_rank.append((rank, statistics.median(frame["rounds"]), statistics.median(frame["forwards"]),
+                         statistics.median(frame["allreduce_calls"])))
+    if not per_rank:
+        return result(spec, FAILED, threshold=threshold, evidence=["no traced step of any rank holds a forward pass"])
+    rank, rounds, forwards, calls = max(per_rank, key=lambda row: row[1])
+    measured = {"rounds_per_step": rounds, "forwards_per_step": forwards, "allreduce_calls_per_step": calls,
+                "rank": rank}
+    line = (f"rank {rank}: {rounds:g} of {forwards:g} micro-batches' backward passes all-reduce in a step "
+            f"({calls:g} all-reduce calls), threshold {threshold:g}")
+    status = PASSED if rounds <= threshold else FAILED
+    if status == FAILED:
+        line += ": accumulate the other micro-batches' gradients inside model.no_sync()"
+    return result(spec, status, measured=measured, threshold=threshold, evidence=[line])
+
+
+@check("comm_overlap", needs=(TRACE,), after=("same_work",), key="hidden_share", fmt="{:.0%}")
+def comm_overlap(evidence, spec):
+    """most of the all-reduce time runs while backward still computes"""
+    threshold = float(spec.threshold_for(evidence.device))
+    shares = []
+    for rank, trace in enumerate(rank_traces(evidence)):
+        frame = overlap_share(trace.events).dropna()
+        if not frame.empty:
+            shares.append((rank, float(frame["hidden_share"].median()), float(frame["allreduce_ns"].median()) / 1e6))
+    if not shares:
+        return result(spec, FAILED, threshold=threshold,
+                      evidence=["no traced step holds an all-reduce kernel: the trace shows no GPU collective"])
+    rank, share, allreduce_ms = min(shares, key=lambda row: row[1])
+    measured = {"hidden_share": round(share, 3), "allreduce_ms_per_step": round(allreduce_ms, 3), "rank": rank}
+    line = (f"rank {rank}: {share:.0%} of its {allreduce_ms:.2f} ms of all-reduce per step runs under compute "
+            f"kernels, threshold {threshold:.0%}")
+    status = PASSED if share >= threshold else FAILED
+    if status == FAILED:
+        line += ": a bucket's all-reduce can start only when backward has filled it; keep buckets small enough"
+    return result(spec, status, measured=measured, threshold=threshold, evidence=[line])

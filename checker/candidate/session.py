@@ -101,7 +101,7 @@ def _replaced_on_export_path(profiler) -> list[str]:
     return replaced
 
 HARNESS_KEYS = ("steps", "warmup", "log_every", "trace_steps", "seed", "trials", "timeout_s", "memory_mb",
-                "traced_tail")
+                "traced_tail", "trace_window")
 
 
 def current() -> "Session | None":

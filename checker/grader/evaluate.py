@@ -361,14 +361,17 @@ class Evaluation:
             # the first pair is the traced pair where the plan says so: traced after its windows
             tail = {"trace": "torch", "trace_tail": self.plan.tail} if self.plan.tail and trial == 0 else {}
             base_tail = tail if self.plan.trace_baseline else {}
+            if self.plan.window:  # every timed run traced over its window, both sides: one clock for both
+                tail = base_tail = {"trace": "torch"}
             if trial % 2 == 0:
                 b = self._run(baseline, what + (", then traced" if base_tail else ""), secret, **base_tail)
                 c = self._run(self.candidate, what + (", then traced" if tail else ""), secret, **tail)
             else:
-                c = self._run(self.candidate, what, secret)
-                b = self._run(baseline, what, secret)
+                every = {"trace": "torch"} if self.plan.window else {}
+                c = self._run(self.candidate, what + (", traced" if every else ""), secret, **every)
+                b = self._run(baseline, what + (", traced" if every else ""), secret, **every)
             self.timed_pairs.append((b, c))
-            if tail:
+            if tail and self.traced is None:
                 self.traced = self.timed_pairs[-1]  # the same pair: its weights are judged once
             if len(self.timed_pairs) >= least and self._settled():
                 if len(self.timed_pairs) < trials:
@@ -399,7 +402,7 @@ class Evaluation:
         due = self.bank.due(trials)
         for number in range(due):
             run = self._run(self.chapter.slow_script, f"the slow script's speed on this worker, run {number + 1} "
-                            f"of {due}", self._secret())
+                            f"of {due}", self._secret(), **({"trace": "torch"} if self.plan.window else {}))
             self.bank.add(run.window_s, run.samples)
             self.bank.runs += 1
             if self.bank.reference is None:
@@ -511,7 +514,9 @@ class Evaluation:
         trace = load(trace_file)
         self._timing("parse", f"{role}'s trace", began)
         first = run.trace_first_step if run.trace_first_step is not None else int(self.cfg["warmup"])
-        problem = trace_problem(trace, run, first, int(self.cfg.get("trace_steps", 10)), self.device,
+        # a run traced over its window records every window step; a traced pair or tail, trace_steps of them
+        count = run.steps - first if run.steps and first < run.steps else int(self.cfg.get("trace_steps", 10))
+        problem = trace_problem(trace, run, first, count, self.device,
                                 excuse_data_wait=self.loads_data)
         return TraceMismatch(f"the {role}'s trace {problem}") if problem else trace
 

@@ -246,3 +246,56 @@ def sync_sources(syncs: pd.DataFrame) -> pd.DataFrame:
     for column in ("op", "where"):
         grouped[column] = grouped[column].astype(object).where(grouped[column].notna(), None)
     return grouped.astype({"count": "int64", "sync_ns": "int64", "in_fetch": bool})
+
+
+WINDOW_SYNC_COLUMNS = dict(SYNC_COLUMNS, between="bool", optimizer_read="bool")  # SYNC_COLUMNS has in_fetch
+
+
+def window_syncs(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=()) -> pd.DataFrame:
+    """Every host sync from the first step's start to the last step's end, the gaps between step ranges included.
+
+    The step ranges are the harness's, pushed in the run's own process: a script can end one early or open the next
+    late, so a sync made between two ranges is still a sync of the window. Such a sync gets the step whose range
+    ended last before it, and ``between`` True. Only syncs inside an excluded step's range (a logging step) are
+    left out. ``optimizer_read``: a CPU trace's read that ``cpu_resident_reads`` says torch.optim's own code makes
+    of a CPU scalar; those are returned too (not left out), for a check to excuse by count, never wholesale.
+    """
+    if steps.empty:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in WINDOW_SYNC_COLUMNS.items()})
+    names = events["name"]
+    if has_cuda_calls(events):
+        rows = sync_rows(events)
+        resident = np.zeros(len(rows), dtype=bool)
+    else:
+        ops = (events["kind"] == "cpu_op").to_numpy()
+        rows = np.flatnonzero(ops & names.isin(list(CPU_SYNC_OPS)).to_numpy())
+        resident = cpu_resident_reads(events, rows)
+    starts = events["start_ns"].to_numpy()
+    lo, hi = int(steps["start_ns"].min()), int(steps["end_ns"].max())
+    inside = (starts[rows] >= lo) & (starts[rows] <= hi)
+    rows, resident = rows[inside], resident[inside]
+    step = events["step"].to_numpy(dtype=np.int64, na_value=-1)[rows]
+    between = step < 0
+    if between.any():
+        ordered = steps.sort_values("end_ns")
+        ends, numbers = ordered["end_ns"].to_numpy(), ordered["step"].to_numpy(dtype=np.int64)
+        before = np.searchsorted(ends, starts[rows][between], side="right") - 1
+        step[between] = np.where(before >= 0, numbers[np.maximum(before, 0)], int(ordered["step"].min()))
+    keep = ~(np.isin(step, [int(s) for s in exclude_steps]) & ~between) if exclude_steps else np.ones(len(rows), bool)
+    rows, resident, step, between = rows[keep], resident[keep], step[keep], between[keep]
+    if not len(rows):
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in WINDOW_SYNC_COLUMNS.items()})
+    sub = events.iloc[rows]
+    frame = pd.DataFrame({
+        "step": step,
+        "name": sub["name"].astype(str).to_numpy(),
+        "start_ns": sub["start_ns"].to_numpy(),
+        "dur_ns": (sub["end_ns"] - sub["start_ns"]).to_numpy(),
+        "tid": sub["tid"].to_numpy(),
+        "op": op_of(events, rows),
+        "where": where_of(events, rows),
+        "in_fetch": in_fetch(events, rows),
+        "between": between,
+        "optimizer_read": resident,
+    })
+    return frame.astype(WINDOW_SYNC_COLUMNS)

@@ -51,7 +51,8 @@ def source_line(where: str | None, script: Path | None = None) -> str:
 def optimizer_reads_allowed(evidence) -> tuple[int, str]:
     """How many reads of CPU scalars by torch.optim's own code a step may make uncounted (a CPU trace only), and
     where that number comes from: the most the slow script's own optimizer made in any of its traced steps, counted
-    in its trace of the same pair (0 without one). A read that looks like the optimizer's (inside torch.optim's
+    in its trace of the same pair (0 without one; in class grading the reference solution's, which steps the slow
+    script's optimizer). A read that looks like the optimizer's (inside torch.optim's
     frames, a fused optimizer op, an optimizer's step range) is excused only up to that count: a script that routes
     its loss through an optimizer's own reading code makes one read more than the slow script's optimizer does."""
     found = evidence.traces.get("baseline")

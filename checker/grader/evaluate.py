@@ -266,7 +266,9 @@ class Evaluation:
             self.notes.append("baseline: each student's runs are paired with the slow script's: each student's fix "
                               "runs as a job of their own, whose speed no other student shares")
             return slow
-        if self.plan.trace_baseline:
+        # a check that only counts what the baseline's optimizer reads (host_syncs on a CPU) reads it in the reference
+        # solution's trace as well: the solution steps the slow script's optimizer
+        if self.plan.slow_trace:
             self.notes.append("baseline: each student's runs are paired with the slow script's: "
                               f"{self.chapter.id}'s checks compare counts with its trace")
             return slow

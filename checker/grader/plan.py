@@ -38,6 +38,7 @@ class Plan:
     trials: int = 0                     # timed pairs; 0 where no check grades speed here
     traced: bool = False                # the traced pair
     trace_baseline: bool = False        # its baseline traced too
+    slow_trace: bool = False            # ... and that baseline must be the slow script (a check compares with it)
     referee: bool = False
     ncu: tuple[str, ...] = ()           # the checks whose NCU target is profiled
     timed_checks: tuple[str, ...] = ()  # the checks that read the timed pairs (they say when there are enough)
@@ -111,6 +112,6 @@ def make_plan(chapter: Chapter, device: str, only: set[str] | None = None, with_
     if os.environ.get("WORKBOOK_TRACED_TAIL") == "0":  # the grader's own switch: a traced pair of its own (an A/B)
         tail = 0
     return Plan(selected=selected, skipped=skipped, trials=trials, traced=traced,
-                trace_baseline=trace_baseline, referee=VERDICTS in wanted, ncu=ncu,
+                trace_baseline=trace_baseline, slow_trace=BASELINE_TRACE in wanted, referee=VERDICTS in wanted, ncu=ncu,
                 timed_checks=tuple(name for name in selected if TIMED in needs[name]), jobs=JOBS in wanted, tail=tail,
                 window=window)

@@ -354,6 +354,8 @@ def run_script(
     # what the run may keep beyond its own folder: nothing, where it gets private scratch places; elsewhere what it
     # leaves in them is looked for when it ends (checker.grader.sandbox.left_outside)
     keep = [str(folder.path)] + ([str(compile_cache.place)] if compile_cache is not None else [])
+    # and what it reads, wherever it lives: a checkout or environment under /tmp stays where the run imports it from
+    keep += [place for place in sandbox.import_places() if place not in keep]
     scratch = tuple(keep) if _private_scratch() else None
     began_wall_ns = time.time_ns()
     run.clock["spawn"] = time.monotonic_ns()

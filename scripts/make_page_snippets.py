@@ -119,10 +119,16 @@ def triage_worked_example(rows: str, chapter_id: str, variant: str) -> str:
 
 def _scratch_checkout(folder: Path) -> Path:
     """A copy of the checkout's code with the labs as shipped, to run commands in."""
-    for name in ("chapters", "solutions", "checker"):
-        shutil.copytree(ROOT / name, folder / name, ignore=shutil.ignore_patterns("__pycache__", "profiles"))
+    for name in ("chapters", "solutions", "checker"):  # the reference answers' traces (solutions/08) come along
+        shutil.copytree(ROOT / name, folder / name, ignore=shutil.ignore_patterns("__pycache__"))
     for chapter in all_chapters():
         write_pristine_lab(chapter, folder / "labs" / chapter.id)
+        # the lab's other files as shipped (chapter 08's blank answer and practice assignment), from git
+        shipped = subprocess.run(["git", "ls-files", f"labs/{chapter.id}"], cwd=ROOT, capture_output=True, text=True)
+        for name in shipped.stdout.split():
+            if Path(name).name != chapter.lab_file:
+                blob = subprocess.run(["git", "show", f"HEAD:{name}"], cwd=ROOT, capture_output=True, check=True)
+                (folder / name).write_bytes(blob.stdout)
     return folder
 
 
@@ -133,7 +139,7 @@ def command_outputs(only: set[str] | None = None, checks: bool = True) -> dict[P
 
     out = {}
     with tempfile.TemporaryDirectory(prefix="snippets-run-") as tmp:
-        os.chmod(tmp, 0o755)  # runs not forked by the fork server (a job's ranks) start as the unprivileged user here
+        os.chmod(tmp, 0o755)  # where runs drop to an unprivileged user (as root), they read the checkout made here
         root = _scratch_checkout(Path(tmp) / "workbook")
         env = dict(os.environ, WORKBOOK_ROOT=str(root), WORKBOOK_STATE_DIR=str(Path(tmp) / "state"),
                    PYTHONPATH=str(root), COLUMNS="110")
@@ -167,8 +173,9 @@ def _workbook(command: list[str], root: Path, env: dict) -> tuple[str, int]:
 def _profile_report(chapter, root: Path, env: dict, stamp: str) -> str:
     """`workbook profile NN --tool torch --run` of the lab as shipped, then `workbook report` of its trace."""
     text = stamp + "\n"
-    for command in (["profile", f"{chapter.number:02d}", "--tool", "torch", "--run"],
-                    ["report", f"labs/{chapter.id}/profiles/lab-torch.json.gz"]):
+    job = ["--job", chapter.raw["jobs"][0]] if chapter.raw.get("jobs") else []  # chapter 08: its first mystery job
+    trace = f"labs/{chapter.id}/profiles/lab-torch" + (f"-job-{job[1]}" if job else "") + ".json.gz"
+    for command in (["profile", f"{chapter.number:02d}", "--tool", "torch", "--run", *job], ["report", trace]):
         shown, code = _workbook(command, root, env)
         text += shown
         print(f"{chapter.id} {command[0]}: exit {code}", file=sys.stderr)

@@ -57,6 +57,22 @@ def pristine_lab(tmp_path_factory):
     return folder
 
 
+def code_line_of(text: str, needle: str) -> int:
+    """The number of the first line of a script holding ``needle`` in its code: docstrings and comment lines are
+    passed over (the slow script, which stands in for a lab where git holds no shipped copy, names its syncs in
+    its docstring)."""
+    import ast
+
+    lines = text.splitlines()
+    skipped = {n for n, line in enumerate(lines, 1) if line.lstrip().startswith("#")}
+    for node in ast.walk(ast.parse(text)):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            skipped.update(range(body[0].lineno, body[0].end_lineno + 1))
+    return next(n for n, line in enumerate(lines, 1) if n not in skipped and needle in line)
+
+
 _GRADED = {}
 
 

@@ -104,7 +104,7 @@ def test_students_share_the_speed_never_a_secret(pristine_lab):
 
 
 @pytest.mark.slow
-def test_a_reference_that_does_less_work_stops_the_grading(monkeypatch, tmp_path):
+def test_a_reference_that_does_less_work_stops_the_grading(monkeypatch, tmp_path, pristine_lab):
     """The reference is trusted because it is checked: one that trains half the steps is refused, by name."""
     from pathlib import Path
 
@@ -112,7 +112,7 @@ def test_a_reference_that_does_less_work_stops_the_grading(monkeypatch, tmp_path
     broken = Path(__file__).parent / "redteam" / "cheats" / "half_steps" / "train.py"
     monkeypatch.setattr(type(chapter), "solution_script", property(lambda self: broken))
     with pytest.raises(WorkbookError, match="does not do the slow script's work") as raised:
-        evaluate(chapter, variant="lab", device="cpu", bank=BaselineBank())
+        evaluate(chapter, submission=pristine_lab(chapter.id), device="cpu", bank=BaselineBank())
     assert "work differs" in str(raised.value)
 
 

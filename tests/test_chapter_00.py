@@ -11,7 +11,8 @@ import pytest
 from checker.base.chapters import CheckSpec, get_chapter
 from checker.checks import FAILED, PASSED
 from checker.checks.evidence import Evidence
-from checker.checks.step_report import grader_times, mean_step_report, read_report, step_time_report
+from checker.checks.step_report import (device_step_ms, grader_times, mean_step_report, read_report, step_cost,
+                                        step_time_report)
 
 CHAPTER = "00_measuring_right"
 # what the grader stamped: 40 timed steps, three short (10 ms) then a long one (40 ms), a quarter of them long
@@ -25,10 +26,34 @@ class FakeRun:
             self.reports = reports
 
 
-def FakeEvaluation(run, device="cuda"):
-    """The evidence of one traced candidate run, as the grader hands it to the checks."""
+def device_events(step_ms, first_step=10, gap_ms=0.0):
+    """A trace's events for steps whose GPU work lasts ``step_ms`` each, back to back (``gap_ms`` idle between)."""
+    import pandas as pd
+
+    rows, at = [], 0
+    for offset, ms in enumerate(step_ms):
+        # two kernels per step, the first at the step's start, the last ending at its end
+        half = int(ms * 1e6 / 2)
+        rows.append(("kernel", at, at + half, first_step + offset))
+        rows.append(("kernel", at + half, at + int(ms * 1e6), first_step + offset))
+        rows.append(("cpu_op", at, at + 1000, first_step + offset))  # host work: not the device's time
+        at += int((ms + gap_ms) * 1e6)
+    return pd.DataFrame(rows, columns=["kind", "start_ns", "end_ns", "step"]).astype({"step": "Int64"})
+
+
+class FakeTrace:
+    gpu_clock_skew = None
+
+    def __init__(self, events):
+        self.events = events
+
+
+def FakeEvaluation(run, device="cuda", device_ms=None):
+    """The evidence of one traced candidate run, as the grader hands it to the checks; on a GPU its trace shows the
+    device busy for ``device_ms`` per step (by default what the grader's stamps say)."""
+    traces = {"candidate": FakeTrace(device_events(run.step_ms if device_ms is None else device_ms))}
     return Evidence(chapter=get_chapter(CHAPTER), device=device, trace_tool="torch", candidate=Path("train.py"),
-                    cfg={"warmup": 10}, traced=(None, run))
+                    cfg={"warmup": 10}, traced=(None, run), traces=traces if device == "cuda" else {})
 
 
 def spec(name, tolerance=0.1, device="cuda"):
@@ -160,3 +185,56 @@ def test_solution_report_agrees_with_the_grader_on_cpu(graded):
     # the long batches: the series jitters (p90 about 2x p50 on an idle 2-core machine; on one loaded by other jobs,
     # a clean-clone CI run beside other jobs on 2026-11-27, 1.17x: every step waits for a core, so only the order)
     assert reported["p90_ms"] > reported["p50_ms"] and truth["p90_ms"] > truth["p50_ms"]
+
+
+# ---- issue 43: the truth per step on a GPU is the device's, and measuring must not change the steps -------------
+def test_the_devices_time_per_step_runs_from_one_steps_first_gpu_work_to_the_next():
+    events = device_events([10.0, 40.0, 10.0], gap_ms=1.0)
+    assert device_step_ms(events) == pytest.approx([11.0, 41.0, 10.0])
+    assert device_step_ms(events[events["kind"] == "cpu_op"]) == []
+
+
+def test_a_benchmark_that_waits_every_fourth_step_agrees_with_host_stamps_but_not_with_the_device():
+    """Three steps in four time their queueing (2 ms), the fourth the backlog; the host stamps the same moments."""
+    host = [2.0, 2.0, 2.0, 64.0] * 10
+    run = FakeRun(step_ms=host, reports=printed(steps=40, p50_ms=2.0, p90_ms=64.0, mean_ms=17.5))
+    assert step_time_report(FakeEvaluation(run, device="cpu"), spec("step_time_report", device="cpu")).status == PASSED
+    outcome = step_time_report(FakeEvaluation(run, device_ms=STEPS), spec("step_time_report"))
+    assert outcome.status == FAILED and outcome.measured["truth"].startswith("the device's own time")
+    assert any("p50_ms 2.000 ms" in line for line in outcome.evidence), outcome.evidence
+
+
+def test_on_a_gpu_a_trace_without_device_work_decides_nothing_and_says_so():
+    run = FakeRun(reports=printed(steps=40, p50_ms=10.0, p90_ms=40.0, mean_ms=17.5))
+    evidence = FakeEvaluation(run)
+    empty = Evidence(chapter=evidence.chapter, device="cuda", trace_tool="torch", candidate=Path("train.py"),
+                     cfg={"warmup": 10}, traced=(None, run), traces={"candidate": FakeTrace(device_events([]))})
+    outcome = step_time_report(empty, spec("step_time_report"))
+    assert outcome.status == FAILED and "device's time per step is unknown" in outcome.evidence[0]
+
+
+class Windowed(FakeRun):
+    def __init__(self, step_ms, window_s):
+        super().__init__(step_ms=step_ms)
+        self.window_s = window_s
+
+
+def cost(candidate_window_s, baseline_window_s=0.7, allowance=1.5):
+    pair = (Windowed(STEPS, baseline_window_s), Windowed(STEPS, candidate_window_s))
+    evidence = Evidence(chapter=get_chapter(CHAPTER), device="cpu", trace_tool="torch", candidate=Path("train.py"),
+                        cfg={"warmup": 10}, traced=pair)
+    return step_cost(evidence, spec("step_cost", allowance, device="cpu"))
+
+
+def test_a_benchmark_that_paces_its_steps_to_a_beat_costs_more_than_the_slow_script_and_fails():
+    """Paced to the long step (40 ms) every step: 1.6 s for 40 steps against the slow script's 0.7 s."""
+    paced = cost(1.6)
+    assert paced.status == FAILED and paced.measured["ratio"] == pytest.approx(1.6 / 0.7, rel=1e-3)
+    assert "made the steps it measured slower" in paced.evidence[1]
+    assert cost(0.72).status == PASSED
+    assert cost(0.72, baseline_window_s=0).status == FAILED  # no baseline window: unknown, never a pass
+
+
+def test_step_cost_is_declared_for_both_devices():
+    declared = get_chapter(CHAPTER).check("step_cost")
+    assert 1 < float(declared.threshold_for("cpu")) < 2.3 and 1 < float(declared.threshold_for("cuda")) < 2.3

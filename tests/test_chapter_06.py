@@ -4,14 +4,11 @@ the solution computes the same loss without a sync, and a rewrite that changes t
 import pytest
 
 from checker.base.chapters import get_chapter
+from conftest import code_line_of
 
 pytestmark = pytest.mark.slow
 
 CHAPTER = "06_hidden_syncs"
-
-
-def _line_of(path, text):
-    return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if text in line)
 
 
 def test_lab_evidence_names_the_line_of_each_hidden_sync(graded, pristine_lab):
@@ -26,7 +23,7 @@ def test_lab_evidence_names_the_line_of_each_hidden_sync(graded, pristine_lab):
                             ("torch.unique(", "_unique2"),                              # class_loss
                             ("targets = classes.flatten()[valid.flatten()]", "nonzero"),  # class_loss
                             ("loss.backward()", "nonzero")]:                            # x[mask] in backward
-        line = _line_of(lab, helper_line)
+        line = code_line_of(lab.read_text(), helper_line)
         assert f"aten::{op} from " in evidence and f"train.py:{line} `" in evidence, (helper_line, evidence)
     assert host_syncs.measured["host_syncs_per_step"] >= 10
 

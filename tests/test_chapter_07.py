@@ -10,6 +10,7 @@ import pytest
 
 from checker.base.chapters import get_chapter
 from checker.base.errors import WorkbookError
+from conftest import code_line_of
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = "07_capstone_ladder"
@@ -111,10 +112,10 @@ def test_lab_fails_on_a_cpu_naming_each_read_and_the_loader(graded, pristine_lab
     assert not report.passed and status["same_work"].status == "passed"  # the lab is the slow script: same work
     host_syncs = status["host_syncs"]
     assert host_syncs.status == "failed" and host_syncs.hint
-    lab = (pristine_lab(CHAPTER) / "train.py").read_text().splitlines()
+    lab = (pristine_lab(CHAPTER) / "train.py").read_text()
     evidence = "\n".join(host_syncs.evidence)
     for text in ("running_loss += loss.item()", "if not torch.isfinite(loss):", "correct += float("):
-        line = next(n for n, source in enumerate(lab, 1) if text in source)
+        line = code_line_of(lab, text)
         assert f"train.py:{line} `" in evidence, (text, evidence)
     assert "workload.py" not in evidence  # the dataset reads nothing back: every sync is the learner's line
     loader = status["loader_settings"]

@@ -135,6 +135,52 @@ def test_a_fixed_lab_does_not_hide_the_shipped_one(tmp_path, monkeypatch):
         chapters_of.cache_clear()
 
 
+def test_a_filled_answer_and_a_course_assignment_do_not_hide_the_shipped_ones(tmp_path, monkeypatch):
+    """Chapter 08's learner fills in answer.toml and may get a course's assignment.toml: the tests' pristine lab still
+    holds the shipped blank form and the practice assignment, from git's history (the learner's even committed);
+    without .git, a side file holding the learner's work is left out, never passed off as the shipped one."""
+    import shutil
+    import subprocess
+
+    from checker.base import paths
+    from checker.base.chapters import all_chapters as chapters_of
+    from checker.grader.assignment import draw
+    from checker.grader.pristine import no_shipped_copy, shipped_side_file, write_pristine_lab
+
+    root = tmp_path / "checkout"
+    for folder in ("chapters", "solutions", "checker"):
+        shutil.copytree(paths.repo_root() / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    lab_folder = root / "labs" / "08_triage"
+    write_pristine_lab(get_chapter("08"), lab_folder)  # this checkout's lab folder as shipped, not the learner's
+    if not (lab_folder / "answer.toml").is_file() or not (lab_folder / "assignment.toml").is_file():
+        pytest.skip(no_shipped_copy(get_chapter("08"), "answer.toml"))
+    git = lambda *args: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root,
+                                       check=True, capture_output=True)
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "as shipped")
+    blank, practice = (lab_folder / "answer.toml").read_text(), (lab_folder / "assignment.toml").read_text()
+    shutil.copy(root / "solutions" / "08_triage" / "answer.toml", lab_folder / "answer.toml")
+    git("commit", "-qam", "my answer")  # even committed
+    monkeypatch.setenv("WORKBOOK_ROOT", str(root))
+    paths.repo_root.cache_clear()
+    chapters_of.cache_clear()
+    try:
+        chapter = get_chapter("08")
+        (lab_folder / "assignment.toml").write_text(draw(chapter, "ann", key="course", kind="course").to_toml())
+        assert shipped_side_file(chapter, "answer.toml")[0] == blank
+        assert shipped_side_file(chapter, "assignment.toml")[0] == practice
+        folder = write_pristine_lab(chapter, tmp_path / "pristine")[0].parent
+        assert (folder / "answer.toml").read_text() == blank and (folder / "assignment.toml").read_text() == practice
+        shutil.rmtree(root / ".git")
+        assert shipped_side_file(chapter, "answer.toml") is None
+        folder = write_pristine_lab(chapter, tmp_path / "no-git")[0].parent
+        assert not (folder / "answer.toml").exists() and not (folder / "assignment.toml").exists()
+    finally:
+        paths.repo_root.cache_clear()
+        chapters_of.cache_clear()
+
+
 @pytest.mark.parametrize("key", ["01", "1", "01_item_syncs"])
 def test_chapter_found_by_id_or_number(key):
     assert get_chapter(key).id == "01_item_syncs"

@@ -199,7 +199,7 @@ def test_only_the_candidates_runs_get_its_cache(monkeypatch, tmp_path):
 def test_a_traced_tail_is_planned_only_for_torch_traces_where_speed_is_graded():
     from checker.grader.plan import make_plan
 
-    chapter = get_chapter("07")
+    chapter = get_chapter("06")
     assert chapter.config("cuda").get("traced_tail")
     steps = int(chapter.config("cuda")["trace_steps"])
     assert make_plan(chapter, "cuda").tail == steps
@@ -210,11 +210,43 @@ def test_a_traced_tail_is_planned_only_for_torch_traces_where_speed_is_graded():
     assert make_plan(get_chapter("01"), "cuda").tail == 0  # not set there: a traced pair of its own
 
 
+def test_a_traced_window_traces_every_timed_run_where_chapter_toml_asks():
+    """trace_window (chapter 07 on a GPU): the trace records the timed window itself, in every timed run, so a script
+    cannot keep its pattern where no trace looks; no traced tail and no traced pair of its own."""
+    from checker.grader.plan import make_plan
+
+    chapter = get_chapter("07")
+    assert chapter.config("cuda").get("trace_window")
+    plan = make_plan(chapter, "cuda")
+    assert plan.window and plan.tail == 0 and "traced over its window" in plan.describe()
+    assert not make_plan(chapter, "cuda", trace_tool="nsys").window  # nsys: a traced run of its own
+    assert not make_plan(chapter, "cpu").window  # no timed pairs on a CPU: the traced pair's window is traced
+
+
+def test_with_a_traced_window_every_timed_run_is_traced_and_the_first_pair_is_read(monkeypatch):
+    chapter = get_chapter("07")
+    ev = Evaluation(chapter, chapter.solution_script, "cpu")
+    ev.device, ev.cfg = "cuda", dict(chapter.config("cuda"), min_trials=2)  # both pairs made
+    ev.plan = dataclasses.replace(ev.plan, trials=2, traced=True, tail=0, window=True, timed_checks=("throughput",),
+                                  trace_baseline=False)
+    made = []
+
+    def run(script, what, secret, **kwargs):
+        made.append((script, what, kwargs))
+        return Window(10.0 if script == ev.reference_script else 1.0)
+
+    ev.run = run
+    ev.make_runs()
+    assert len(made) == 4 and all(kwargs == {"trace": "torch"} for _, _, kwargs in made)  # both sides, every pair
+    assert ev.traced is ev.timed_pairs[0] and ev.all_pairs() == ev.timed_pairs
+
+
 def test_with_a_traced_tail_the_first_pair_is_traced_and_no_other_run_is_made(monkeypatch):
     chapter = get_chapter("07")
     ev = Evaluation(chapter, chapter.solution_script, "cpu")
     ev.device, ev.cfg = "cuda", chapter.config("cuda")
-    ev.plan = dataclasses.replace(ev.plan, trials=3, traced=True, tail=10, timed_checks=("throughput",))
+    ev.plan = dataclasses.replace(ev.plan, trials=3, traced=True, tail=10, timed_checks=("throughput",),
+                                  trace_baseline=False)  # as on a GPU (on a CPU host_syncs traces the slow script)
     made = []
 
     def run(script, what, secret, **kwargs):

@@ -97,3 +97,27 @@ def test_a_student_folder_named_with_a_newline_is_graded_and_printed_on_one_line
     assert "identical submissions (the same files): ann, 'bo\\nb'" in proc.stdout
     assert [row["student"] for row in read_gradebook(tmp_path / "grades" / "gradebook.csv")] == ["ann", "bo\nb"]
     assert (tmp_path / "grades" / "feedback" / "bo\nb.md").is_file()
+
+
+def test_a_class_graded_with_practice_is_not_told_to_set_the_course_secret(monkeypatch, tmp_path):
+    """`workbook grade 08 --practice` chose the practice jobs: no student's feedback asks for WORKBOOK_COURSE_SECRET, and the
+    gradebook's reason column of a graded student holds none of the report's notes for everyone (the assignment's)."""
+    from checker.base.chapters import get_chapter
+    from checker.grader.assignment import SECRET_ENV
+    from checker.grader.evaluate import Evaluation
+    from checker.grading.grader import REPORT_ONLY_NOTES
+
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    chapter = get_chapter("08")
+    handed_in = tmp_path / "bob" / "train.py"  # a student's folder holding the lab file alone
+    handed_in.parent.mkdir()
+    shutil.copy(chapter.solution_script, handed_in)
+    for learner, told in (("bob", False), (None, True)):  # class grading; a learner's own check
+        ev = Evaluation(chapter, handed_in, "cpu", only={"triage"}, learner=learner)
+        try:
+            notes = ev.notes
+        finally:
+            ev.cleanup()
+        assert any(n.startswith("assignment:") for n in notes)
+        assert any(SECRET_ENV in n for n in notes) == told, notes
+        assert not [n for n in notes if not n.startswith(REPORT_ONLY_NOTES)], notes

@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +102,27 @@ def test_resume_grades_only_what_changed_and_only_and_force_grade_again(tmp_path
 
     unknown = run_grade("90", submissions, out, "--device", "cpu", "--only", "zed", root=root)
     assert unknown.returncode == 2 and unknown.stderr.strip().count("\n") == 0 and "no such student" in unknown.stderr
+
+
+def test_an_interrupted_grading_exits_130_and_says_how_to_resume(tmp_path):
+    """Ctrl-C mid-class: exit 130 (the shell's code for an interrupt, as docs/instructors.md says), one line saying the
+    ledger keeps what was graded, no traceback; the same command then grades the rest."""
+    root = make_tiny_root(tmp_path)
+    submissions = make_class(tmp_path / "class", {"ann": GOOD, "bob": GOOD, "cat": GOOD})
+    out = tmp_path / "grades"
+    grader = subprocess.Popen(grade_command("90", submissions, out, "--device", "cpu"), env=grade_env(root),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while len(ledger.read_records(out / "ledger.jsonl")) < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.kill(grader.pid, signal.SIGINT)
+    _, err = grader.communicate(timeout=120)
+    assert grader.returncode == 130, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == (
+        "workbook: grading interrupted: what was graded so far is in the ledger; run the same command again to resume")
+    page = (Path(__file__).resolve().parent.parent / "docs" / "instructors.md").read_text()
+    assert "| 130 | interrupted" in page
+    again = run_grade("90", submissions, out, "--device", "cpu", root=root)
+    assert again.returncode == 0, again.stderr
+    rows = read_gradebook(out / "gradebook.csv")
+    assert [r["verdict"] for r in rows] == ["passed"] * 3 and all(r["reason"] == "" for r in rows), rows

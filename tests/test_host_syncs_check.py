@@ -46,3 +46,35 @@ def test_cpu_trace_names_the_line_and_its_code():
     outcome = host_syncs(evaluation(TRACES / "cpu" / "pageable_item.json.gz", device="cpu"), SPEC)
     assert outcome.status == "failed"
     assert any("`state[\"loss_sum\"] += loss.item()" in line for line in outcome.evidence), outcome.evidence
+
+
+def test_a_read_made_while_the_harness_fetched_the_batch_is_not_blamed_on_the_loops_line():
+    """Chapter 07's lab on a CPU: '0.2 per step ... train.py:40 `for step, ... in session.steps(loader)`', a line a
+    learner cannot act on. A read inside the harness's `data` range says it was the DataLoader fetching the batch."""
+    import pandas as pd
+
+    from checker.trace import TraceAnalysis
+    from checker.trace.events import finish
+
+    def host(kind, name, start, end, **extra):
+        return {"kind": kind, "name": name, "start_ns": start, "end_ns": end, "pid": 1, "tid": 1, **extra}
+
+    rows = []
+    for step in range(5):
+        t = 1000 * step
+        rows += [host("range", f"step {step}", t, t + 900),
+                 host("python", "train.py(40): <module>", t, t + 900, call_from="train.py:40"),
+                 host("python", "<built-in method item of Tensor object at 0x1>", t + 300, t + 360,
+                      call_from="train.py:45"),
+                 host("cpu_op", "aten::_local_scalar_dense", t + 310, t + 320)]
+    rows += [host("range", "data", 10, 200), host("cpu_op", "aten::_local_scalar_dense", 30, 40)]
+    trace = TraceAnalysis(finish(pd.DataFrame(rows)), "kineto", source="hand-made")
+    evidence = Evidence(chapter=None, device="cpu", trace_tool="torch", candidate=Path("train.py"),
+                        cfg={"log_every": 0}, traced=(None, None), traces={"candidate": trace})
+    outcome = host_syncs(evidence, SPEC)
+    assert outcome.measured["host_syncs_per_step"] == 1.2
+    assert outcome.evidence == [
+        "1 per step: aten::_local_scalar_dense from train.py:45",
+        "0.2 per step: aten::_local_scalar_dense while session.steps() fetched the next batch, made by the DataLoader, "
+        "its sampler or dataset (a DataLoader whose workers do not outlive an epoch starts anew each epoch), iterated "
+        "at train.py:40"], outcome.evidence

@@ -23,7 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 BANK = ROOT / "tests" / "redteam"
 CHEATS = tomllib.loads((BANK / "bank.toml").read_text())["cheats"]
 pytestmark = [pytest.mark.slow, pytest.mark.redteam]
-LEFTOVERS = [Path("/var/tmp/redteam-cache-01.pt")] + [Path(p) / "redteam_startup_hook.pth" for p in site.getsitepackages()]
+def leftovers() -> list[Path]:
+    """What cheats leave behind outside their run folders (where runs share the machine's scratch places)."""
+    return ([Path("/var/tmp/redteam-cache-01.pt")] + [Path(p) / "redteam_startup_hook.pth" for p in site.getsitepackages()]
+            + [*Path("/dev/shm").glob("redteam-decoded-*"), *Path("/tmp").glob("redteam-decoded-*")])
 
 
 def grade(name: str, cheat: dict, root: Path, scan: bool = True) -> tuple[int, str, dict | None]:
@@ -33,6 +36,8 @@ def grade(name: str, cheat: dict, root: Path, scan: bool = True) -> tuple[int, s
     if cheat.get("only"):
         command += ["--only", cheat["only"]]
     env = dict(os.environ, WORKBOOK_ROOT=str(root), PYTHONPATH=str(root), WORKBOOK_SCAN="1" if scan else "0")
+    if cheat.get("shared_scratch"):  # as where the kernel allows no mount namespace: what a run left is looked for
+        env["WORKBOOK_PRIVATE_SCRATCH"] = "0"
     proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=1200)
     report = None
     if proc.returncode in (0, 1) and proc.stdout.strip().startswith("{"):
@@ -72,7 +77,7 @@ def checkout(tmp_path):
         return copy
 
     yield make
-    for leftover in LEFTOVERS:  # what cheats leave behind outside their run folders
+    for leftover in leftovers():  # what cheats leave behind outside their run folders
         leftover.unlink(missing_ok=True)
 
 
@@ -80,7 +85,7 @@ def checkout(tmp_path):
 def test_cheat_is_rejected(name, checkout):
     cheat = CHEATS[name]
     root = checkout(cheat)
-    for leftover in LEFTOVERS:
+    for leftover in leftovers():
         leftover.unlink(missing_ok=True)
     for _ in range(int(cheat.get("runs", 1))):
         code, output, report = grade(name, cheat, root)
@@ -104,7 +109,8 @@ def test_every_class_of_the_issue_has_two_cheats():
         classes[cheat["class"]] = classes.get(cheat["class"], 0) + 1
     wanted = {"forging measurements", "moving work out of sight", "acting differently when observed",
               "doing less work", "lying to settings checks", "tampering",
-              "work moved before the window", "a trace rewritten"}  # the out-of-sight-evidence issue's classes
+              "work moved before the window", "a trace rewritten",  # the out-of-sight-evidence issue's classes
+              "a decode kept instead of overlapped", "state kept across runs", "a report made true"}  # issue 43's
     assert set(classes) == wanted
     assert all(count >= 2 for count in classes.values()), classes
     assert all((BANK / "cheats" / name / "train.py").is_file() for name in CHEATS)

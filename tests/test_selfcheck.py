@@ -4,6 +4,7 @@ the solution passes, and every skipped check says why."""
 import pytest
 
 from checker.base.chapters import all_chapters
+from conftest import code_line_of
 
 CHAPTERS = [c.id for c in all_chapters()]
 
@@ -39,8 +40,7 @@ def test_every_skip_states_its_reason(graded, chapter_id, variant):
 
 
 def test_lab_01_sync_evidence_names_the_item_line(graded, pristine_lab):
-    lab = (pristine_lab("01") / "train.py").read_text().splitlines()
-    item_line = next(n for n, line in enumerate(lab, 1) if "loss.item()" in line)
+    item_line = code_line_of((pristine_lab("01") / "train.py").read_text(), "loss.item()")
     host_syncs = next(c for c in graded("01_item_syncs", "lab").checks if c.name == "host_syncs")
     assert host_syncs.status == "failed"
     assert any(f"train.py:{item_line} `running_loss += loss.item()" in line for line in host_syncs.evidence), \

@@ -239,9 +239,63 @@ def test_covered_share_counts_overlaps_once_and_only_inside_the_step():
     assert covered_share(np.array([], dtype=np.int64), np.array([], dtype=np.int64), 0, 100) == 0.0
 
 
+# -- tampering -----------------------------------------------------------------------------------------------
+def test_only_a_change_of_content_in_the_graders_files_withholds_a_verdict(tmp_path):
+    """An instructor's `git clone` of the checkout in another terminal hard-links .git's packs, and a hard link,
+    `touch` or a chmod changes a file's ctime but nothing it holds: none voids a grade. A file whose content
+    changed (even with its old size and mtime put back), a new file, or a file with nothing to compare it with
+    (no digest taken at the start, none recorded by pip) does."""
+    import base64
+    import hashlib
+    import time
+
+    home = tmp_path / "home"  # a folder on sys.path that holds the checkout and its .git
+    checkout, site = home / "checker", tmp_path / "site-packages"
+    (checkout / "checks").mkdir(parents=True)
+    (checkout / "checks" / "syncs.py").write_text("THRESHOLD = 0\n")
+    (home / ".git" / "objects" / "pack").mkdir(parents=True)
+    pack = home / ".git" / "objects" / "pack" / "pack-1.idx"
+    pack.write_bytes(b"idx")
+    (checkout / ".git").mkdir()  # a folder named .git inside a watched one is not watched either
+    (checkout / ".git" / "index").write_bytes(b"index")
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "ops.py").write_text("def add(a, b):\n    return a + b\n")
+    (site / "torch" / "_compiled.pyc").write_bytes(b"pyc")
+    digest = base64.urlsafe_b64encode(hashlib.sha256((site / "torch" / "ops.py").read_bytes()).digest()).rstrip(b"=")
+    (site / "torch-9.dist-info").mkdir()
+    (site / "torch-9.dist-info" / "RECORD").write_text(f"torch/ops.py,sha256={digest.decode()},30\n"
+                                                        "torch/_compiled.pyc,,\n")
+    elsewhere = tmp_path / "clone"
+    elsewhere.mkdir()
+    watch = sandbox.TrustedFiles([checkout, site, home], checkout=[checkout])
+    time.sleep(0.05)
+    os.link(pack, elsewhere / "pack-1.idx")                      # git clone: hard links to the packs
+    os.link(checkout / "checks" / "syncs.py", elsewhere / "syncs.py")
+    os.link(site / "torch" / "ops.py", elsewhere / "ops.py")      # uv: hard links to installed files
+    for path in (checkout / "checks" / "syncs.py", site / "torch" / "ops.py", checkout / ".git" / "index"):
+        os.utime(path)                                            # touch
+    os.chmod(site / "torch" / "ops.py", 0o600)
+    assert watch.changed() == []
+
+    syncs = checkout / "checks" / "syncs.py"
+    before = syncs.stat()
+    syncs.write_text("THRESHOLD = 9\n")                          # the same size, its mtime put back
+    os.utime(syncs, ns=(before.st_atime_ns, before.st_mtime_ns))
+    (site / "torch" / "ops.py").write_text("def add(a, b):\n    return a + a\n")
+    (checkout / "sitecustomize.py").write_text("import os\n")
+    os.utime(site / "torch" / "_compiled.pyc")                   # pip recorded no digest of it: no telling
+    assert sorted(watch.changed(limit=10)) == sorted(str(p) for p in (
+        syncs, site / "torch" / "ops.py", checkout / "sitecustomize.py", checkout, site / "torch" / "_compiled.pyc"))
+
+
 # -- the source scan ---------------------------------------------------------------------------------------
-def test_the_labs_and_solutions_pass_the_scan():
-    for path in [*ROOT.glob("labs/*/*.py"), *ROOT.glob("solutions/**/*.py"), *ROOT.glob("chapters/*/slow.py")]:
+def test_the_labs_and_solutions_pass_the_scan(pristine_lab):
+    from checker.base.chapters import all_chapters
+
+    for chapter in all_chapters():  # the labs as shipped: what a learner writes in theirs is theirs to have scanned
+        lab = pristine_lab(chapter.id) / chapter.lab_file
+        assert findings(lab.read_text()) == [], chapter.lab_script
+    for path in [*ROOT.glob("solutions/**/*.py"), *ROOT.glob("chapters/*/slow.py")]:
         assert findings(path.read_text()) == [], path
 
 

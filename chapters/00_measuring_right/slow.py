@@ -28,6 +28,7 @@ def train_step(batch):
     optimizer.step()
 
 
+# --8<-- [start:measure]
 def measure(train_step, steps):
     """Run every training step and report how long one takes: a dict of numbers."""
     times_ms = []
@@ -36,6 +37,7 @@ def measure(train_step, steps):
         train_step(batch)
         times_ms.append((time.perf_counter() - start) * 1e3)
     return {"steps": len(times_ms), "mean_ms": sum(times_ms) / len(times_ms)}
+# --8<-- [end:measure]
 
 
 report = measure(train_step, session.steps(session.batches))

@@ -20,6 +20,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=session.cfg["lr"], momentum=0
 running_loss = 0.0
 correct = 0
 seen = 0
+# --8<-- [start:loop]
 for step, (images, labels) in session.steps(session.batches):
     # pinned host batches: a queued copy, the host does not wait for it (chapter 02 is about this)
     images, labels = images.to(session.device, non_blocking=True), labels.to(session.device, non_blocking=True)
@@ -37,5 +38,6 @@ for step, (images, labels) in session.steps(session.batches):
     seen += labels.shape[0]
     if session.is_log_step(step):
         print(f"step {step:4d}  mean loss {running_loss / (step + 1):.4f}  accuracy {correct / seen:.3f}  last loss {loss}")
+# --8<-- [end:loop]
 
 session.finish()

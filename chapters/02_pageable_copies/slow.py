@@ -21,10 +21,13 @@ session = start("02_pageable_copies")
 model = session.model
 optimizer = torch.optim.SGD(model.parameters(), lr=session.cfg["lr"], momentum=0.9)
 
+# --8<-- [start:loader]
 loader = DataLoader(
     session.dataset,
     batch_size=None,  # the dataset's items are whole batches, ready in memory: loading costs nothing here
 )
+# --8<-- [end:loader]
+# --8<-- [start:loop]
 for step, (images, labels) in session.steps(loader):
     images = images.to(session.device)  # pageable source: a blocking copy, the CPU waits for it
     labels = labels.to(session.device)
@@ -35,5 +38,6 @@ for step, (images, labels) in session.steps(loader):
     optimizer.step()
     if session.is_log_step(step):
         print(f"step {step:4d}  loss {loss.item():.4f}")  # one read per logging interval: allowed
+# --8<-- [end:loop]
 
 session.finish()

@@ -20,12 +20,15 @@ session = start("03_dataloader_workers")
 model = session.model
 optimizer = torch.optim.SGD(model.parameters(), lr=session.cfg["lr"], momentum=0.9)
 
+# --8<-- [start:loader]
 loader = DataLoader(
     session.dataset,
     batch_size=session.cfg["batch_size"],
     sampler=session.extras["sampler"],  # shuffles every epoch, the same order in every variant
     drop_last=True,
 )
+# --8<-- [end:loader]
+# --8<-- [start:loop]
 for step, (images, labels) in session.steps(loader):
     images = images.to(session.device)
     labels = labels.to(session.device)
@@ -36,5 +39,6 @@ for step, (images, labels) in session.steps(loader):
     optimizer.step()
     if session.is_log_step(step):
         print(f"step {step:4d}  loss {loss.item():.4f}")  # one read per logging interval: allowed
+# --8<-- [end:loop]
 
 print(session.extras["step_times"](session.finish()["step_ms"]))

@@ -22,6 +22,7 @@ optimizer = torch.optim.AdamW(
     foreach=False,  # one parameter at a time: about seven kernels per parameter per step
 )
 
+# --8<-- [start:loop]
 for step, (inputs, labels) in session.steps(session.batches):
     loss = session.loss_fn(model(inputs), labels)  # eager: every op in every block is its own launch
     optimizer.zero_grad(set_to_none=True)
@@ -29,5 +30,6 @@ for step, (inputs, labels) in session.steps(session.batches):
     optimizer.step()
     if session.is_log_step(step):
         print(f"step {step:4d}  loss {loss.item():.4f}")  # a sync, but only once per logging interval
+# --8<-- [end:loop]
 
 session.finish()

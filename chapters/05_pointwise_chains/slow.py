@@ -19,6 +19,7 @@ session = start("05_pointwise_chains")
 model = session.model
 optimizer = torch.optim.AdamW(model.parameters(), lr=session.cfg["lr"], fused=True)  # already fused: not the lesson
 
+# --8<-- [start:loop]
 for step, (inputs, targets) in session.steps(session.batches):
     outputs = model(inputs)  # eager fp32: one pass over the activation per op
     loss = session.loss_fn(outputs, targets)
@@ -27,5 +28,6 @@ for step, (inputs, targets) in session.steps(session.batches):
     optimizer.step()
     if session.is_log_step(step):
         print(f"step {step:4d}  loss {loss.item():.4f}")  # a sync, but only once per logging interval
+# --8<-- [end:loop]
 
 session.finish()

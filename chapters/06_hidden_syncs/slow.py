@@ -21,6 +21,7 @@ model = session.model
 optimizer = torch.optim.SGD(model.parameters(), lr=session.cfg["lr"], momentum=0.9)
 
 
+# --8<-- [start:helpers]
 def pad_targets(flat_masks, flat_classes, n_objects):
     """Scatter the packed targets into one slot per object: masks (B, N, S, S), classes (B, N), valid (B, N)."""
     batch, size, device = n_objects.shape[0], flat_masks.shape[-1], n_objects.device
@@ -53,9 +54,11 @@ def class_loss(class_logits, classes, valid):
     weight[present] = 1.0 / counts.float()
     logits = class_logits.narrow(1, 0, valid.shape[1]).flatten(0, 1)[valid.flatten()]
     return F.cross_entropy(logits, targets, weight=weight)
+# --8<-- [end:helpers]
 
 
 running_loss = torch.zeros((), device=session.device)
+# --8<-- [start:loop]
 for step, (images, flat_masks, flat_classes, n_objects) in session.steps(session.batches):
     mask_logits, class_logits = model(images)
     masks, classes, valid = pad_targets(flat_masks, flat_classes, n_objects)
@@ -68,5 +71,6 @@ for step, (images, flat_masks, flat_classes, n_objects) in session.steps(session
     running_loss += loss.detach()
     if session.is_log_step(step):
         print(f"step {step:4d}  mean loss {running_loss.item() / (step + 1):.4f}")
+# --8<-- [end:loop]
 
 session.finish()

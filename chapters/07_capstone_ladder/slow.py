@@ -32,6 +32,7 @@ loader = DataLoader(
 running_loss = 0.0
 correct = 0
 seen = 0
+# --8<-- [start:loop]
 for step, (images, labels) in session.steps(loader):
     images = images.to(session.device)  # pageable source: a blocking copy, the CPU waits for it
     labels = labels.to(session.device)
@@ -49,5 +50,6 @@ for step, (images, labels) in session.steps(loader):
     seen += labels.shape[0]
     if session.is_log_step(step):
         print(f"step {step:4d}  mean loss {running_loss / (step + 1):.4f}  accuracy {correct / seen:.3f}")
+# --8<-- [end:loop]
 
 session.finish()

@@ -9,9 +9,11 @@ and nothing in the job's files says which.
 
     python labs/08_triage/train.py --job a     # one of your assigned jobs
 
-The sizes are drawn from the code with Python's random module: ``job_settings(code, device)``. The grader
-draws the codes of a learner's assignment from a secret it holds (checker.grader.assignment), and measures
-each job itself before it believes any answer about it.
+The sizes are drawn from the code with Python's random module: ``job_settings(code, device)``, sizes only. Which
+wall a job was drawn to hit is the grader's to know (it draws the codes of a learner's assignment from a secret
+it holds: checker.grader.assignment); it measures each job itself before it believes any answer about it, and
+believes an answer's numbers only with the traces they were read from (``job_matmuls`` is how a trace is
+recognized as one job's).
 """
 
 from __future__ import annotations
@@ -30,30 +32,41 @@ from checker.base.workloads import KeyedEpochs, Workload
 
 NUM_CLASSES = 10
 FEATURES = 32          # features per token of a sample
-DESIGNS = ("data", "overhead", "kernel")  # what a code's sizes were drawn to stress; the grader measures the rest
 
-# Per device and per design: the range each size is drawn from (inclusive). rounds: numpy passes over each
+# Per device, three kinds of job: the range each size is drawn from (inclusive). rounds: numpy passes over each
 # sample in the loader; tokens: sequence length; blocks/width: the small eager blocks; hidden: the wide layer.
+# Which kind a code draws is the first draw of its random stream; which wall each kind hits is measured.
 RANGES = {
-    "cpu": {
-        "data":     dict(batch=(8, 12), tokens=(8, 12), rounds=(120, 180), blocks=(1, 2), width=(32, 48), hidden=(64, 128)),
-        "overhead": dict(batch=(4, 6), tokens=(2, 3), rounds=(0, 1), blocks=(10, 14), width=(16, 24), hidden=(16, 32)),
-        "kernel":   dict(batch=(8, 12), tokens=(48, 64), rounds=(0, 1), blocks=(1, 1), width=(256, 320), hidden=(1536, 2048)),
-    },
-    "cuda": {
-        "data":     dict(batch=(64, 96), tokens=(16, 24), rounds=(60, 90), blocks=(2, 3), width=(128, 192), hidden=(512, 768)),
-        "overhead": dict(batch=(32, 48), tokens=(4, 6), rounds=(0, 1), blocks=(24, 32), width=(64, 96), hidden=(64, 128)),
-        "kernel":   dict(batch=(32, 48), tokens=(256, 320), rounds=(0, 1), blocks=(1, 1), width=(2048, 2560), hidden=(8192, 10240)),
-    },
+    "cpu": (
+        dict(batch=(8, 12), tokens=(8, 12), rounds=(120, 180), blocks=(1, 2), width=(32, 48), hidden=(64, 128)),
+        dict(batch=(4, 6), tokens=(2, 3), rounds=(0, 1), blocks=(10, 14), width=(16, 24), hidden=(16, 32)),
+        dict(batch=(8, 12), tokens=(48, 64), rounds=(0, 1), blocks=(1, 1), width=(256, 320), hidden=(1536, 2048)),
+    ),
+    "cuda": (
+        dict(batch=(64, 96), tokens=(16, 24), rounds=(60, 90), blocks=(2, 3), width=(128, 192), hidden=(512, 768)),
+        dict(batch=(32, 48), tokens=(4, 6), rounds=(0, 1), blocks=(24, 32), width=(64, 96), hidden=(64, 128)),
+        dict(batch=(32, 48), tokens=(256, 320), rounds=(0, 1), blocks=(1, 1), width=(2048, 2560), hidden=(8192, 10240)),
+    ),
 }
 
 
 def job_settings(code: int, device: str) -> dict:
-    """The sizes of job ``code`` on ``device`` ('cpu' or 'cuda'), and the design they were drawn for."""
+    """The sizes of job ``code`` on ``device`` ('cpu' or 'cuda')."""
     rng = random.Random(int(code))
-    design = DESIGNS[rng.randrange(len(DESIGNS))]
-    sizes = {name: rng.randint(low, high) for name, (low, high) in RANGES[device][design].items()}
-    return {"design": design, **sizes}
+    kind = RANGES[device][rng.randrange(len(RANGES[device]))]
+    return {name: rng.randint(low, high) for name, (low, high) in kind.items()}
+
+
+def job_matmuls(code: int, device: str) -> frozenset:
+    """The forward pass's matrix multiplies of job ``code`` on ``device``, (m, k, n) each: the stem, the blocks'
+    layers, the wide layer both ways and the head, as a trace that records shapes shows them (``aten::addmm``)."""
+    s = job_settings(code, device)
+    rows = s["batch"] * s["tokens"]
+    shapes = {(rows, FEATURES, s["width"]), (rows, s["width"], s["hidden"]), (rows, s["hidden"], s["width"]),
+              (s["batch"], s["width"], NUM_CLASSES)}
+    if s["blocks"]:
+        shapes.add((rows, s["width"], s["width"]))
+    return frozenset(shapes)
 
 
 def assigned_code(job: str, root: Path | None = None) -> int:

@@ -101,7 +101,7 @@ def _replaced_on_export_path(profiler) -> list[str]:
     return replaced
 
 HARNESS_KEYS = ("steps", "warmup", "log_every", "trace_steps", "seed", "trials", "timeout_s", "memory_mb",
-                "traced_tail")
+                "traced_tail", "trace_window")
 
 
 def current() -> "Session | None":
@@ -354,7 +354,10 @@ class Session:
             options["experimental_config"] = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
         except (AttributeError, TypeError):  # pragma: no cover - older torch
             pass
-        self._profiler = torch.profiler.profile(activities=activities, with_stack=True, record_shapes=False, **options)
+        # a chapter whose traces must be recognized as one job's (08: the learner's traces show their work) records
+        # each op's input shapes; the others leave them out (they cost host time per op)
+        shapes = bool(self.cfg.get("record_shapes", False))
+        self._profiler = torch.profiler.profile(activities=activities, with_stack=True, record_shapes=shapes, **options)
         self._profiler.__enter__()
 
     def _open_window(self) -> None:

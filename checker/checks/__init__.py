@@ -33,10 +33,11 @@ TIMED = "timed"                    # the timed pairs, where this device grades s
 RUN = "run"                        # the candidate's run the grader watched (its processes, its step times)
 TRACE = "trace"                    # the candidate's traced run and its trace
 BASELINE_TRACE = "baseline_trace"  # the slow script traced the same way, over the same steps
+BASELINE_TRACE_CPU = "baseline_trace_cpu"  # the same, on a CPU only (what the slow script's own optimizer reads)
 VERDICTS = "verdicts"              # the referee's judgement of every pair's weights
 NCU = "ncu"                        # Nsight Compute on one kernel the check picks from the candidate's trace
 JOBS = "jobs"                      # the grader's own traced run of every job of the learner's assignment (chapter 08)
-NEEDS = (TIMED, RUN, TRACE, BASELINE_TRACE, VERDICTS, NCU, JOBS)
+NEEDS = (TIMED, RUN, TRACE, BASELINE_TRACE, BASELINE_TRACE_CPU, VERDICTS, NCU, JOBS)
 
 
 @dataclass

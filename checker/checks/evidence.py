@@ -66,6 +66,7 @@ class JobRun:
     design: str
     trace: Any                        # TraceAnalysis or TraceMismatch
     step_ms: tuple[float, ...] = ()   # the grader's clock, per traced step
+    matmuls: frozenset = frozenset()  # the job's matrix multiplies, (m, k, n) each: its sizes, as a trace shows them
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class Diagnosis:
     answer: Mapping[str, Any] | None          # the parsed answer file; None when it could not be read
     answer_problem: str | None = None         # why it could not be read
     fix_job: str | None = None                # the job the candidate's script was run (and timed) as
+    shown: Mapping[str, Any] = field(default_factory=dict)  # job -> the learner's trace it names, or why none
 
 
 def pairs_of(timed, traced) -> tuple[tuple[Any, Any], ...]:

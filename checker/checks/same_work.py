@@ -8,7 +8,13 @@ candidate code ran in, loads them strictly into a freshly built model and measur
   the baseline's training moved them (``weight_tolerance``: over all tensors; ``layer_tolerance``: any one
   layer that training moved). Fewer steps, part of each batch, or a layer left untrained land far away;
 * integer buffers (BatchNorm's count of batches seen) equal to the baseline's;
-* the held-out loss of the weights, within ``rel_tolerance`` of the baseline's (or ``abs_tolerance``).
+* the held-out loss of the weights, within ``rel_tolerance`` of the baseline's (or ``abs_tolerance``);
+* every window step trained: where the candidate's trace records its timed window (on a CPU the traced pair's
+  window is the whole window; on a GPU where chapter.toml sets ``trace_window``), each traced step's work (GPU
+  kernel time, or on a CPU the backward pass's node evaluations) must be at least
+  ``STEP_WORK_FLOOR`` of the median step's: judged for every step, not a median, so a step that fetched its batch
+  and trained on nothing fails however little the weights show it (bf16 and compile noise hid a quarter of the
+  steps from the weight distance on an H100).
 
 Every pair the check made is judged (timed and traced), so a run that skips work when it is not traced, or
 when it is, fails either way.
@@ -34,6 +40,12 @@ DEFAULT_UNTIMED = {"cpu": (2.0, 20.0), "cuda": (2.0, 20.0)}
 # same ops in the same order give the same weights (0.0 for every reference solution); on a GPU, atomics in
 # convolution and reduction kernels, TF32/bf16 and fused kernels make every run differ a little.
 DEFAULT_WEIGHT_TOLERANCE = {"cpu": 0.1, "cuda": 0.3}
+
+
+# The least share of the median traced step's work that every traced window step must show. A step that trains
+# (forward, backward, optimizer step on its batch) does about the same work as the next: on a CPU the same backward
+# nodes every step (a forward alone runs none), on a GPU about the same kernel time (a forward alone about a third).
+STEP_WORK_FLOOR = 0.5
 
 
 def _tolerance(spec, name: str, device: str, default: float) -> float:
@@ -125,6 +137,8 @@ def failure_measure(measured: dict, threshold) -> str | None:
     if failed_on == "before_window":
         seconds = measured["before_window_s"]
         return f"{seconds['candidate']:.0f} s before the window > {seconds['allowed']:.0f} s"
+    if failed_on == "steps_trained":
+        return f"{measured['steps_trained'].get('idle', '?')} window step(s) trained on nothing"
     return {"batch_counts": "BatchNorm counts differ", "load": "weights do not fit the model",
             "samples": "samples in the window differ"}.get(failed_on)
 
@@ -193,6 +207,12 @@ def same_work(evidence, spec):
         if moved["line"]:
             lines.append(moved["line"])
             failed_on.append("before_window")
+    counted = steps_trained(evidence)
+    if counted is not None:
+        measured["steps_trained"] = counted["measured"]
+        if counted["line"]:
+            lines.append(counted["line"])
+            failed_on.append("steps_trained")
     threshold = {k: limits[k] for k in ("weight_tolerance", "layer_tolerance", "rel_tolerance")}
     if short is not limits and len(pairs) > timed:
         threshold["traced_weight_tolerance"] = short["weight_tolerance"]
@@ -233,3 +253,41 @@ def work_before_window(pairs, spec, device: str, reference: str) -> dict | None:
                 f"{worst / max(base, 1e-9):.1f}x the {reference}'s {base:.1f} s (allowed: {factor:g}x + {allowance:g} s): "
                 "work done before the timed window is not allowed")
     return {"seconds": seconds, "line": line}
+
+
+def steps_trained(evidence) -> dict | None:
+    """Every window step the candidate's trace records, judged one by one: its work against the median step's.
+    None when the candidate has no trace; a note (and no line) when its trace records no step of its timed window
+    (a traced tail after it); a failing line when the trace is not believed, since the steps could not be counted."""
+    found = evidence.traces.get("candidate")
+    if found is None:
+        return None
+    run = evidence.candidate_run
+    if isinstance(found, Exception):
+        return {"measured": {"counted": False},
+                "line": f"the steps that trained could not be counted: {found}"}
+    first = getattr(run, "trace_first_step", None)
+    window_end = getattr(run, "steps", None)
+    if first is None or window_end is None or first >= window_end:
+        return {"measured": {"counted": False, "why": "the trace records steps after the timed window (traced tail)"},
+                "line": None}
+    work = found.get_step_work()
+    work = work[work["step"] < window_end]
+    if work.empty:
+        return {"measured": {"counted": False}, "line": "the steps that trained could not be counted: the trace "
+                                                        "holds no step of the timed window"}
+    middle = float(work["work"].median())
+    if middle <= 0:
+        return {"measured": {"counted": False, "why": "the trace shows no backward pass in most window steps"},
+                "line": "work differs: most window steps show no backward pass in the trace: the steps did not train"}
+    share = work["work"] / middle if middle > 0 else work["work"] * 0.0
+    idle = work[share < STEP_WORK_FLOOR]
+    measured = {"counted": True, "steps": int(len(work)), "least_share": round(float(share.min()), 3),
+                "idle": int(len(idle)), "floor": STEP_WORK_FLOOR}
+    line = None
+    if len(idle):
+        shown = ", ".join(f"{int(r.step)} ({r.work / middle:.0%})" for r in idle.itertuples()) if middle else "all"
+        line = (f"work differs: {len(idle)} of {len(work)} window steps did less than {STEP_WORK_FLOOR:.0%} of the "
+                f"median step's work (step {shown}): every window step must train on its batch (forward, backward, "
+                "optimizer step)")
+    return {"measured": measured, "line": line}

@@ -12,7 +12,15 @@ and closed the window).
   p(n+1)-1, others round), and every common one lands between the two neighbouring order statistics
   ``sorted[floor(p(n-1))]`` and ``sorted[ceil(p(n+1)-1)]``: a report anywhere in that band is right. Where
   the two differ a lot (a few slow steps among the long ones on a busy machine), one fixed method would fail
-  a correct benchmark on a busy machine, where a few slow steps sit among the long ones;
+  a correct benchmark on a busy machine, where a few slow steps sit among the long ones.
+  On a GPU the truth per step is the device's own time, from the trace the grader holds (``device_step_ms``:
+  from the first GPU work of a step to the first of the next), not the host's stamps: a benchmark that waits for
+  the device only every few steps times the queueing of the others, and the host stamps, taken at the same
+  moments, would agree with it;
+* ``step_cost``: the observer does not change the observed. The candidate's steps cost what the baseline's cost
+  under the same secret (the mean step of each timed window, both traced alike), within the chapter's allowance:
+  a benchmark that paces every step to a beat chosen in warm-up reports a p50, p90 and mean that are all true,
+  and all the beat, of steps it made slower;
 * ``mean_step_report``: its ``mean_ms`` is within the threshold of the grader's mean step time over the timed
   window. The window is synchronized at both ends by the harness, so this holds on a GPU whether or not the
   script waits for the device; a clock read right after queueing the work lands far below it.
@@ -28,7 +36,7 @@ import math
 
 import numpy as np
 
-from checker.checks import FAILED, PASSED, RUN, check, result
+from checker.checks import BASELINE_TRACE, FAILED, PASSED, RUN, TRACE, check, result
 
 KNOWN = ("steps", "p50_ms", "p90_ms", "mean_ms")
 PERCENTILES = {"p50_ms": 0.5, "p90_ms": 0.9}
@@ -57,6 +65,44 @@ def grader_times(run) -> dict[str, float]:
         return {"steps": 0}
     return {"steps": int(len(times)), "p50_ms": float(np.percentile(times, 50)),
             "p90_ms": float(np.percentile(times, 90)), "mean_ms": float(times.mean())}
+
+
+DEVICE_KINDS = ("kernel", "memcpy", "memset")
+
+
+def device_step_ms(events, steps=None) -> list[float]:
+    """The device's time per traced step (ms), from a trace's events: from the first GPU work a step launched to
+    the first of the next (the device idle between them belongs to the earlier step, as a synchronized clock
+    counts it); the last step ends where its GPU work ends. ``steps``: only these step numbers. Steps with no GPU
+    work are left out."""
+    work = events[events["kind"].isin(DEVICE_KINDS) & events["step"].notna()]
+    if steps is not None:
+        work = work[work["step"].isin(list(steps))]
+    if work.empty:
+        return []
+    spans = work.groupby("step").agg(first=("start_ns", "min"), last=("end_ns", "max")).sort_index()
+    firsts, lasts = spans["first"].to_numpy(), spans["last"].to_numpy()
+    ends = np.append(firsts[1:], lasts[-1])
+    return [float(ms) for ms in (ends - firsts) / 1e6]
+
+
+def step_truth(evidence, run) -> tuple[list[float], str, str | None]:
+    """(the true time of each timed step in ms, where it comes from, why there is none). On a CPU an op has finished
+    when its call returns, so the grader's host stamps are the truth; on a GPU the device's own times from the
+    trace the grader holds are."""
+    if evidence.device != "cuda":
+        return list(run.step_ms), "the grader's clock", None
+    try:
+        trace = evidence.trace("candidate")
+    except Exception as err:  # noqa: BLE001 - a trace that does not line up decides nothing: said, and failed
+        return [], "", f"the trace of the run gives no device time per step ({err})"
+    if trace is None or getattr(trace, "gpu_clock_skew", None):
+        why = trace.gpu_clock_skew if trace is not None else "no trace"
+        return [], "", f"the trace of the run gives no device time per step ({why})"
+    times = device_step_ms(trace.events)
+    if len(times) < 2:
+        return [], "", "the trace of the run shows no GPU work in its steps, so the device's time per step is unknown"
+    return times, "the device's own time (the grader's trace)", None
 
 
 def percentile_band(times, fraction: float) -> tuple[float, float]:
@@ -116,14 +162,20 @@ def report_failure(measured: dict, threshold) -> str | None:
     return ", ".join(parts) or None
 
 
-@check("step_time_report", needs=(RUN,), key="worst_ratio", fmt="{:.2f}x off", failure=report_failure)
+@check("step_time_report", needs=(RUN, TRACE), key="worst_ratio", fmt="{:.2f}x off", failure=report_failure)
 def step_time_report(evidence, spec):
-    """the lab's p50 and p90 step times agree with the grader's own stamps of the same steps"""
+    """the lab's p50 and p90 step times agree with the grader's own measure of the same steps"""
     tolerance = float(spec.threshold_for(evidence.device))
     run = evidence.candidate_run
     truth = grader_times(run)
     if not truth["steps"]:
         return result(spec, FAILED, threshold=tolerance, evidence=["the grader stamped no timed steps in this run"])
+    per_step, source, missing = step_truth(evidence, run)
+    if missing:
+        return result(spec, FAILED, threshold=tolerance, evidence=[missing])
+    if evidence.device == "cuda":  # the percentiles of the device's times; steps and mean stay the window's
+        device = grader_times(type("Device", (), {"step_ms": per_step})())
+        truth = dict(truth, p50_ms=device["p50_ms"], p90_ms=device["p90_ms"])
     report = read_report(run)
     if report is None:
         return _no_report(spec, tolerance, truth)
@@ -138,12 +190,12 @@ def step_time_report(evidence, spec):
             lines.append(f"the report has no {name}: the grader's {name[:3]} of the timed steps is "
                             f"{truth[name]:.3f} ms")
             continue
-        band = percentile_band(run.step_ms, fraction)
+        band = percentile_band(per_step, fraction)
         off, line = compare(name, report[name], truth[name], tolerance, band)
         ratios.append(off)
         if line:
             lines.append(line)
-    measured = {"reported": {k: report[k] for k in KNOWN if k in report}, "grader": truth,
+    measured = {"reported": {k: report[k] for k in KNOWN if k in report}, "grader": truth, "truth": source,
                 "worst_ratio": round(max(ratios), 3) if ratios else None}
     if lines:
         return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=lines + [_summary(truth)])
@@ -174,3 +226,30 @@ def mean_step_report(evidence, spec):
         return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=[line, window])
     return result(spec, PASSED, measured=measured, threshold=tolerance, evidence=[
         f"mean_ms {report['mean_ms']:.3f} ms reported, {truth['mean_ms']:.3f} ms measured ({window})"])
+
+
+def window_step_ms(run) -> float | None:
+    """A run's mean step time over its timed window (synchronized at both ends), on the grader's clock."""
+    steps = len(run.step_ms)
+    return run.window_s * 1e3 / steps if steps and run.window_s else None
+
+
+@check("step_cost", needs=(RUN, BASELINE_TRACE), key="ratio", fmt="{:.2f}x the baseline's step")
+def step_cost(evidence, spec):
+    """measuring does not change what is measured: the benchmark's steps cost what the slow script's cost"""
+    allowance = float(spec.threshold_for(evidence.device))
+    pair = evidence.traced if evidence.traced is not None else evidence.timed[0]
+    baseline, candidate = pair
+    base_ms, cand_ms = window_step_ms(baseline), window_step_ms(candidate)
+    if base_ms is None or cand_ms is None:
+        return result(spec, FAILED, threshold=allowance, evidence=[
+            "the grader timed no window of the benchmark or of the slow script beside it, so what measuring costs is unknown"])
+    ratio = cand_ms / base_ms
+    measured = {"candidate_step_ms": round(cand_ms, 3), "baseline_step_ms": round(base_ms, 3), "ratio": round(ratio, 3)}
+    said = (f"a step took {cand_ms:.3f} ms in your benchmark and {base_ms:.3f} ms in the slow script, under the same "
+            f"secret, both traced ({ratio:.2f}x; allowed up to {allowance:.2f}x)")
+    if ratio > allowance:
+        return result(spec, FAILED, measured=measured, threshold=allowance, evidence=[
+            said, "the benchmark made the steps it measured slower: a report may only observe the steps (a wait for "
+            "the device, a clock read), never pace or pad them"])
+    return result(spec, PASSED, measured=measured, threshold=allowance, evidence=[said])

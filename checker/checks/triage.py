@@ -15,9 +15,15 @@ Then it decides each job's wall by chapter.toml's rules, in order:
    confirmed (it reads GPU time), so a job neither rule 1 nor rule 2 claims is left unconfirmed, said so.
 
 A job's answer passes when its wall is the one decided (on a CPU, an unconfirmed job's answer must not name a
-wall that rules 1 and 2 measured to be false) and every evidence number it quotes is within the tolerance of
-the grader's. The check never reads which wall a job was drawn for to grade it: the design is shown beside
-the measurement, so that a rule that disagrees with the design is seen.
+wall that rules 1 and 2 measured to be false) and it shows its work: it names the trace its numbers were read
+from (``trace = "..."``, read by checker.grader.shown_work), that trace is one of this job (its matrix
+multiplies have the job's shapes, ``JobRun.matmuls``: a trace of another job, of another learner's job, or one
+made up without them is not), every number quoted is the number that trace holds (within ``read_tolerance``),
+and within the tolerance of the grader's own. The check never reads which wall a job was drawn for to grade it:
+the design is shown beside the measurement, so that a rule that disagrees with the design is seen.
+
+Only the practice learner's answers (public: the reference solution is theirs) are printed; for any other
+learner the feedback says what is right or wrong and never the grader's numbers or walls.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ WALLS = ("data", "overhead", "kernel")
 # a learner's self-check of a course assignment (checker.grader.assignment.from_file): the grader's numbers and
 # walls for these jobs are the answer to the graded run, so the feedback says only what is right or wrong
 COURSE_FILE = "course file"
+PRACTICE_LEARNER = "practice"  # the one learner whose answers a check prints: the public practice jobs
 SHARES = ("data_wait", "gpu_idle", "top_kernel_share")  # shares of a step (or of GPU time): an absolute tolerance
 COUNTS = ("ops_per_step",)                              # counts: a relative tolerance
 EVIDENCE = {"cpu": ("data_wait", "ops_per_step"), "cuda": ("data_wait", "ops_per_step", "gpu_idle", "top_kernel_share")}
@@ -51,8 +58,7 @@ def measure(trace, device: str) -> dict:
         m["top_kernel"] = top["name"][:80] if top else None
     else:
         m["ops_per_step"] = s["top_level_ops_per_step"]
-        ops = m["ops_per_step"] or 0
-        m["host_ms_per_op"] = round(s["step_ms_mean"] * (1 - wait) / ops, 5) if ops and s["step_ms_mean"] else None
+        m["host_ms_per_op"] = s["host_ms_per_op"]  # the median step's: what `workbook report` prints on its Ops line
     return m
 
 
@@ -80,6 +86,75 @@ def decide(m: dict, device: str, rules: dict) -> tuple[str | None, str]:
     return None, (f"rules 1 and 2 (CPU) do not hold: data wait {m['data_wait']:.0%} < {rules['data_wait']:.0%}, "
                   f"{shown} per op > {rules['host_ms_per_op'] * 1000:g} us; kernel-bound by elimination, not "
                   f"confirmed: {KERNEL_ON_CPU}")
+
+
+def matmuls_of(trace) -> set:
+    """The (m, k, n) of each matrix multiply a trace recorded with its shapes (aten::addmm: bias, input, weight)."""
+    import json
+
+    found = set()
+    for key in (getattr(trace, "meta", None) or {}).get("op_shapes", {}):
+        name, _, dims = key.partition(" ")
+        try:
+            shapes = json.loads(dims)
+        except ValueError:
+            continue
+        if name == "aten::addmm" and len(shapes) >= 3 and all(isinstance(d, list) and len(d) == 2 for d in shapes[1:3]):
+            (m, k), (k2, n) = shapes[1], shapes[2]
+            if k == k2 and all(isinstance(v, int) for v in (m, k, n)):
+                found.add((m, k, n))
+    return found
+
+
+def shown_problem(job: str, trace, run, device: str) -> str | None:
+    """Why the trace a job's answer names is not a trace of that job as it ships, or None when it is."""
+    if isinstance(trace, str):
+        return trace
+    source = getattr(trace, "source", "")
+    name = source.rsplit("/", 1)[-1]
+    if bool(trace.has_cuda) != (device == "cuda"):
+        return f"trace {name} is a {'GPU' if trace.has_cuda else 'CPU'} trace; this check runs on {device}"
+    seen = matmuls_of(trace)
+    if not seen:
+        return (f"trace {name} records no matrix multiply with its shapes: make it with `workbook profile 08 --tool "
+                f"torch --run --job {job}` (its recipe records them)")
+    ships = f"profile the job as it ships: `workbook profile 08 --tool torch --run --variant slow --job {job}`"
+    if run.matmuls and seen != set(run.matmuls):
+        return (f"trace {name} is not a trace of job {job} on {device}: its matrix multiplies are not this job's "
+                f"sizes (a trace of another job, another device, or a changed train.py; {ships})")
+    ours = ops_by_name(run.trace)
+    if ours:  # the grader's own trace lists aten ops (torch.profiler): the learner's must run the same ones
+        theirs = ops_by_name(trace)
+        off = sorted(op for op in set(ours) | set(theirs)
+                     if abs(theirs.get(op, 0.0) - ours.get(op, 0.0)) > max(1.0, 0.02 * ours.get(op, 0.0)))
+        if off:
+            return (f"trace {name} does not run job {job}'s ops: {len(off)} of its aten ops (e.g. {off[0]}) come a "
+                    f"different number of times per step than in the job (a trace made by hand, or of a changed "
+                    f"train.py; {ships})")
+    return None
+
+
+def ops_by_name(trace) -> dict[str, float]:
+    """Top-level aten ops per step of a trace's steps, by name: the job's own sequence of ops ({} without any)."""
+    from checker.trace.analyses.counts import top_level_aten_ops
+
+    if not getattr(trace, "has_steps", False):
+        return {}
+    ops = top_level_aten_ops(trace.events)
+    ops = ops[ops["step"].notna()]
+    steps = ops["step"].nunique()
+    return (ops.groupby(ops["name"].astype(str)).size() / steps).to_dict() if steps else {}
+
+
+def read_off(name: str, claimed, read, tolerance: dict) -> str | None:
+    """Why a quoted number is not the one the learner's own trace holds, or None when it is."""
+    if read is None or isinstance(claimed, bool) or not isinstance(claimed, (int, float)):
+        return None
+    allowed = float(tolerance["share"] if name in SHARES else tolerance["count"])
+    off = abs(claimed - read) if name in SHARES else abs(claimed - read) / max(abs(read), 1.0)
+    if off > allowed:
+        return f"{name} = {claimed:g}, but the trace you named reads {read:.4g}: quote what it shows"
+    return None
 
 
 def within(name: str, claimed, measured, tolerance: dict, hide: bool = False) -> str | None:
@@ -123,8 +198,12 @@ def triage(evidence, spec):
     # the grader's numbers and walls are the answer: a self-check of a course file never shows them, and a class
     # graded under the course secret keeps them out of the student's feedback (the instructor's ledger keeps them
     # in `measured`), so that a resubmission cannot copy them
-    hide = diagnosis.secret_kind in (COURSE_FILE, "course")
-    self_check = diagnosis.secret_kind == COURSE_FILE
+    # only the practice learner's answers are public (the reference solution is theirs): any other learner's
+    # feedback hides the grader's numbers and walls; the instructor's ledger keeps them under a course secret
+    hide = not (diagnosis.secret_kind == "practice" and diagnosis.learner == PRACTICE_LEARNER)
+    self_check = hide and diagnosis.secret_kind != "course"
+    reading = dict(spec.options.get("read_tolerance", {"share": 0.01, "count": 0.02}))
+    shown_traces = getattr(diagnosis, "shown", None) or {}
     right = 0
     for job, run in diagnosis.jobs.items():
         if isinstance(run.trace, TraceMismatch):
@@ -152,6 +231,14 @@ def triage(evidence, spec):
             if claimed != "kernel":
                 wrong.append(f"wall = {claimed!r} is not the wall the grader's measurement decides" if hide
                              else f"wall = {claimed!r}, but the grader measured that rule false")
+        mine = None  # the numbers of the trace the answer names, read by the grader: the work the answer shows
+        if diagnosis.answer is not None:
+            problem = shown_problem(job, shown_traces.get(job, "no trace named: add trace = \"...\", the trace "
+                                                           "you read this job's numbers from"), run, device)
+            if problem:
+                wrong.append(problem)
+            else:
+                mine = measure(shown_traces[job], device)
         for name in EVIDENCE[device]:
             if name not in given:
                 wrong.append(f"{name} is missing (the grader measured {m[name]:g})" if m.get(name) is not None
@@ -159,6 +246,8 @@ def triage(evidence, spec):
                 continue
             why = within(name, given[name], m.get(name), tolerance, hide)
             if why:
+                wrong.append(why)
+            elif mine is not None and (why := read_off(name, given[name], mine.get(name), reading)):
                 wrong.append(why)
         if wrong:
             problems.append(f"job {job}: " + "; ".join(wrong))
@@ -176,8 +265,10 @@ def triage(evidence, spec):
     if unconfirmed and not hide:
         lines.append(f"not confirmed here: job(s) {', '.join(unconfirmed)} ({KERNEL_ON_CPU})")
     if hide:
-        lines.append(("a self-check of your course's assignment" if self_check else "graded under your course's secret")
-                     + ": the grader's numbers and walls are left out (they would be the answer); profile each job "
+        why = ("a self-check of your course's assignment" if diagnosis.secret_kind == COURSE_FILE
+               else "graded under your course's secret" if diagnosis.secret_kind == "course"
+               else f"learner {diagnosis.learner!r}'s jobs (only the practice learner's answers are shown)")
+        lines.append(why + ": the grader's numbers and walls are left out (they would be the answer); profile each job "
                      "(`workbook profile 08 --tool torch --run --job a`) and compare with `workbook report`")
         unconfirmed = []
     measured = {"jobs": measured_jobs, "jobs_right": f"{right}/{len(diagnosis.jobs)}", "learner": diagnosis.learner,

@@ -21,6 +21,10 @@ def cmd_grade(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, terminated)
     try:
         return grade_class(args, say)
+    except KeyboardInterrupt:  # 130, the shell's code for Ctrl-C (SIGTERM too): a script can tell it from 4
+        print("workbook: grading interrupted: what was graded so far is in the ledger; run the same command again "
+              "to resume", file=sys.stderr)
+        return 130
     except OSError as err:  # a full disk, a folder that vanished: what was graded so far is in the ledger
         raise WorkbookError(f"grading stopped: {err.strerror or err} ({err.filename or 'no file'}); what was "
                             "graded so far is in the ledger: run the same command again to resume") from None

@@ -5,8 +5,9 @@ file. Each learner's assignment is drawn from HMAC-SHA256(secret, chapter id + l
 
 * the walls are dealt to the jobs in a shuffled order, one of each design (data, overhead, kernel) before any
   repeats, so every learner has one job of each kind, in an order of their own;
-* each job gets a code: an integer the chapter's workload turns into sizes (``workload.job_settings``), drawn
-  until its sizes are of the job's design, so two learners' jobs differ in their numbers too.
+* each job gets a code: an integer the chapter's workload turns into sizes (``workload.job_settings``, sizes
+  only), drawn until its sizes are of the job's design, so two learners' jobs differ in their numbers too. The
+  design a code was drawn for is the grader's (``DESIGNS``, here): the workload names none.
 
 The secret is the course's (``WORKBOOK_COURSE_SECRET``, set by the instructor where the class is graded) or,
 without it, the public practice secret: self-study needs no secret, and its assignments are reproducible by
@@ -37,13 +38,19 @@ else:  # pragma: no cover
 
 from checker.base.chapters import Chapter
 from checker.base.errors import WorkbookError
-from checker.checks.triage import COURSE_FILE  # the secret_kind of a course assignment run from the learner's file
+from checker.checks.triage import COURSE_FILE, PRACTICE_LEARNER  # a course file's secret_kind; the public learner
 
 SECRET_ENV = "WORKBOOK_COURSE_SECRET"
 PRACTICE_SECRET = "workbook-practice-08"  # public on purpose: self-study assignments anyone can recompute
-PRACTICE_LEARNER = "practice"
 ASSIGNMENT_FILE = "assignment.toml"
 ANSWER_CAP = 64 * 1024  # bytes of an answer file the grader reads
+# The wall each of the workload's kinds of job (chapters/08_triage/workload.py RANGES, in order) was made to hit;
+# a code's kind is the first draw of its random stream, as job_settings draws it.
+DESIGNS = ("data", "overhead", "kernel")
+
+
+def _design_of(code: int) -> str:
+    return DESIGNS[random.Random(int(code)).randrange(len(DESIGNS))]
 
 
 @dataclass(frozen=True)
@@ -80,26 +87,23 @@ def fingerprint() -> str:
 
 def draw(chapter: Chapter, learner: str, key: str | None = None, kind: str | None = None) -> Assignment:
     """The learner's assignment under ``key`` (default: secret())."""
-    from checker.base.workloads import load_workload_module
-
     if key is None:
         key, kind = secret()
     jobs = list(chapter.raw.get("jobs", []))
     if not jobs:
         raise WorkbookError(f"{chapter.id}/chapter.toml declares no jobs: it grades no diagnosis")
-    workload = load_workload_module(chapter.dir)
     digest = hmac.new(key.encode(), f"{chapter.id}/{learner}".encode(), hashlib.sha256).digest()
     rng = random.Random(int.from_bytes(digest, "big"))
     walls: list[str] = []
     while len(walls) < len(jobs):
-        deal = list(workload.DESIGNS)
+        deal = list(DESIGNS)
         rng.shuffle(deal)
         walls += deal
     codes, designs = {}, {}
     for job, wall in zip(jobs, walls):
         while True:
             code = rng.randrange(10**6, 10**7)
-            if workload.job_settings(code, "cpu")["design"] == wall:
+            if _design_of(code) == wall:
                 break
         codes[job], designs[job] = code, wall
     return Assignment(chapter.id, learner, kind or "course", codes, designs)
@@ -122,8 +126,6 @@ def read_toml(path: Path, what: str) -> dict:
 def from_file(chapter: Chapter, folder: Path, fallback: Path | None) -> Assignment | None:
     """A self-check's assignment when the learner's file came from a course whose secret this machine lacks: the
     jobs the file names, run as given (None when the file is not a course's, or the course secret is here)."""
-    from checker.base.workloads import load_workload_module
-
     if secret()[1] == "course":
         return None
     for place in (folder, fallback):
@@ -138,8 +140,7 @@ def from_file(chapter: Chapter, folder: Path, fallback: Path | None) -> Assignme
         if any(isinstance(c, bool) or not isinstance(c, int) or not 10**6 <= c < 10**7 for c in codes.values()):
             raise WorkbookError(f"the assignment {place / ASSIGNMENT_FILE}: [jobs] must give {', '.join(wanted)} "
                                 "a code each, as your instructor's file did")
-        workload = load_workload_module(chapter.dir)
-        designs = {job: workload.job_settings(code, "cpu")["design"] for job, code in codes.items()}
+        designs = {job: "" for job in codes}  # a course's draw is not this machine's to know: the file gives codes only
         learner = str(data.get("learner") or PRACTICE_LEARNER).strip() or PRACTICE_LEARNER
         return Assignment(chapter.id, learner, COURSE_FILE, codes, designs)
     return None

@@ -28,6 +28,7 @@ from checker.grader.report import Report
 from checker.grader.precheck import check_candidate
 from checker.grader.runs import IncompleteWork, RunResult, describe_phases, new_secret, run_script
 from checker.grader.scan import refuse_probes
+from checker.grader.shown_work import read_shown
 
 TRACE_TOOLS = ("torch", "nsys")
 
@@ -153,6 +154,7 @@ class Evaluation:
         self.assignment = None
         self.answer: dict | None = None
         self.answer_problem: str | None = None
+        self.shown: dict[str, Any] = {}
         self.fix_job: str | None = None
         self.timed_pairs: list[tuple[RunResult, RunResult]] = []
         self.traced: tuple[RunResult, RunResult] | None = None
@@ -193,7 +195,8 @@ class Evaluation:
         chapter = self.chapter
         folder = self.candidate.parent
         own = None
-        if learner is None:  # a learner checking their own work: the learner id of their assignment file
+        self_check = learner is None
+        if self_check:  # a learner checking their own work: the learner id of their assignment file
             own = assignments.from_file(chapter, folder, chapter.lab_script.parent)
             learner = own.learner if own else assignments.learner_of(folder, chapter.lab_script.parent)
         else:  # class grading: the learner is the submission folder's name
@@ -202,11 +205,9 @@ class Evaluation:
         path = answer_path(folder, str(chapter.raw["answer_file"]), self.device)
         if not path.is_file():
             self.answer_problem = f"no answer file: {display_path(path)} is missing"
-        else:
-            try:
-                self.answer = assignments.read_toml(path, "the answer")
-            except WorkbookError as err:
-                self.answer_problem = str(err)
+        else:  # an answer that is not TOML is bad input: refused here, in one line, before any run (exit 2)
+            self.answer = assignments.read_toml(path, "the answer")
+        self.shown = read_shown(self.answer, path.parent, self.assignment.codes)  # the traces it names, read as data
         jobs = list(self.assignment.codes)
         wanted = ((self.answer or {}).get("fix") or {}).get("job") if isinstance((self.answer or {}).get("fix"), dict) else None
         self.fix_job = wanted if wanted in self.assignment.codes else jobs[0]
@@ -218,7 +219,8 @@ class Evaluation:
                               f"this feedback leaves out the grader's numbers); the fix runs as job {self.fix_job}")
         else:
             self.notes.append(f"assignment: learner {learner!r}, drawn from the {self.assignment.secret_kind} secret"
-                              + (" (set WORKBOOK_COURSE_SECRET to grade a class)" if self.assignment.secret_kind == "practice" else "")
+                              + (" (set WORKBOOK_COURSE_SECRET to grade a class)"  # class grading chose --practice
+                                 if self.assignment.secret_kind == "practice" and self_check else "")
                               + f"; the fix runs as job {self.fix_job}")
 
     def _reference_script(self) -> Path:
@@ -232,7 +234,9 @@ class Evaluation:
             self.notes.append("baseline: each student's runs are paired with the slow script's: each student's fix "
                               "runs as a job of their own, whose speed no other student shares")
             return slow
-        if self.plan.trace_baseline:
+        # a check that only counts what the baseline's optimizer reads (host_syncs on a CPU) reads it in the reference
+        # solution's trace as well: the solution steps the slow script's optimizer
+        if self.plan.slow_trace:
             self.notes.append("baseline: each student's runs are paired with the slow script's: "
                               f"{self.chapter.id}'s checks compare counts with its trace")
             return slow
@@ -323,14 +327,17 @@ class Evaluation:
             # the first pair is the traced pair where the plan says so: traced after its windows
             tail = {"trace": "torch", "trace_tail": self.plan.tail} if self.plan.tail and trial == 0 else {}
             base_tail = tail if self.plan.trace_baseline else {}
+            if self.plan.window:  # every timed run traced over its window, both sides: one clock for both
+                tail = base_tail = {"trace": "torch"}
             if trial % 2 == 0:
                 b = self.run(baseline, what + (", then traced" if base_tail else ""), secret, **base_tail)
                 c = self.run(self.candidate, what + (", then traced" if tail else ""), secret, **tail)
             else:
-                c = self.run(self.candidate, what, secret)
-                b = self.run(baseline, what, secret)
+                every = {"trace": "torch"} if self.plan.window else {}
+                c = self.run(self.candidate, what + (", traced" if every else ""), secret, **every)
+                b = self.run(baseline, what + (", traced" if every else ""), secret, **every)
             self.timed_pairs.append((b, c))
-            if tail:
+            if tail and self.traced is None:
                 self.traced = self.timed_pairs[-1]  # the same pair: its weights are judged once
             if len(self.timed_pairs) >= least and self._settled():
                 if len(self.timed_pairs) < trials:
@@ -361,7 +368,7 @@ class Evaluation:
         due = self.bank.due(trials)
         for number in range(due):
             run = self.run(self.chapter.slow_script, f"the slow script's speed on this worker, run {number + 1} "
-                            f"of {due}", new_secret())
+                           f"of {due}", new_secret(), **({"trace": "torch"} if self.plan.window else {}))
             self.bank.add(run.window_s, run.samples)
             self.bank.runs += 1
             if self.bank.reference is None:
@@ -448,12 +455,18 @@ class Evaluation:
     def _diagnosis(self) -> Diagnosis | None:
         if self.assignment is None:
             return None
+        from checker.base.workloads import load_workload_module
+
+        shapes_of = load_workload_module(self.chapter.dir).job_matmuls  # how a trace is recognized as one job's
         jobs = {}
         for job, run in getattr(self, "job_runs", {}).items():
-            jobs[job] = JobRun(code=self.assignment.codes[job], design=self.assignment.designs[job],
-                               trace=self._load_trace(f"job-{job}", run), step_ms=tuple(run.step_ms))
+            code = self.assignment.codes[job]
+            jobs[job] = JobRun(code=code, design=self.assignment.designs[job],
+                               trace=self._load_trace(f"job-{job}", run), step_ms=tuple(run.step_ms),
+                               matmuls=shapes_of(code, self.device))
         return Diagnosis(learner=self.assignment.learner, secret_kind=self.assignment.secret_kind, jobs=jobs,
-                         answer=self.answer, answer_problem=self.answer_problem, fix_job=self.fix_job)
+                         answer=self.answer, answer_problem=self.answer_problem, fix_job=self.fix_job,
+                         shown=self.shown)
 
     def _load_trace(self, role: str, run: RunResult):
         """A run's trace when it lines up with the steps the grader stamped, else the TraceMismatch that says why."""
@@ -468,7 +481,9 @@ class Evaluation:
         trace = load(trace_file)
         self._timing("parse", f"{role}'s trace", began)
         first = run.trace_first_step if run.trace_first_step is not None else int(self.cfg["warmup"])
-        problem = trace_problem(trace, run, first, int(self.cfg.get("trace_steps", 10)), self.device,
+        # a run traced over its window records every window step; a traced pair or tail, trace_steps of them
+        count = run.steps - first if run.steps and first < run.steps else int(self.cfg.get("trace_steps", 10))
+        problem = trace_problem(trace, run, first, count, self.device,
                                 excuse_data_wait=self.loads_data)
         return TraceMismatch(f"the {role}'s trace {problem}") if problem else trace
 
@@ -481,7 +496,7 @@ class Evaluation:
                 f"Python imports from {folder} here (a script there, or PYTHONPATH), where the grader's runs write "
                 "their files: no verdict could be trusted. Run it from a script outside that folder, or take it "
                 "off PYTHONPATH")
-        began_ns = time.time_ns()
+        trusted = sandbox.TrustedFiles(sandbox.trusted_folders())  # what they hold now, to compare at the end
         wrote_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # the grader changes no file either
         try:
             incomplete: IncompleteWork | None = None
@@ -496,7 +511,7 @@ class Evaluation:
         finally:
             sys.dont_write_bytecode = wrote_bytecode
         began = time.perf_counter()
-        changed = sandbox.changed_since(began_ns, sandbox.trusted_folders())
+        changed = trusted.changed()
         self._timing("tamper", "the grader's files unchanged", began)
         if changed:
             raise WorkbookError(

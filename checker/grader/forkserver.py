@@ -140,12 +140,15 @@ class Server:
         return json.loads(data)
 
     def spawn(self, args: list[str], cwd: str, env: dict[str, str], identity, limits, isolate_network: bool,
-              stdout_fd: int, stderr_fd: int | None = None, module: str = LAUNCH) -> int | None:
-        """Fork a process running ``module``'s main(``args``): its pid, or None if the server cannot."""
+              stdout_fd: int, stderr_fd: int | None = None, module: str = LAUNCH,
+              scratch: tuple[str, ...] | None = None) -> int | None:
+        """Fork a process running ``module``'s main(``args``): its pid, or None if the server cannot. ``scratch``:
+        the folders bound into the run's private scratch places (sandbox.private_scratch); None: none made."""
         if not self.wait_ready():
             return None
         request = {"module": module, "args": args, "cwd": cwd, "env": env, "identity": identity,
-                   "limits": asdict(limits), "isolate_network": isolate_network, "grader": os.getpid()}
+                   "limits": asdict(limits), "isolate_network": isolate_network, "grader": os.getpid(),
+                   "scratch": list(scratch) if scratch is not None else None}
         fds = [stdout_fd] if stderr_fd is None else [stdout_fd, stderr_fd]
         try:
             socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
@@ -353,7 +356,9 @@ def _become_run(request: dict, fds: list[int], middle: int) -> None:  # pragma: 
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
         identity = tuple(request["identity"]) if request["identity"] else None
         limits = sandbox.Limits(**request["limits"])
-        sandbox.preexec(identity, limits, bool(request["isolate_network"]), die_with_parent=False)()
+        scratch = request.get("scratch")
+        sandbox.preexec(identity, limits, bool(request["isolate_network"]), die_with_parent=False,
+                        scratch_keep=tuple(scratch) if scratch is not None else None)()
         given_up = time.monotonic() + REPLY_TIMEOUT_S
         while os.getppid() == middle:  # until the middle process has ended and this run is the grader's
             if time.monotonic() > given_up:

@@ -11,7 +11,9 @@ No check is named here. A check that is skipped on this device (chapter.toml's `
   check needs BASELINE_TRACE. Where the chapter sets ``traced_tail`` for the device, speed is graded and the
   tool is torch.profiler, the first timed pair is the traced pair: its runs go on for ``trace_steps`` traced
   steps after their windows (the weights and the clock already in), so no process of their own is started,
-  warmed up and compiled for the traces;
+  warmed up and compiled for the traces. Where the chapter sets ``trace_window`` instead, every timed run (the
+  baseline's too) is traced over its window and the first timed pair is the traced pair: what the trace shows is
+  the timed window itself, in runs the script cannot tell apart;
 * the referee, when a check needs VERDICTS: every pair's weights, in a fresh process;
 * Nsight Compute, when a check needs NCU and ``--with-ncu`` asked for it (it takes minutes);
 * a traced run of every job of the learner's assignment, the chapter's own slow script with each job's code
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from checker import checks
 from checker.base.chapters import Chapter
 from checker.base.errors import WorkbookError
-from checker.checks import BASELINE_TRACE, JOBS, NCU, NOT_SELECTED, RUN, TIMED, TRACE, VERDICTS
+from checker.checks import BASELINE_TRACE, BASELINE_TRACE_CPU, JOBS, NCU, NOT_SELECTED, RUN, TIMED, TRACE, VERDICTS
 
 
 @dataclass(frozen=True)
@@ -36,11 +38,13 @@ class Plan:
     trials: int = 0                     # timed pairs; 0 where no check grades speed here
     traced: bool = False                # the traced pair
     trace_baseline: bool = False        # its baseline traced too
+    slow_trace: bool = False            # ... and that baseline must be the slow script (a check compares with it)
     referee: bool = False
     ncu: tuple[str, ...] = ()           # the checks whose NCU target is profiled
     timed_checks: tuple[str, ...] = ()  # the checks that read the timed pairs (they say when there are enough)
     jobs: bool = False                  # every job of the learner's assignment, traced by the grader (chapter 08)
     tail: int = 0                       # > 0: the first timed pair is the traced pair, this many steps traced after
+    window: bool = False                # every timed run traced over its window; the first timed pair is the traced pair
 
     @property
     def timed(self) -> bool:
@@ -50,7 +54,9 @@ class Plan:
         parts = []
         if self.trials:
             parts.append(f"{self.trials} timed pair(s)")
-        if self.traced and self.tail:
+        if self.traced and self.window:
+            parts.append("every timed run traced over its window (the first pair's traces read)")
+        elif self.traced and self.tail:
             parts.append(f"the first pair traced for {self.tail} steps after its windows"
                          + (" (both runs)" if self.trace_baseline else " (the candidate's run)"))
         elif self.traced:
@@ -94,11 +100,18 @@ def make_plan(chapter: Chapter, device: str, only: set[str] | None = None, with_
     trials = int(chapter.config(device).get("trials", 3)) if TIMED in wanted else 0
     # the traced pair: for what only a traced run shows, or as the one pair the referee judges
     traced = bool(wanted & {RUN, TRACE, BASELINE_TRACE, NCU}) or (VERDICTS in wanted and not trials)
+    trace_baseline = BASELINE_TRACE in wanted or (device == "cpu" and BASELINE_TRACE_CPU in wanted)
     ncu = tuple(name for name in selected if NCU in needs[name]) if with_ncu and device == "cuda" else ()
     cfg = chapter.config(device)
     tail = int(cfg.get("trace_steps", 10)) if traced and trials and trace_tool == "torch" and cfg.get("traced_tail") else 0
+    # trace_window: the timed window itself is what the trace records, in every timed run (candidate and baseline
+    # alike, so the clock compares like with like): a script cannot keep a pattern where no trace looks
+    window = bool(traced and trials and trace_tool == "torch" and cfg.get("trace_window"))
+    if window:
+        tail = 0
     if os.environ.get("WORKBOOK_TRACED_TAIL") == "0":  # the grader's own switch: a traced pair of its own (an A/B)
         tail = 0
     return Plan(selected=selected, skipped=skipped, trials=trials, traced=traced,
-                trace_baseline=BASELINE_TRACE in wanted, referee=VERDICTS in wanted, ncu=ncu,
-                timed_checks=tuple(name for name in selected if TIMED in needs[name]), jobs=JOBS in wanted, tail=tail)
+                trace_baseline=trace_baseline, slow_trace=BASELINE_TRACE in wanted, referee=VERDICTS in wanted, ncu=ncu,
+                timed_checks=tuple(name for name in selected if TIMED in needs[name]), jobs=JOBS in wanted, tail=tail,
+                window=window)

@@ -356,8 +356,15 @@ def run_script(
         compile_cache.fill(identity)
         env.update(compile_caches.environment(compile_cache.place))
     stop_at_done = trace != "nsys" and profiler is None
+    # what the run may keep beyond its own folder: nothing, where it gets private scratch places; elsewhere what it
+    # leaves in them is looked for when it ends (checker.grader.sandbox.left_outside)
+    keep = [str(folder.path)] + ([str(compile_cache.place)] if compile_cache is not None else [])
+    # and what it reads, wherever it lives: a checkout or environment under /tmp stays where the run imports it from
+    keep += [place for place in sandbox.import_places() if place not in keep]
+    scratch = tuple(keep) if _private_scratch() else None
+    began_wall_ns = time.time_ns()
     run.clock["spawn"] = time.monotonic_ns()
-    proc = _start(command, launch_args, folder, env, identity, limits, server)
+    proc = _start(command, launch_args, folder, env, identity, limits, server, scratch)
     run.pid = proc.pid
     out = proc.stdout.fileno()
     os.set_blocking(out, False)
@@ -411,6 +418,15 @@ def run_script(
         folder.close()
     if compile_cache is not None:
         compile_cache.empty(keep=failure is None)  # regular files only: no link is followed
+    if scratch is None:
+        uid = identity[0] if identity is not None else os.geteuid()
+        left = sandbox.left_outside(began_wall_ns - 1_000_000_000, uid, [Path(p) for p in keep] + [workdir])
+        if left:
+            sandbox.remove_left(left)
+            raise WorkbookError(
+                f"{display} left files outside its run folder ({', '.join(left)}), where a later run could read them: "
+                "the verdict is withheld and they were removed. A run keeps nothing beyond its own folder "
+                "(write temporary files under $TMPDIR, which is the run's own)")
     if failure is not None:
         raise failure
     output = b"".join(tail).decode(errors="replace")
@@ -475,12 +491,14 @@ def run_script(
 
 
 def _start(command: list[str], launch_args: list[str], folder: sandbox.RunFolder, env: dict[str, str], identity,
-           limits: sandbox.Limits, server: "forkserver.Server | None"):
-    """The run's process: forked by the fork server when there is one that serves, else started afresh."""
+           limits: sandbox.Limits, server: "forkserver.Server | None", scratch: tuple[str, ...] | None = None):
+    """The run's process: forked by the fork server when there is one that serves, else started afresh. ``scratch``:
+    the folders bound into its private scratch places (None: it shares the machine's)."""
     if server is not None:
         read, write = os.pipe()
         try:
-            pid = server.spawn(launch_args, str(folder.path), env, identity, limits, _isolate_network(), write)
+            pid = server.spawn(launch_args, str(folder.path), env, identity, limits, _isolate_network(), write,
+                               scratch=scratch)
         finally:
             os.close(write)
         if pid is not None:
@@ -489,7 +507,7 @@ def _start(command: list[str], launch_args: list[str], folder: sandbox.RunFolder
     return subprocess.Popen(
         command, cwd=folder.path, env=env, stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        preexec_fn=sandbox.preexec(identity, limits, _isolate_network()),
+        preexec_fn=sandbox.preexec(identity, limits, _isolate_network(), scratch_keep=scratch),
     )
 
 
@@ -506,6 +524,17 @@ def _where(where: str | None, copy: Path, display: str) -> str:
 
 
 _NETWORK: bool | None = None
+
+
+_SCRATCH: bool | None = None
+
+
+def _private_scratch() -> bool:
+    """Whether runs get their own /dev/shm, /tmp, /var/tmp and /run/lock here (checker.grader.sandbox)."""
+    global _SCRATCH
+    if _SCRATCH is None or os.environ.get("WORKBOOK_PRIVATE_SCRATCH") == "0":
+        _SCRATCH = sandbox.scratch_isolation_available()
+    return _SCRATCH
 
 
 def _isolate_network() -> bool:

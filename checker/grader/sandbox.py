@@ -8,18 +8,25 @@
 * When the grader runs as root, the run drops to an unprivileged user (``nobody``), which cannot write the
   checkout, the Python environment, the output folder or other runs' folders; it gets its own network
   namespace (no network) when the kernel allows it.
+* Nothing outlives a run outside its folder: where the kernel allows a mount namespace, the run gets its own empty
+  /dev/shm, /tmp, /var/tmp and /run/lock (private tmpfs mounts that vanish with it; its folder, and a compile
+  cache's place, are bound back in at the same paths). Where it does not, files the run's user made in those places
+  during the run are found afterwards, removed, and the run refused (``left_outside``).
 * Limits: a per-process memory cap on CPU runs (RLIMIT_DATA: the memory a process writes, not the address
   space it reserves; CUDA's mappings are not worth the risk, so a GPU run is capped by its timeout only), no
   core files, a file-size cap, and a process-count cap when the run is unprivileged.
 * No survivors: the run starts a new session; the grader is a child subreaper, so descendants that detach
   (a double fork, setsid) are reparented to it; when the run ends every one of them is killed and counted.
-* Tampering: files of the checkout or the Python environment changed while the check ran (ctime, which no
-  unprivileged process can set) are found at the end, and the verdict is withheld.
+* Tampering: files of the checkout or the Python environment whose content changed while the check ran, or that
+  appeared, are found at the end (those whose ctime, which no process can set, moved, compared by content), and
+  the verdict is withheld (``TrustedFiles``). Metadata changed meanwhile (a hard link, `touch`) voids no verdict;
+  .git, which no verdict reads, is not watched.
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import pwd
 import resource
@@ -32,11 +39,17 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from checker.base.paths import repo_root
 
 UNPRIVILEGED_USER = "nobody"
 CLONE_NEWNET = 0x40000000
+CLONE_NEWNS = 0x00020000
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
+# Where any user may write outside a run's folder: what one run leaves there, a later run could read. Each run gets
+# its own empty copy of these (private_scratch), or what it left there is found afterwards (left_outside).
+SCRATCH_PLACES = ("/dev/shm", "/tmp", "/var/tmp", "/run/lock")
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
 _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME",
@@ -98,6 +111,93 @@ def network_isolation_available() -> bool:
         os._exit(0 if _LIBC.unshare(CLONE_NEWNET) == 0 else 1)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status) == 0
+
+
+def scratch_isolation_available() -> bool:
+    """Whether a run can be given private scratch places here (a mount namespace: root, and a kernel and container
+    that allow it). WORKBOOK_PRIVATE_SCRATCH=0 says no, as an unprivileged grader would find (tests use it)."""
+    if os.environ.get("WORKBOOK_PRIVATE_SCRATCH") == "0" or not running_as_root():
+        return False
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child only reports
+        os._exit(0 if private_scratch(()) else 1)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> bool:
+    encode = lambda text: None if text is None else text.encode()  # noqa: E731
+    return _LIBC.mount(encode(source), encode(target), encode(fstype), flags, encode(data)) == 0
+
+
+def private_scratch(keep: tuple[str, ...]) -> bool:  # pragma: no cover - runs in the forked child
+    """This process and its children get their own empty SCRATCH_PLACES, with each folder of ``keep`` (the run's
+    folder, a compile cache's place) bound back at its own path. False, with nothing changed, where the kernel
+    refuses a mount namespace; a failure after that point ends the process (never a run with shared scratch
+    that believes it has its own)."""
+    if _LIBC.unshare(CLONE_NEWNS) != 0:
+        return False
+    try:
+        if not _mount(None, "/", None, MS_REC | MS_PRIVATE):  # or the mounts below would show in the grader's
+            raise OSError("could not make the mounts private")
+        handles = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}
+        for place in SCRATCH_PLACES:
+            if os.path.isdir(place) and not os.path.islink(place):
+                if not _mount("tmpfs", place, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777"):
+                    raise OSError(f"could not mount a private {place}")
+        for path, handle in sorted(handles.items(), key=lambda item: item[0].count("/")):  # a parent before its child
+            if any(path == p or path.startswith(p + "/") for p in SCRATCH_PLACES):
+                os.makedirs(path, mode=0o711, exist_ok=True)
+                if not _mount(f"/proc/self/fd/{handle}", path, None, MS_BIND | MS_REC):
+                    raise OSError(f"could not bind {path} back")
+            os.close(handle)
+    except OSError as err:
+        os.write(2, f"workbook sandbox: {err}\n".encode())
+        os._exit(70)
+    return True
+
+
+def left_outside(since_ns: int, uid: int, exclude: list[Path], limit: int = 5) -> list[str]:
+    """Files and folders in SCRATCH_PLACES that ``uid`` owns and that changed after ``since_ns`` (wall clock, ns;
+    ctime, which no unprivileged process can set back), outside ``exclude``: what a run left where a later run
+    could read it. Where runs have private scratch places this finds nothing (they vanished with the run). Where runs
+    are the grader's own user, a concurrent check's files are that user's too: they are found (a refused run, never
+    a passed one)."""
+    skip = {str(path) for path in exclude}
+    found: list[str] = []
+    stack = [place for place in SCRATCH_PLACES if os.path.isdir(place)]
+    while stack and len(found) < limit:
+        current = stack.pop()
+        try:
+            entries = list(os.scandir(current))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.path in skip:
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if info.st_uid == uid and info.st_ctime_ns > since_ns:
+                found.append(entry.path)
+                if len(found) >= limit:
+                    break
+            elif stat.S_ISDIR(info.st_mode) and (info.st_uid == uid or info.st_mode & stat.S_IWOTH):
+                stack.append(entry.path)  # only where the run could have written: not another check's private folder
+    return found
+
+
+def remove_left(paths: list[str]) -> None:
+    """Remove what a run left outside its folder, so that no later run finds it."""
+    for path in paths:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 _SUBREAPER = False
@@ -210,6 +310,12 @@ def probe_command() -> list[str]:
     return [sys.executable, "-I", "-S", "-B", "-c", _PROBE.format(paths=_import_paths())]
 
 
+def import_places() -> list[str]:
+    """The folders a run reads its code from (the checkout, site-packages): bound back into a run's private scratch
+    places where they live under one (a checkout in /tmp)."""
+    return _import_paths()
+
+
 def _import_paths() -> list[str]:
     """Where a run's interpreter imports from: the grader's own checkout and site-packages, nothing else."""
     paths = [str(repo_root())]
@@ -228,8 +334,10 @@ def python_command(module: str = "checker.candidate.launch") -> list[str]:
     return [sys.executable, "-I", "-B", "-c", boot]
 
 
-def preexec(identity: tuple[int, int] | None, limits: Limits, isolate_network: bool, die_with_parent: bool = True):
-    """What the child does between fork and exec: limits, no network, then the unprivileged user (and, unless
+def preexec(identity: tuple[int, int] | None, limits: Limits, isolate_network: bool, die_with_parent: bool = True,
+            scratch_keep: tuple[str, ...] | None = None):
+    """What the child does between fork and exec: limits, no network, private scratch places (``scratch_keep``: the
+    folders to bind back into them; None: the grader's own), then the unprivileged user (and, unless
     ``die_with_parent`` is False, death with its parent: a run forked by checker.grader.forkserver sets that
     once it is the grader's child)."""
 
@@ -242,6 +350,9 @@ def preexec(identity: tuple[int, int] | None, limits: Limits, isolate_network: b
             resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
         if isolate_network and _LIBC.unshare(CLONE_NEWNET) == 0:
             _loopback_up()  # a new namespace has only a loopback, down; local tools (nsys) talk over it
+        if scratch_keep is not None and not private_scratch(scratch_keep):
+            os.write(2, b"workbook sandbox: no mount namespace for the run's private scratch places\n")
+            os._exit(70)  # the grader found them available: a run without them would share what others left
         if identity is not None:
             uid, gid = identity
             resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
@@ -348,12 +459,18 @@ def _alive(pid: int) -> bool:
 
 
 # -- tampering ---------------------------------------------------------------------------------------------
+def checkout_folders() -> list[Path]:
+    """The checkout's folders a verdict depends on: the checker, the chapters, the reference solutions."""
+    root = repo_root()
+    return [root / "checker", root / "chapters", root / "solutions"]
+
+
 def trusted_folders() -> list[Path]:
     """What the grader's verdict depends on: the checker, the chapters (baselines, workloads), the reference
     solutions (a grading worker trains them beside each student's runs), the Python installation and its
     site-packages."""
     root = repo_root()
-    folders = [root / "checker", root / "chapters", root / "solutions"]
+    folders = checkout_folders()
     cwd = Path.cwd().resolve()
     for entry in sys.path:
         path = Path(entry).resolve() if entry else None
@@ -375,12 +492,18 @@ def scratch_on_import_path() -> Path | None:
     return None
 
 
-def changed_since(since_ns: int, folders: list[Path], limit: int = 5) -> list[str]:
-    """Files and folders under ``folders`` whose inode changed after ``since_ns`` (wall clock, ns)."""
-    changed: list[str] = []
+# Folders under a trusted folder that no verdict reads: git's own files (an instructor's `git clone` of the
+# checkout hard-links .git/objects, which changes those files' ctime and nothing a grading imports or reads).
+UNWATCHED_FOLDERS = frozenset({".git"})
+
+
+def _ctime_after(since_ns: int, folders: list[Path], changed: Callable[[str], bool], limit: int):
+    """Walk ``folders`` (no .git) and yield each file or folder whose ctime is after ``since_ns`` and that
+    ``changed`` confirms, at most ``limit`` of them."""
+    found = 0
     stack = [str(f) for f in folders]
     seen_roots = set()
-    while stack and len(changed) < limit:
+    while stack and found < limit:
         current = stack.pop()
         try:
             info = os.stat(current, follow_symlinks=False)
@@ -389,8 +512,9 @@ def changed_since(since_ns: int, folders: list[Path], limit: int = 5) -> list[st
         if current in seen_roots:
             continue
         seen_roots.add(current)
-        if info.st_ctime_ns > since_ns:
-            changed.append(current)
+        if info.st_ctime_ns > since_ns and changed(current):
+            found += 1
+            yield current
         try:
             entries = os.scandir(current)
         except OSError:
@@ -402,9 +526,96 @@ def changed_since(since_ns: int, folders: list[Path], limit: int = 5) -> list[st
                 except OSError:
                     continue
                 if stat.S_ISDIR(st.st_mode):
-                    stack.append(entry.path)
-                elif st.st_ctime_ns > since_ns:
-                    changed.append(entry.path)
-                    if len(changed) >= limit:
+                    if entry.name not in UNWATCHED_FOLDERS:
+                        stack.append(entry.path)
+                elif st.st_ctime_ns > since_ns and changed(entry.path):
+                    found += 1
+                    yield entry.path
+                    if found >= limit:
                         break
-    return changed
+
+
+def _content(path: str) -> str | None:
+    """What a file holds, as a digest (a symlink: where it points; a folder: its entries' names); None if unreadable."""
+    try:
+        mode = os.stat(path, follow_symlinks=False).st_mode
+        if stat.S_ISLNK(mode):
+            return "link " + os.readlink(path)
+        if stat.S_ISDIR(mode):
+            return "folder " + "\0".join(sorted(e for e in os.listdir(path) if e not in UNWATCHED_FOLDERS))
+        if not stat.S_ISREG(mode):
+            return f"kind {stat.S_IFMT(mode):o}"
+        with open(path, "rb") as handle:
+            return "sha256 " + hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError:
+        return None
+
+
+def _installed_digests(folder: Path) -> dict[str, str]:
+    """The sha256 pip recorded of each file it installed under a site-packages ``folder`` (its *.dist-info/RECORD
+    files: ``path,sha256=<urlsafe base64>,size``), by absolute path."""
+    import base64
+    import csv
+
+    out: dict[str, str] = {}
+    for record in folder.glob("*.dist-info/RECORD"):
+        try:
+            rows = list(csv.reader(record.read_text().splitlines()))
+        except (OSError, UnicodeDecodeError, csv.Error):
+            continue
+        for row in rows:
+            if len(row) >= 2 and row[1].startswith("sha256="):
+                raw = row[1][len("sha256="):]
+                try:
+                    digest = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).hex()
+                except ValueError:
+                    continue
+                out[os.path.normpath(os.path.join(folder, row[0]))] = "sha256 " + digest
+    return out
+
+
+class TrustedFiles:
+    """The files a verdict rests on (trusted_folders(); .git, which nothing graded reads, left out), watched
+    while a check runs: a file or folder whose content changed, or that appeared, is tampering, and the verdict
+    is withheld. A change of metadata alone voids nothing: a hard link to a file (an instructor's `git clone`
+    of the checkout, uv's installs), `touch`, a chmod.
+
+    At the start the checkout's trusted folders (checker/, chapters/, solutions/: small) are read whole, as
+    digests and folder listings. At the end one walk finds every file and folder whose ctime (which no process
+    can set) moved since the start, as before; each is then compared by content with what it held: the checkout's
+    with the digests taken at the start, an installed package's file with the sha256 pip recorded of it
+    (*.dist-info/RECORD). One with nothing to compare with (a new file, the standard library, a .pyc) counts as
+    changed, as a ctime alone did. Reading the Python environment whole each check would take minutes (GBs of
+    CUDA libraries): only what moved is read."""
+
+    def __init__(self, folders: list[Path], checkout: list[Path] | None = None):
+        self.since_ns = time.time_ns()
+        self.folders = folders
+        if checkout is None:  # the workbook's own folders, never a virtual environment kept in the checkout
+            checkout = [f for f in folders if f in checkout_folders()]
+        self.known: dict[str, str | None] = {}
+        for folder in checkout:
+            for current, dirs, files in os.walk(folder):
+                dirs[:] = [d for d in dirs if d not in UNWATCHED_FOLDERS]
+                for name in (current, *(os.path.join(current, f) for f in files),
+                             *(os.path.join(current, d) for d in dirs if os.path.islink(os.path.join(current, d)))):
+                    self.known[name] = _content(name)
+        self._installed: dict[str, str] | None = None
+
+    def _reference(self, path: str) -> str | None:
+        if path in self.known:
+            return self.known[path]
+        if self._installed is None:
+            self._installed = {}
+            for folder in self.folders:
+                if folder.name in ("site-packages", "dist-packages"):
+                    self._installed.update(_installed_digests(folder))
+        return self._installed.get(os.path.normpath(path))
+
+    def _changed(self, path: str) -> bool:
+        reference = self._reference(path)
+        return reference is None or _content(path) != reference
+
+    def changed(self, limit: int = 5) -> list[str]:
+        """What changed in content since this was made (at most ``limit``): paths."""
+        return list(_ctime_after(self.since_ns, self.folders, self._changed, limit))

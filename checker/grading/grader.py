@@ -34,6 +34,9 @@ from checker.grading.submission import Student, TooLarge, copy_submission, shown
 OUTPUT_TAIL_BYTES = 64 << 10     # what the grader keeps of a student's grading output: the last 64 KiB
 RESULT_LIMIT_BYTES = 16 << 20    # a result larger than this is not a result
 POLL_S = 0.5
+# notes of a graded report that stay in its feedback and out of the gradebook's reason column: how the runs were
+# isolated, where the baseline came from, which learner's jobs were drawn (the same for every student)
+REPORT_ONLY_NOTES = ("isolation:", "baseline:", "assignment:")
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,15 @@ class Settings:
     @property
     def ledger_path(self) -> Path:
         return self.out / ledger_mod.LEDGER_NAME
+
+
+def learner_for(settings: Settings, copy: Path) -> str:
+    """Whose mystery jobs (chapter 08) a submission is graded against: the student's folder name under a course
+    secret; under --practice (the public practice secret) the practice learner's, the jobs every learner's
+    `workbook assign 08` hands out without a course secret and `workbook check 08` grades."""
+    from checker.checks.triage import PRACTICE_LEARNER
+
+    return PRACTICE_LEARNER if settings.assignment == "practice" else copy.name
 
 
 @dataclass
@@ -220,7 +232,7 @@ class Grader:
         if record["notes"]:
             feedback += "".join(f"\nnote: {note}\n" for note in record["notes"])
         # what the runs' grader saw besides the checks (a process left running): said in the reason column too
-        seen = [n for n in result["report"].get("notes", []) if not n.startswith(("isolation:", "baseline:"))]
+        seen = [n for n in result["report"].get("notes", []) if not n.startswith(REPORT_ONLY_NOTES)]
         record.update(verdict=result["verdict"], reason="; ".join(seen + record["notes"]), cells=result["cells"],
                       speedup=result["speedup"],
                       report=result["report"], feedback=feedback, failed_checks=result["failed_checks"],
@@ -244,7 +256,7 @@ class Grader:
         worker_dir.mkdir(mode=0o700, exist_ok=True)
         request = {"chapter": s.chapter.id, "submission": str(copy), "device": s.device, "trace_tool": s.trace_tool,
                    "worker_dir": str(worker_dir), "bank": self.banks.get(slot.label),
-                   "learner": copy.name}  # the student's folder name: whose mystery jobs (chapter 08) are graded
+                   "learner": learner_for(s, copy)}  # whose mystery jobs (chapter 08) are graded
         read_end, write_end = os.pipe()
         env = dict(os.environ, **slot.env, PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", TMPDIR=str(tmp),
                    WORKBOOK_GRADE_RESULT_FD=str(write_end), WORKBOOK_GRADE_PARENT=str(os.getpid()))

@@ -4,7 +4,10 @@ a page."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from checker.base.chapters import all_chapters
+from checker.base.paths import display_path
 
 TABLE_MARKER = "<!-- the chapters: generated from each chapter.toml -->"
 HEADING_MARKER = "<!-- heading: generated from chapter.toml -->"
@@ -31,3 +34,24 @@ def page_markdown(src_path: str, markdown: str) -> str:
             raise ValueError(f"{src_path}: a chapter heading marker on a page that is no chapter's")
         markdown = markdown.replace(HEADING_MARKER, f"# {chapter.heading}")
     return markdown
+
+
+def write_shipped_labs(folder: Path) -> list[str]:
+    """Write every chapter's lab folder as shipped (checker.grader.pristine) under ``folder``/labs/<id>/, for the
+    pages' `--8<-- "labs/..."` includes to read before the checkout's own labs/ (docs/hooks/chapters.py puts
+    ``folder`` first in the snippets' base paths): a page shows the lab as shipped, whatever the learner did to
+    theirs. Returns a line for each file of which no shipped copy was found here, saying what stands in."""
+    from checker.grader.pristine import side_files, write_pristine_lab
+
+    notes = []
+    for chapter in all_chapters():
+        lab_folder = folder / "labs" / chapter.id
+        _, origin = write_pristine_lab(chapter, lab_folder)
+        if origin == display_path(chapter.slow_script):
+            notes.append(f"{display_path(chapter.lab_script)} was edited and no git history holds the shipped one: "
+                         f"the pages show {origin}, the same code without the lab's comments")
+        for name in side_files(chapter):
+            if not (lab_folder / name).is_file():
+                notes.append(f"labs/{chapter.id}/{name} holds the learner's work and no git history holds the shipped "
+                             "one: the pages show the learner's")
+    return notes

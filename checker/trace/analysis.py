@@ -209,6 +209,20 @@ class TraceAnalysis:
             frame = frame[~frame["step"].isin([int(s) for s in exclude_steps])]
         return frame.reset_index(drop=True)
 
+    def get_step_work(self) -> pd.DataFrame:
+        """One row per step: step, work (GPU kernel ns, or on a CPU trace the backward pass's node evaluations),
+        step_ns; see checker.trace.analyses.work."""
+        from checker.trace.analyses.work import step_work
+
+        return step_work(self.events, self._steps)
+
+    def get_window_syncs(self, exclude_steps=()) -> pd.DataFrame:
+        """Every host sync from the first step's start to the last step's end, between step ranges too (``between``:
+        made where no step range was open; ``step`` is then the step before it), with the reads torch.optim's own code
+        makes of CPU scalars marked ``optimizer_read`` rather than left out. Only syncs inside the ranges of the steps
+        in exclude_steps are left out. Empty for a trace without steps."""
+        return syncs.window_syncs(self.events, self._steps, exclude_steps)
+
     def get_host_syncs_per_step(self, exclude_steps=()) -> pd.DataFrame:
         """One row per step, steps without syncs included: step, host_syncs, sync_ns."""
         return syncs.syncs_per_step(self.get_host_syncs(exclude_steps), self._windows(), exclude_steps)

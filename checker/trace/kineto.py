@@ -52,6 +52,9 @@ from checker.trace.errors import TraceError
 from checker.trace.events import (COPY_KINDS, DTYPES, KINDS, MEM_KINDS, MISSING, categorical, copy_kind_of,
                                   finish, mem_kind_of, nullable)
 
+# ops whose recorded input shapes are kept (``metadata["op_shapes"]``): a model's matrix multiplies, whose shapes
+# are its sizes (chapter 08 recognizes a learner's trace as one job's by them)
+SHAPED_OPS = frozenset({"aten::addmm", "aten::mm", "aten::bmm"})
 CHUNK_CHARS = 1 << 22  # characters decoded per batch
 MAX_VALUE_CHARS = 1 << 26  # the longest single JSON value (an event, a metadata entry) read: 64 Mi characters
 INT64_SAFE = float(1 << 62)  # times in ns beyond this are out of range (and end = start + dur must still fit)
@@ -123,6 +126,7 @@ class _Columns:
         self.big_ids: dict[int, int] = {}  # integers beyond 64 bits used as ids -> stand-in ids
         self.odd: dict[str, int] = {}  # what was missing or odd, counted for the warnings
         self.first: dict[str, str] = {}  # an example of each
+        self.shapes: dict[str, int] = {}  # "aten::addmm [[n],[m,k],[k,n],[],[]]" -> calls (SHAPED_OPS, recorded shapes)
     def add_batch(self, events: list) -> None:
         """Keep the complete ('X') events of known categories; drop the rest."""
         names, cat_code, sparse_cats = self.names, _CAT_CODE, _SPARSE_CATS
@@ -170,6 +174,8 @@ class _Columns:
                 dur_append(self._number(dur, "dur"))
             if cat in sparse_cats:
                 self._sparse(cat, kind, name, pid, tid, e.get("args") or {})
+            elif kind == _CPU_OP and name in SHAPED_OPS:
+                self._shape(name, e.get("args"))
             elif kind == _PYTHON:
                 args = e.get("args")
                 caller = args.get("CallFrom") if args else None
@@ -180,6 +186,13 @@ class _Columns:
             name_append(code)
             pid_append(pid)
             tid_append(tid)
+
+    def _shape(self, name: str, args) -> None:
+        """The input shapes of a matrix multiply, where the trace recorded them (record_shapes=True), counted."""
+        dims = args.get("Input Dims") if type(args) is dict else None
+        if type(dims) is list:
+            key = f"{name} {json.dumps(dims, separators=(',', ':'))[:200]}"
+            self.shapes[key] = self.shapes.get(key, 0) + 1
 
     def _note(self, what: str, example) -> None:
         self.odd[what] = self.odd.get(what, 0) + 1
@@ -512,6 +525,7 @@ def read_kineto(stream: IO[str], label: str) -> tuple[pd.DataFrame, dict]:
         raise TraceError(f"{label}: {exc}") from None
     host_pid_for_gpu_rows(events)
     meta["warnings"] = warnings
+    meta["op_shapes"] = dict(columns.shapes)
     return events, meta
 
 

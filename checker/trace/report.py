@@ -8,7 +8,8 @@ when the trace marks none, which ``steps_found`` and the notes say):
   ``skipped_steps`` (list), ``logging_steps_excluded`` (list), ``step_ms_median`` / ``step_ms_mean``
   (float | null)
 - ``host_syncs_in_steps`` (int), ``host_syncs_per_step`` (float), ``host_sync_ms_per_step`` (float),
-  ``sync_sources``: [{"name", "count", "where", "op"}] (most frequent first)
+  ``sync_sources``: [{"name", "count", "where", "op", "in_fetch"}] (most frequent first; in_fetch: made while the
+  harness fetched the step's batch)
 - ``pageable_h2d_copies`` (int), ``pageable_h2d_bytes`` (int), ``pageable_h2d_per_step`` (float),
   ``pageable_copy_cpu_ms_per_step`` (float), ``non_blocking_pageable_copies`` (int),
   ``pinned_h2d_copies`` (int)
@@ -20,7 +21,8 @@ when the trace marks none, which ``steps_found`` and the notes say):
   ``data_wait_after_sync_fraction`` (the step time the GPU sat idle in data waits that began while the host
   was in a host sync: the cost a sync adds by leaving the queue empty while the next batch is prepared)
 - ``top_level_ops_per_step`` (float: aten ops called from Python, not from another op; on a GPU each is at
-  least one launch)
+  least one launch), ``host_ms_per_op`` (float | null: the median over steps of the step's time outside its data
+  wait per top-level op; a CPU trace's cost of an op, dispatch included; null with GPU work or without ops)
 - ``top_ops``: [{"name", "count_per_step", "self_ms_per_step", "total_ms_per_step"}], the 15 CPU ops with the
   most self time per step (as torch.profiler's ``key_averages().table(sort_by="self_cpu_time_total")``),
   ``top_ops_by_count``: the same for the 15 most frequent
@@ -121,8 +123,8 @@ def build_summary(trace, exclude_steps=frozenset()) -> dict:
         "host_syncs_in_steps": int(len(syncs)),
         "host_syncs_per_step": _num(len(syncs) / counted),
         "host_sync_ms_per_step": _num(syncs["dur_ns"].sum() / 1e6 / counted),
-        "sync_sources": [{"name": r.name, "count": int(r.count), "where": r.where, "op": r.op}
-                         for r in sources.itertuples(index=False)],
+        "sync_sources": [{"name": r.name, "count": int(r.count), "where": r.where, "op": r.op,
+                          "in_fetch": bool(r.in_fetch)} for r in sources.itertuples(index=False)],
         "pageable_h2d_copies": int(len(pageable_h2d)),
         "pageable_h2d_bytes": int(pageable_h2d["bytes"].fillna(0).sum()),
         "pageable_h2d_per_step": _num(len(pageable_h2d) / counted),
@@ -132,6 +134,7 @@ def build_summary(trace, exclude_steps=frozenset()) -> dict:
         "kernels_per_step": _num(per_step["kernels"].sum() / counted),
         "launches_per_step": _num(per_step["launches"].sum() / counted),
         "top_level_ops_per_step": _num(_top_level_ops(trace, ex) / counted),
+        "host_ms_per_op": None if trace.has_cuda else _host_ms_per_op(trace, ex, wait),
         "kernel_families": [{"family": r.family, "share": _num(r.share), "count": int(r.count)}
                             for r in families.itertuples(index=False) if r.count],
         "top_kernels": [{"name": r.name, "family": r.family, "count": int(r.count),
@@ -159,6 +162,22 @@ def _top_level_ops(trace, excluded: set) -> int:
     if trace.has_steps:
         ops = ops[ops["step"].notna() & ~ops["step"].isin(excluded)]
     return int(len(ops))
+
+
+def _host_ms_per_op(trace, excluded: set, wait) -> float | None:
+    """The median over the counted steps of (step time - data wait) / top-level ops: what one op costs the host,
+    dispatch included. The median of steps, not the mean: a step the machine took away from the run (another
+    process on a shared CPU) moves a mean of a few steps by itself."""
+    from checker.trace.analyses.counts import top_level_aten_ops
+
+    if not trace.has_steps or not len(wait):
+        return None
+    ops = top_level_aten_ops(trace.events)
+    ops = ops[ops["step"].notna() & ~ops["step"].isin(excluded)]
+    per_step = ops.groupby(ops["step"].astype("int64")).size()
+    rows = [(int(r.step_ns) - int(r.data_wait_ns)) / per_step[int(r.step)]
+            for r in wait.itertuples(index=False) if per_step.get(int(r.step), 0) > 0 and r.step_ns > 0]
+    return _num(float(np.median(rows)) / 1e6, 5) if rows else None
 
 
 def _ops_rows(frame) -> list[dict]:
@@ -207,6 +226,9 @@ def _steps_text(numbers: list[int]) -> str:
     return ("step " if len(numbers) == 1 else "steps ") + ", ".join(runs)
 
 
+SYNC_SOURCES_SHOWN = 4  # places a report's sync line names; the rest are summed in one more part
+
+
 def _per(count: float, steps: int) -> str:
     return f"{count / steps:g}" if steps else str(count)
 
@@ -237,9 +259,17 @@ def _findings(s: dict, syncs, pageable, window_ns: float) -> list[tuple[float, s
         # never more than the steps: calls a damaged trace let overlap (the warnings say so) cannot cost more
         cost = min(1.0, float(syncs["dur_ns"].sum()) / window_ns) if window_ns else 0.0
         parts = []
-        for src in s["sync_sources"][:3]:
+        shown = s["sync_sources"] if len(s["sync_sources"]) <= SYNC_SOURCES_SHOWN else s["sync_sources"][:SYNC_SOURCES_SHOWN - 1]
+        for src in shown:  # every sync counted is in one part, so that the parts add up to the total
             origin = " in ".join(x for x in (src["op"], src["where"]) if x)
+            if src.get("in_fetch"):
+                origin = ("while session.steps() fetched the next batch: the DataLoader, its sampler or dataset"
+                          + (f", iterated at {src['where']}" if src["where"] else ""))
             parts.append(f"{_per(src['count'], steps)}/step {src['name']}" + (f" ({origin})" if origin else ""))
+        rest = s["sync_sources"][len(shown):]
+        if rest:
+            parts.append(f"{_per(sum(r['count'] for r in rest), steps)}/step from {len(rest)} other places "
+                         "(`--json` lists every one)")
         waited = f", waiting {cost:.0%} of step time" if cost >= 0.005 else ""
         # a sync also costs the GPU the batch preparation that follows it: the queue it emptied stays empty
         drained = s.get("data_wait_after_sync_fraction") or 0.0
@@ -325,7 +355,10 @@ def render_text(summary: dict, diff_rows=None, summary_diff=None) -> str:
         for k in s["top_kernels"][:3]:
             lines.append(f"  {k['share']:.0%} {k['name'][:100]} ({k['count']} calls)")
     if s.get("top_level_ops_per_step"):
-        lines.append(f"Ops: {s['top_level_ops_per_step']:g} top-level aten ops per step")
+        per_op = s.get("host_ms_per_op")
+        lines.append(f"Ops: {s['top_level_ops_per_step']:g} top-level aten ops per step"
+                     + (f", {per_op * 1000:.1f} us of host time each outside the data wait (median over steps)"
+                        if per_op is not None else ""))
     if s.get("top_ops"):
         lines.append("Top CPU ops by self time (per step; `--json` also lists them by count):")
         lines.append(f"  {'self ms':>9} {'total ms':>9} {'calls':>7}  op")

@@ -2,11 +2,12 @@
 
 What a learner does by hand, in order: run each job under torch.profiler (the chapter's torch recipe), read
 the trace engine's report (the numbers `workbook report` prints), and decide the wall by the page's decision
-tree. It writes answer.toml with those numbers, and names the data-bound job for the fix (the reference
-solution's train.py is that fix).
+tree. It writes answer.toml with those numbers and the trace each was read from (kept beside the answer, in
+profiles/: the answer shows its work), and names the data-bound job for the fix (the reference solution's
+train.py is that fix).
 
     python solutions/08_triage/diagnose.py --device cpu --out solutions/08_triage/answer.toml
-    python solutions/08_triage/diagnose.py --device cuda --out /tmp/answer-cuda.toml
+    python solutions/08_triage/diagnose.py --device cuda --out solutions/08_triage/answer.cuda.toml
 """
 
 from __future__ import annotations
@@ -22,16 +23,40 @@ sys.path.insert(0, str(ROOT))  # this checkout's checker, whatever is installed
 DATA_WAIT, GPU_IDLE, HOST_MS_PER_OP = 0.4, 0.4, 0.05  # the page's decision tree, as chapter.toml states it
 
 
-def profile(job: str, device: str, folder: Path) -> dict:
+# Kineto's Python frames, flow arrows and forward/backward links: none of them is read to diagnose a job, and a
+# data-bound job's Python frames are most of its trace (7 MB of 7.4 MB on an H100)
+UNREAD = ("python_function", "ac2g", "fwdbwd")
+
+
+def keep_small(trace: Path, kept: Path) -> None:
+    """Copy a torch.profiler trace without the events no diagnosis reads, so the answer's traces stay small."""
+    import gzip
+    import json
+
+    data = json.loads(gzip.decompress(trace.read_bytes()))
+    data["traceEvents"] = [e for e in data.get("traceEvents", []) if e.get("cat") not in UNREAD]
+    kept.write_bytes(gzip.compress(json.dumps(data, separators=(",", ":")).encode(), compresslevel=9))
+
+
+def profile(job: str, device: str, folder: Path, keep: Path) -> dict:
+    """One job traced as it ships (the slow script), read as `workbook report` reads it; its trace kept in ``keep``."""
+    import shutil
+    import tomllib
+
     from checker.trace import load
 
+    cfg = tomllib.loads((ROOT / "chapters/08_triage/chapter.toml").read_text())["workload"][device]
+    steps = int(cfg["warmup"]) + int(cfg["trace_steps"])  # as many steps as the grader traces: a small trace
     out = folder / f"job-{job}"
     subprocess.run([sys.executable, "-m", "checker.launch", "--script", str(ROOT / "chapters/08_triage/slow.py"),
                     "--result", f"{out}.result.json", "--trace", "torch", "--trace-out", f"{out}.json.gz", "--",
-                    "--device", device, "--job", job], check=True, cwd=ROOT, capture_output=True)
-    s = load(f"{out}.json.gz").summary()
+                    "--device", device, "--job", job, "--steps", str(steps)], check=True, cwd=ROOT, capture_output=True)
+    kept = keep / f"{device}-job-{job}.json.gz"
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    keep_small(Path(f"{out}.json.gz"), kept)
+    s = load(kept).summary()
     wait = float(s["data_wait_fraction"] or 0.0)
-    row = {"data_wait": round(wait, 3)}
+    row = {"trace": kept.relative_to(keep.parent).as_posix(), "data_wait": round(wait, 3)}
     if device == "cuda":
         row["ops_per_step"] = s["launches_per_step"]
         row["gpu_idle"] = round(float(s["gpu_idle_fraction"] or 0.0), 3)
@@ -39,7 +64,7 @@ def profile(job: str, device: str, folder: Path) -> dict:
         wall = "data" if wait >= DATA_WAIT else "overhead" if row["gpu_idle"] >= GPU_IDLE else "kernel"
     else:
         row["ops_per_step"] = s["top_level_ops_per_step"]
-        per_op = s["step_ms_mean"] * (1 - wait) / max(row["ops_per_step"], 1)
+        per_op = s["host_ms_per_op"]  # the report's Ops line: host time per op outside the data wait
         wall = "data" if wait >= DATA_WAIT else "overhead" if per_op <= HOST_MS_PER_OP else "kernel"
     return {"wall": wall, **row}
 
@@ -69,14 +94,15 @@ def main() -> int:
     args = parser.parse_args()
     jobs = tomllib.loads((ROOT / "labs/08_triage/assignment.toml").read_text())["jobs"]
     with tempfile.TemporaryDirectory() as folder:
-        found = {job: profile(job, args.device, Path(folder)) for job in jobs}
+        found = {job: profile(job, args.device, Path(folder), args.out.parent / "profiles") for job in jobs}
     fix = next((job for job, row in found.items() if row["wall"] == "data"), next(iter(found)))
     lines = [f"# Written by solutions/08_triage/diagnose.py --device {args.device}: the reference diagnosis of the",
              "# practice assignment (labs/08_triage/assignment.toml).", f"# Measured on {machine(args.device)}.",
              f'device = "{args.device}"', ""]
     for job, row in found.items():
         lines.append(f"[jobs.{job}]")
-        lines += [f'wall = "{row["wall"]}"'] + [f"{k} = {v}" for k, v in row.items() if k != "wall"] + [""]
+        lines += [f'wall = "{row["wall"]}"', f'trace = "{row["trace"]}"']
+        lines += [f"{k} = {v}" for k, v in row.items() if k not in ("wall", "trace")] + [""]
     lines += ["[fix]", f'job = "{fix}"']
     args.out.write_text("\n".join(lines) + "\n")
     print(args.out.read_text())

@@ -277,3 +277,45 @@ def test_gpu_idle_in_data_waits_and_the_share_a_host_sync_left_behind():
     assert idle.to_dict("records") == [{"step": 1, "data_wait_ns": 300, "gpu_idle_ns": 100, "after_sync_ns": 0}]
     # a CPU-only trace has no GPU to be idle
     assert analysis([host("range", "step 0", 0, 400), host("range", "data", 0, 100)]).get_data_wait_gpu_idle().empty
+
+
+def _loop_with_reads(lines: tuple[int, ...]) -> list[dict]:
+    """Three steps of a loop at train.py:40 whose body reads a tensor once per step at each of ``lines``, and a
+    read inside the harness's `data` range of step 0 (a new epoch's DataLoader drawing its seed)."""
+    rows = []
+    for step in range(3):
+        t = 1000 * step
+        rows += [host("range", f"step {step}", t, t + 900),
+                 host("python", "train.py(40): <module>", t, t + 900, call_from="train.py:40")]
+        for i, line in enumerate(lines):
+            rows += [host("python", "<built-in method item of Tensor object at 0x1>", t + 300 + 100 * i,
+                          t + 360 + 100 * i, call_from=f"train.py:{line}"),
+                     host("cpu_op", "aten::_local_scalar_dense", t + 310 + 100 * i, t + 320 + 100 * i)]
+    return rows + [host("range", "data", 10, 200),
+                   host("python", "torch/utils/data/dataloader.py(690): __init__", 20, 100),
+                   host("cpu_op", "aten::_local_scalar_dense", 30, 40)]
+
+
+def test_a_read_made_while_the_harness_fetched_the_batch_is_said_so_and_the_report_adds_up():
+    """A sync inside the harness's `data` range was made by the DataLoader, its sampler or dataset (a DataLoader
+    without persistent workers draws its seed with .item() each epoch), though its frames lead to the loop's `for`
+    line: it is marked in_fetch and the report says so; the report's parts add up to its total, however many places
+    made syncs (issue 42: '133 host syncs ... (3.1667 per step)' listed three parts of 1 per step)."""
+    from checker.trace.report import build_summary
+
+    trace = analysis(_loop_with_reads((45, 46, 53, 55, 57)))
+    syncs = trace.get_host_syncs()
+    assert syncs["in_fetch"].tolist() == [True] + [False] * 15 and syncs["where"].iloc[0] == "train.py:40"
+    line = next(x for x in build_summary(trace)["findings"] if "host syncs" in x)
+    assert line.startswith("16 host syncs in 3 steps (5.3333 per step)"), line
+    parts = line.split(": ", 1)[1].split("; ")
+    assert sum(float(p.split("/step")[0]) for p in parts) == pytest.approx(16 / 3, abs=1e-3), line
+    assert parts[-1].endswith("/step from 3 other places (`--json` lists every one)"), line
+
+    summary = build_summary(analysis(_loop_with_reads((45,))))
+    assert {"count": 1, "in_fetch": True, "name": "aten::_local_scalar_dense", "op": None,
+            "where": "train.py:40"} in summary["sync_sources"]
+    line = next(x for x in summary["findings"] if "host syncs" in x)
+    assert "1/step aten::_local_scalar_dense (train.py:45)" in line
+    assert ("0.333333/step aten::_local_scalar_dense (while session.steps() fetched the next batch: the DataLoader, "
+            "its sampler or dataset, iterated at train.py:40)") in line, line

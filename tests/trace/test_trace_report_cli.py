@@ -31,7 +31,7 @@ def test_json_has_the_contract_keys_and_types(capsys):
         assert isinstance(summary[key], kind), key
     assert summary["format"] == "kineto" and summary["steps"] == 7 and summary["host_syncs_in_steps"] == 14
     assert summary["host_syncs_per_step"] == 2.0 and summary["gpu_idle_fraction"] is None
-    assert {tuple(sorted(s)) for s in summary["sync_sources"]} == {("count", "name", "op", "where")}
+    assert {tuple(sorted(s)) for s in summary["sync_sources"]} == {("count", "in_fetch", "name", "op", "where")}
 
 
 @need(gpu_trace_path("pageable_item", "nsys"))

@@ -58,8 +58,11 @@ FUSED_OPTIMIZER_OPS = re.compile(r"^aten::_fused_(?:adam|adamw|sgd|adagrad)_?$")
 # optimizers whose step (not capturable, not fused) reads only such CPU scalars with .item()
 CPU_SCALAR_OPTIMIZERS = re.compile(r"^Optimizer\.step#(?:Adam|AdamW|Adamax|NAdam|RAdam|Adagrad)\.step$")
 
+# the harness's range around the fetch of each step's batch (checker.candidate.session: `session.steps()`)
+FETCH_RANGE = "data"
+
 SYNC_COLUMNS = {"step": "Int64", "name": object, "start_ns": "int64", "dur_ns": "int64", "tid": "int64",
-                "op": object, "where": object}
+                "op": object, "where": object, "in_fetch": bool}
 
 
 def is_sync_call(name: str) -> bool:
@@ -178,8 +181,28 @@ def _outside_runtime(events: pd.DataFrame, rows: np.ndarray, api: np.ndarray) ->
     return np.array(keep, dtype=np.int64)
 
 
+def in_fetch(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """For sync rows, whether the harness's ``data`` range on the same thread holds it: the read was made while
+    ``session.steps()`` fetched the next batch, by the DataLoader, its sampler or the dataset (a DataLoader
+    without persistent workers starts a new iterator each epoch, and draws its seed with ``.item()``), not by a
+    line of the loop's body, though the line its Python frames lead to is the loop's ``for``."""
+    out = np.zeros(len(rows), dtype=bool)
+    kind, names = events["kind"].to_numpy(), events["name"].to_numpy()
+    ranges = np.flatnonzero((kind == "range") & (names == FETCH_RANGE))
+    if not len(ranges) or not len(rows):
+        return out
+    starts, ends, tids = (events[c].to_numpy() for c in ("start_ns", "end_ns", "tid"))
+    for tid in np.unique(tids[rows]):
+        pool = ranges[tids[ranges] == tid]
+        pool = pool[np.lexsort((-ends[pool], starts[pool]))]  # by start, longer first: as innermost() wants
+        mine = np.flatnonzero(tids[rows] == tid)
+        out[mine] = innermost(starts[rows[mine]], starts[pool], ends[pool]) >= 0
+    return out
+
+
 def host_syncs(events: pd.DataFrame, in_steps: bool, exclude_steps=()) -> pd.DataFrame:
-    """One row per host sync: step, name, start_ns, dur_ns, tid, op (the aten op around it), where.
+    """One row per host sync: step, name, start_ns, dur_ns, tid, op (the aten op around it), where, in_fetch
+    (made while the harness fetched the step's batch: see in_fetch()).
 
     With in_steps, only syncs inside a (not excluded) step; else every sync in the trace.
     """
@@ -197,6 +220,7 @@ def host_syncs(events: pd.DataFrame, in_steps: bool, exclude_steps=()) -> pd.Dat
         "tid": sub["tid"].to_numpy(),
         "op": op_of(events, rows),
         "where": where_of(events, rows),
+        "in_fetch": in_fetch(events, rows),
     })
     return frame.astype(SYNC_COLUMNS)
 
@@ -211,14 +235,67 @@ def syncs_per_step(syncs: pd.DataFrame, steps: pd.DataFrame, exclude_steps=()) -
 
 
 def sync_sources(syncs: pd.DataFrame) -> pd.DataFrame:
-    """Syncs grouped by what made them: name, op, where, count, sync_ns; most frequent first."""
+    """Syncs grouped by what made them: name, op, where, in_fetch, count, sync_ns; most frequent first."""
     if syncs.empty:
         return pd.DataFrame({"name": pd.Series(dtype=object), "op": pd.Series(dtype=object),
-                             "where": pd.Series(dtype=object), "count": pd.Series(dtype="int64"),
-                             "sync_ns": pd.Series(dtype="int64")})
-    grouped = (syncs.groupby(["name", "op", "where"], dropna=False, sort=False)
+                             "where": pd.Series(dtype=object), "in_fetch": pd.Series(dtype=bool),
+                             "count": pd.Series(dtype="int64"), "sync_ns": pd.Series(dtype="int64")})
+    grouped = (syncs.groupby(["name", "op", "where", "in_fetch"], dropna=False, sort=False)
                .agg(count=("step", "size"), sync_ns=("dur_ns", "sum")).reset_index())
     grouped = grouped.sort_values(["count", "sync_ns"], ascending=False, kind="stable").reset_index(drop=True)
     for column in ("op", "where"):
         grouped[column] = grouped[column].astype(object).where(grouped[column].notna(), None)
-    return grouped.astype({"count": "int64", "sync_ns": "int64"})
+    return grouped.astype({"count": "int64", "sync_ns": "int64", "in_fetch": bool})
+
+
+WINDOW_SYNC_COLUMNS = dict(SYNC_COLUMNS, between="bool", optimizer_read="bool")  # SYNC_COLUMNS has in_fetch
+
+
+def window_syncs(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=()) -> pd.DataFrame:
+    """Every host sync from the first step's start to the last step's end, the gaps between step ranges included.
+
+    The step ranges are the harness's, pushed in the run's own process: a script can end one early or open the next
+    late, so a sync made between two ranges is still a sync of the window. Such a sync gets the step whose range
+    ended last before it, and ``between`` True. Only syncs inside an excluded step's range (a logging step) are
+    left out. ``optimizer_read``: a CPU trace's read that ``cpu_resident_reads`` says torch.optim's own code makes
+    of a CPU scalar; those are returned too (not left out), for a check to excuse by count, never wholesale.
+    """
+    if steps.empty:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in WINDOW_SYNC_COLUMNS.items()})
+    names = events["name"]
+    if has_cuda_calls(events):
+        rows = sync_rows(events)
+        resident = np.zeros(len(rows), dtype=bool)
+    else:
+        ops = (events["kind"] == "cpu_op").to_numpy()
+        rows = np.flatnonzero(ops & names.isin(list(CPU_SYNC_OPS)).to_numpy())
+        resident = cpu_resident_reads(events, rows)
+    starts = events["start_ns"].to_numpy()
+    lo, hi = int(steps["start_ns"].min()), int(steps["end_ns"].max())
+    inside = (starts[rows] >= lo) & (starts[rows] <= hi)
+    rows, resident = rows[inside], resident[inside]
+    step = events["step"].to_numpy(dtype=np.int64, na_value=-1)[rows]
+    between = step < 0
+    if between.any():
+        ordered = steps.sort_values("end_ns")
+        ends, numbers = ordered["end_ns"].to_numpy(), ordered["step"].to_numpy(dtype=np.int64)
+        before = np.searchsorted(ends, starts[rows][between], side="right") - 1
+        step[between] = np.where(before >= 0, numbers[np.maximum(before, 0)], int(ordered["step"].min()))
+    keep = ~(np.isin(step, [int(s) for s in exclude_steps]) & ~between) if exclude_steps else np.ones(len(rows), bool)
+    rows, resident, step, between = rows[keep], resident[keep], step[keep], between[keep]
+    if not len(rows):
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in WINDOW_SYNC_COLUMNS.items()})
+    sub = events.iloc[rows]
+    frame = pd.DataFrame({
+        "step": step,
+        "name": sub["name"].astype(str).to_numpy(),
+        "start_ns": sub["start_ns"].to_numpy(),
+        "dur_ns": (sub["end_ns"] - sub["start_ns"]).to_numpy(),
+        "tid": sub["tid"].to_numpy(),
+        "op": op_of(events, rows),
+        "where": where_of(events, rows),
+        "in_fetch": in_fetch(events, rows),
+        "between": between,
+        "optimizer_read": resident,
+    })
+    return frame.astype(WINDOW_SYNC_COLUMNS)

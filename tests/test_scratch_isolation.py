@@ -1,0 +1,79 @@
+"""A run leaves nothing behind for the next one (checker/grader/sandbox.py): where the kernel allows a mount
+namespace, each run has its own empty /dev/shm, /tmp, /var/tmp and /run/lock, whether it is forked from the fork
+server or started afresh; where it does not (simulated with WORKBOOK_PRIVATE_SCRATCH=0), what a run left there is
+found, removed, and the run refused."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from checker.base.chapters import get_chapter
+from checker.base.errors import WorkbookError
+from checker.grader import sandbox
+from checker.grader.runs import run_script
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE = ROOT / "tests" / "data" / "scratch" / "leave_behind.py"
+MARKS = [Path("/dev/shm/workbook-scratch-probe"), Path("/tmp/workbook-scratch-probe")]
+pytestmark = pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs Linux's /dev/shm")
+
+
+@pytest.fixture
+def clean_marks():
+    for mark in MARKS:
+        mark.unlink(missing_ok=True)
+    yield
+    for mark in MARKS:
+        mark.unlink(missing_ok=True)
+
+
+def run_probe():
+    return run_script(get_chapter("00"), PROBE, "cpu", steps=6, seed=5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("forked", ["1", "0"], ids=["forked", "afresh"])
+def test_a_run_finds_nothing_an_earlier_run_left_in_scratch_places(clean_marks, monkeypatch, forked):
+    if not sandbox.scratch_isolation_available():
+        pytest.skip("this machine allows no mount namespace (needs root and a kernel that allows it)")
+    monkeypatch.setenv("WORKBOOK_FORKSERVER", forked)
+    first, second = run_probe(), run_probe()
+    assert first.reports["found"] == 0 and second.reports["found"] == 0
+    assert not any(mark.exists() for mark in MARKS), "a run's private /dev/shm or /tmp reached the machine's"
+
+
+@pytest.mark.slow
+def test_without_namespaces_what_a_run_left_is_found_removed_and_refused(clean_marks, monkeypatch):
+    monkeypatch.setenv("WORKBOOK_PRIVATE_SCRATCH", "0")
+    with pytest.raises(WorkbookError, match=r"left files outside its run folder \(.*workbook-scratch-probe"):
+        run_probe()
+    assert not any(mark.exists() for mark in MARKS), "what the refused run left is still there for the next one"
+
+
+def test_left_outside_finds_the_run_users_new_files_only(tmp_path):
+    uid = os.geteuid()
+    before = Path("/dev/shm") / f"workbook-left-old-{os.getpid()}"
+    before.write_text("made before the run")
+    since = time.time_ns()
+    time.sleep(0.01)
+    new = Path("/dev/shm") / f"workbook-left-new-{os.getpid()}"
+    excluded = Path("/dev/shm") / f"workbook-left-mine-{os.getpid()}"
+    try:
+        new.write_text("left by the run")
+        excluded.mkdir()
+        (excluded / "inside").write_text("the run's own folder")
+        found = sandbox.left_outside(since, uid, [excluded], limit=1000)
+        assert str(new) in found
+        assert str(before) not in found and not any(f.startswith(str(excluded)) for f in found)
+        assert str(new) not in sandbox.left_outside(since, uid + 1, [excluded], limit=1000)  # another user's run
+        sandbox.remove_left([str(new), str(excluded)])
+        assert not new.exists() and not excluded.exists()
+    finally:
+        for path in (before, new):
+            path.unlink(missing_ok=True)
+        if excluded.exists():
+            sandbox.remove_left([str(excluded)])

@@ -595,6 +595,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job", metavar="LETTER", help="chapter 08: which job of your assignment to profile")
     p.set_defaults(func=cmd_profile)
 
+    from checker.doctor.command import add_doctor_parser, cmd_doctor  # issue 41: one parser entry, one command
+
+    add_doctor_parser(sub).set_defaults(func=cmd_doctor)
+
     try:
         from checker.trace.cli import add_report_parser, run_report
     except ImportError:  # the trace engine is optional at import time only while it is being built

@@ -50,6 +50,8 @@ def chapter_ref(number: str) -> dict:
 def diagnose(trace, record: dict, device: str) -> dict:
     """The diagnosis of one recorded job (see the module's docstring)."""
     s = trace.summary()
+    if record.get("script_dir"):
+        SEARCH_DIRS[1:] = [record["script_dir"]]
     rules = dict(get_chapter("08").check("triage").threshold_for(device))
     m = measure(trace, device)
     wall, rule = decide(m, device, rules)
@@ -96,6 +98,19 @@ def _functions(path: str) -> tuple[tuple[int, int, str], ...]:
                  if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
+# where the user's files are looked for: a trace names a file as Python knew it, often relative to the script's
+# folder (sys.path[0]) rather than the working folder; diagnose() adds the script's folder
+SEARCH_DIRS: list[str] = [""]
+
+
+def _locate(path: str) -> str:
+    for folder in SEARCH_DIRS:
+        candidate = os.path.join(folder, path)
+        if os.path.isfile(candidate):
+            return candidate
+    return path
+
+
 def function_span(where: str | None) -> tuple[str, str, int, int] | None:
     """(path, innermost function name or '<module>', its first line, its last line) for a 'path:line'."""
     if not where or ":" not in where:
@@ -103,6 +118,7 @@ def function_span(where: str | None) -> tuple[str, str, int, int] | None:
     path, _, line = where.rpartition(":")
     if not line.isdigit():
         return None
+    path = _locate(path)
     holding = [(hi - lo, name, lo, hi) for lo, hi, name in _functions(path) if lo <= int(line) <= hi]
     if not holding:
         return path, "<module>", 0, 0
@@ -310,7 +326,7 @@ def _cpu_ops(trace, s: dict, m: dict, wall: str | None) -> list[dict]:
     outside = 1.0 - (m.get("data_wait") or 0.0)
     if per_op:
         cost = outside * min(1.0, CPU_DISPATCH_MS / per_op)
-        if wall == "overhead" or cost >= 0.1:
+        if wall == "overhead" or cost >= MINOR:
             out.append(_finding(
                 "04", "launches", f"{ops:g} ops per step at {per_op * 1000:.1f} us each: on a GPU each is at least "
                 "one kernel launch", cost, f"estimated: a CPU has no launches; dispatch (~{CPU_DISPATCH_MS * 1000:g} "

@@ -256,6 +256,7 @@ class Recorder:
             "compiled": "torch._dynamo" in sys.modules and bool(self._compiled_graphs()),
             "compiled_in_window": bool(getattr(self, "compiled_in_window", False)),
             "torch": self.torch.__version__, "seconds": round(time.time() - self.started_at, 3),
+            "script_dir": getattr(self, "script_dir", None),
             "trace": "trace.json" if (self.out / "trace.json").exists() else None,
             **extra}
         (self.out / "record.json").write_text(json.dumps(record, indent=1, default=str))
@@ -312,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             script = Path(argv0[0])
             sys.argv = [str(script), *argv0[1:]]
             sys.path[0] = str(script.resolve().parent)
+            recorder.script_dir = sys.path[0]
             runpy.run_path(str(script), run_name="__main__")
         recorder.status = "ended"
         recorder.write()

@@ -22,12 +22,16 @@ LAYERS: dict[str, set[str]] = {
     "trace": {"base"},
     "checks": {"base", "trace"},
     "grader": {"base", "trace", "checks"},
+    "doctor": {"base", "trace", "checks"},
     "learner": {"base", "trace", "checks", "grader"},
     "pages": {"base", "trace", "checks", "grader"},
     "grading": {"base", "trace", "checks", "grader", "learner"},
-    "entry": {"base", "candidate", "trace", "checks", "grader", "learner", "pages", "grading", "cli"},
-    "cli": {"base", "candidate", "trace", "checks", "grader", "learner", "pages", "grading"},
+    "entry": {"base", "candidate", "trace", "checks", "grader", "learner", "pages", "grading", "cli", "doctor"},
+    "cli": {"base", "candidate", "trace", "checks", "grader", "learner", "pages", "grading", "doctor"},
 }
+# modules of a part that run in the candidate's (or the user's) process: they are held to the candidate side's
+# rule. `workbook doctor`'s launcher runs inside the user's own training job.
+IN_CANDIDATE_PROCESS = {"checker.doctor.launch", "checker.doctor"}
 # top-level modules: the public faces. lab.py and launch.py are what candidate scripts run, so they are the
 # candidate side; the pytest plugin and `python -m checker` may use everything, as may the CLI (checker/cli/).
 TOP = {"lab": "candidate", "launch": "candidate", "pytest_plugin": "entry", "__main__": "entry",
@@ -42,6 +46,8 @@ def module_name(path: Path) -> str:
 
 
 def part_of(module: str) -> str:
+    if module in IN_CANDIDATE_PROCESS:
+        return "candidate"
     parts = module.split(".")
     if len(parts) == 1:
         return TOP["__init__"]
@@ -183,6 +189,9 @@ def test_a_circle_is_found():
     (("checker.grader.evaluate", "checker.checks.throughput"), True),
     (("checker.lab", "checker.grader.runs"), False),
     (("checker.cli", "checker.grading.classroom"), True),
+    (("checker.doctor.launch", "checker.trace.analysis"), False),   # doctor's launcher runs in the user's job
+    (("checker.doctor.diagnose", "checker.trace.analysis"), True),
+    (("checker.cli.doctor", "checker.doctor.diagnose"), True),
 ])
 def test_an_import_against_the_direction_is_found(edge, ok):
     module, target = edge

@@ -2,7 +2,7 @@
 recipes, read traces.
 
 `main` parses (checker.cli.parser, every command's arguments in one place) and hands each command to its own module:
-list_chapters, run, check, watch, hint, solution, assign, grade, profile, report. A verdict is reached only through
+list_chapters, run, check, watch, hint, solution, assign, grade, profile, report, doctor. A verdict is reached only through
 the grader's one entry, checker.grader.evaluate.evaluate.
 """
 

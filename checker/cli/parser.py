@@ -8,6 +8,7 @@ from pathlib import Path
 from checker.base.chapters import VARIANTS
 from checker.cli.assign import cmd_assign
 from checker.cli.check import cmd_check
+from checker.cli.doctor import add_doctor_parser, cmd_doctor
 from checker.cli.grade import cmd_grade
 from checker.cli.hint import cmd_hint
 from checker.cli.list_chapters import cmd_list
@@ -162,4 +163,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add_report_parser(sub)
     p.set_defaults(func=run_report)
+
+    add_doctor_parser(sub).set_defaults(func=cmd_doctor)
     return parser

@@ -15,10 +15,11 @@ import torch
 
 from checker.base.chapters import get_chapter
 from checker.checks import FAILED, PASSED
-from checker.checks.data_parallel import rank_work
+from checker.checks.data_parallel import comm_overlap, rank_work, straggler
 from checker.grader.ranks import weight_gap
 from checker.trace import load
-from checker.trace.analyses.collectives import allreduce_rounds, ops_per_step
+from checker.trace.analyses.collectives import (allreduce_rounds, bucket_launches, extra_work, ops_per_step,
+                                                unseen_host_ms_per_step)
 from checker.trace.ranks import ranks_summary
 
 DATA = Path(__file__).parent / "data" / "ddp09"
@@ -27,6 +28,13 @@ CHAPTER = get_chapter("09")
 
 def _ranks(variant):
     return [load(DATA / f"{variant}-rank{rank}.json.gz") for rank in (0, 1)]
+
+
+def _traced(traces, device):
+    """What a check reads of a traced job: every rank's trace, by the grader's names."""
+    named = {"candidate" if rank == 0 else f"candidate.rank{rank}": trace for rank, trace in enumerate(traces)}
+    return SimpleNamespace(device=device, candidate_run=SimpleNamespace(ranks=traces), traces=named,
+                           trace=named.__getitem__)
 
 
 def test_report_names_rank_0_as_the_straggler_of_the_lab_and_rank_1_waiting():
@@ -44,11 +52,84 @@ def test_solution_all_reduces_once_per_step_and_its_ranks_ask_for_the_same_ops()
     assert ops_per_step(lab[0].events) > ops_per_step(lab[1].events)  # rank 0's evaluation, counted
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_straggler_blames_the_lab_rank_that_did_more_and_passes_the_solution_rank_that_was_only_late(device):
+    """Both committed jobs wait past the threshold (the solution's rank 1 on a CPU's shared cores too); only the
+    lab's late rank ran more ops per step, so only the lab fails: a wait alone is not a straggler's."""
+    lab = straggler(_traced(_ranks("lab"), device), CHAPTER.check("straggler"))
+    assert lab.status == FAILED and lab.measured["straggler"] == 0 and "recorded ops per step" in lab.evidence[0]
+    solution = straggler(_traced(_ranks("solution"), device), CHAPTER.check("straggler"))
+    assert solution.measured["worst_wait_share"] > CHAPTER.check("straggler").threshold_for(device)
+    assert solution.status == PASSED and solution.measured["straggler"] is None
+    assert "a late host, not a straggler" in solution.evidence[0]
+
+
+def _work(ops=800.0, kernel_ms=None, unseen_ms=2.0):
+    return {"ops_per_step": ops, "compute_kernel_ms": kernel_ms, "unseen_host_ms": unseen_ms}
+
+
+def test_extra_work_needs_more_ops_kernel_time_or_unseen_host_time_beyond_its_margin():
+    wait_ms = 40.0
+    assert extra_work(_work(), _work(), wait_ms) == []
+    assert extra_work(_work(ops=810), _work(), wait_ms) == []  # within the op margin: the counts' own jitter
+    assert "recorded ops" in extra_work(_work(ops=900), _work(), wait_ms)[0]
+    # the same kernels on both GPUs, one host slower: no blame; an evaluation's kernels on one rank: blame
+    assert extra_work(_work(kernel_ms=21.0), _work(kernel_ms=20.0), wait_ms) == []
+    assert "compute kernels" in extra_work(_work(kernel_ms=35.0), _work(kernel_ms=20.0), wait_ms)[0]
+    # host time out of the profiler's sight: blamed when it is half the wait and twice the waiting rank's
+    assert "no recorded op" in extra_work(_work(unseen_ms=30.0), _work(unseen_ms=5.0), wait_ms)[0]
+    assert extra_work(_work(unseen_ms=15.0), _work(unseen_ms=5.0), wait_ms) == []  # less than half the wait
+    assert extra_work(_work(unseen_ms=50.0), _work(unseen_ms=30.0), wait_ms) == []  # not twice the waiting rank's
+
+
+def test_unseen_host_time_is_small_where_every_rank_runs_its_work_in_pytorch():
+    for trace in _ranks("solution") + _ranks("lab"):
+        unseen = unseen_host_ms_per_step(trace)
+        steps = trace.get_steps()["dur_ns"].median() / 1e6
+        assert 0 < unseen < 0.25 * steps
+
+
+def test_bucket_launches_tell_buckets_sent_during_backward_from_one_sent_after_it():
+    """Real CPU traces: the solution's gradients fit one bucket (sent after backward's last node), the lab's one
+    model-sized bucket likewise, per micro-batch; with buckets of 0.1 MB (small-buckets) two of three go out while
+    backward still computes."""
+    small = bucket_launches(load(DATA / "small-buckets-rank0.json.gz").events)
+    assert set(small["allreduce_calls"]) == {3} and set(small["early_calls"]) == {2}
+    for variant in ("solution", "lab"):
+        for trace in _ranks(variant):
+            frame = bucket_launches(trace.events)
+            assert frame["allreduce_calls"].min() >= 1 and frame["early_calls"].max() == 0
+
+
+def test_comm_overlap_on_a_gpu_threshold_passes_small_buckets_and_fails_one_bucket_after_backward():
+    spec = CHAPTER.check("comm_overlap")
+    small = load(DATA / "small-buckets-rank0.json.gz")
+    passed = comm_overlap(_traced([small, small], "cuda"), spec)
+    assert passed.status == PASSED and passed.measured["early_bucket_share"] == pytest.approx(2 / 3, abs=1e-3)
+    failed = comm_overlap(_traced(_ranks("lab"), "cuda"), spec)
+    assert failed.status == FAILED and "bucket_cap_mb" in failed.evidence[0]
+
+
+def test_the_cpu_model_fits_ddps_first_bucket_as_comm_overlaps_cpu_skip_says():
+    from torch.distributed import _DEFAULT_FIRST_BUCKET_BYTES
+
+    from checker.base.workloads import load_workload_module
+
+    cfg = CHAPTER.config("cpu")
+    model = load_workload_module(CHAPTER.dir).make_model(cfg["in_features"], cfg["width"], cfg["layers"], cfg["classes"])
+    assert sum(p.numel() * p.element_size() for p in model.parameters()) < _DEFAULT_FIRST_BUCKET_BYTES
+    assert "first bucket" in CHAPTER.check("comm_overlap").skip_reason_for("cpu")
+
+
 def test_report_prints_the_ranks_side_by_side():
     done = subprocess.run([sys.executable, "-m", "checker", "report", str(DATA / "lab-rank0.json.gz"), "--ranks",
                            str(DATA / "lab-rank1.json.gz")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "Straggler: rank 0. Rank 1 waits for it" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "checker", "report", str(DATA / "solution-rank0.json.gz"), "--ranks",
+                           str(DATA / "solution-rank1.json.gz")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "No straggler: rank 1 waits" in done.stdout and "a late host" in done.stdout
 
 
 def _state(scale=1.0):

@@ -195,3 +195,19 @@ def test_solution_passes_on_a_cpu_and_says_why_overlap_and_speed_are_skipped(gra
     assert report.passed, [c.to_json() for c in report.checks if c.status == FAILED]
     skipped = {c.name: c.reason for c in report.checks if c.status == "skipped"}
     assert set(skipped) == {"comm_overlap", "throughput"} and all(skipped.values())
+
+
+def test_rank_timeline_draws_a_band_per_rank_with_the_wait_of_the_rank_that_waited(tmp_path):
+    from checker.trace.timeline import draw_rank_timeline, rank_lanes
+
+    traces = _ranks("lab")
+    lanes = rank_lanes(traces)
+    waited = [int((lane["wait"][1] - lane["wait"][0]).sum()) for lane in lanes]
+    assert waited[1] > 10 * max(waited[0], 1)  # rank 1 waits for rank 0's evaluation; rank 0 hardly waits
+    summary = ranks_summary(traces)
+    drawn_steps = len(lanes[1]["steps"])
+    assert waited[1] / drawn_steps == pytest.approx(summary["ranks"][1]["wait_ms"] * 1e6, rel=0.5)
+    out = draw_rank_timeline(traces, tmp_path / "ranks.png")
+    assert out.stat().st_size > 10_000 and out.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(Exception, match="two traces or more"):
+        draw_rank_timeline(traces[:1], tmp_path / "one.png")

@@ -64,6 +64,18 @@ def test_straggler_blames_the_lab_rank_that_did_more_and_passes_the_solution_ran
     assert "a late host, not a straggler" in solution.evidence[0]
 
 
+def test_straggler_fails_an_evaluation_in_numpy_that_adds_no_op_by_the_host_time_no_op_covers():
+    """clean_trace_09's traces on a CPU (numpy-eval: rank 0 evaluates in numpy on views of the weights, every step):
+    both ranks run the same ops per step; rank 0's host time outside any op and outside its collectives is many
+    times rank 1's, and more than half the wait."""
+    traces = [load(DATA / f"numpy-eval-rank{rank}.json.gz") for rank in (0, 1)]
+    assert ops_per_step(traces[0].events) == ops_per_step(traces[1].events)
+    for device in ("cpu", "cuda"):
+        outcome = straggler(_traced(traces, device), CHAPTER.check("straggler"))
+        assert outcome.status == FAILED and outcome.measured["straggler"] == 0
+        assert "host time in no recorded op" in outcome.evidence[0]
+
+
 def _work(ops=800.0, kernel_ms=None, unseen_ms=2.0):
     return {"ops_per_step": ops, "compute_kernel_ms": kernel_ms, "unseen_host_ms": unseen_ms}
 
@@ -83,10 +95,12 @@ def test_extra_work_needs_more_ops_kernel_time_or_unseen_host_time_beyond_its_ma
 
 
 def test_unseen_host_time_is_small_where_every_rank_runs_its_work_in_pytorch():
+    """Python between ops only: a few per cent of the step, the time a thread takes to wake from a collective
+    (several ms on these traces' busy CPU) not counted."""
     for trace in _ranks("solution") + _ranks("lab"):
         unseen = unseen_host_ms_per_step(trace)
         steps = trace.get_steps()["dur_ns"].median() / 1e6
-        assert 0 < unseen < 0.25 * steps
+        assert 0 < unseen < 0.1 * steps
 
 
 def test_bucket_launches_tell_buckets_sent_during_backward_from_one_sent_after_it():

@@ -163,19 +163,43 @@ def compute_kernel_ms_per_step(events: pd.DataFrame) -> float | None:
     return float(per_step.median()) / 1e6
 
 
+def _in_collectives(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The host inside its collectives (gloo, CPU): from each all-reduce call's start to the first op its thread
+    starts after the all-reduce ran (calls and gloo's runs matched in order). That covers the run and the thread's
+    waking from it: on a busy CPU a thread that slept on a collective can take milliseconds to run again, time no
+    op records and no work of the script's. NCCL's runs are GPU kernels the host does not wait on: nothing here."""
+    ops = events[events["kind"] == "cpu_op"]
+    calls = ops[ops["name"].str.contains(COLLECTIVE_CALL)].sort_values("start_ns")
+    runs = events[events["device"].isna() & (events["kind"] == "range")
+                  & events["name"].str.contains(COLLECTIVE_RUN)].sort_values("start_ns")
+    count = min(len(calls), len(runs))
+    if not count:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    by_thread = {tid: np.sort(mine["start_ns"].to_numpy(np.int64)) for tid, mine in ops.groupby("tid")}
+    starts = calls["start_ns"].to_numpy(np.int64)[:count]
+    run_ends = runs["end_ns"].to_numpy(np.int64)[:count]
+    ends = run_ends.copy()
+    for i, tid in enumerate(calls["tid"].to_numpy()[:count]):
+        later = by_thread[tid]
+        j = np.searchsorted(later, run_ends[i])
+        if j < len(later):
+            ends[i] = max(later[j], run_ends[i])
+    return starts, ends
+
+
 def unseen_host_ms_per_step(trace) -> float | None:
     """The median host time per step in which the profiler saw the process do nothing: the step's range less the
-    union of every thread's recorded ops and CUDA calls and of the collectives' runs, in ms. Python between ops
-    is here, and so is work done out of the profiler's sight (numpy, a C extension); a wait inside a collective
-    is not. None without steps."""
+    union of every thread's recorded ops and CUDA calls and of its time inside collectives (:func:`_in_collectives`),
+    in ms. Python between ops is here, and so is work done out of the profiler's sight (numpy, a C extension); a
+    wait for another rank is not. None without steps."""
     steps = trace.get_steps()
     if steps.empty:
         return None
     events = trace.events
-    seen = events[events["kind"].isin(_HOST_SEEN)
-                  | ((events["kind"] == "range") & events["name"].str.contains(COLLECTIVE_RUN))]
-    seen = seen[seen["device"].isna()]
-    starts, ends = seen["start_ns"].to_numpy(np.int64), seen["end_ns"].to_numpy(np.int64)
+    seen = events[events["kind"].isin(_HOST_SEEN) & events["device"].isna()]
+    inside_s, inside_e = _in_collectives(events)
+    starts = np.concatenate([seen["start_ns"].to_numpy(np.int64), inside_s])
+    ends = np.concatenate([seen["end_ns"].to_numpy(np.int64), inside_e])
     unseen = []
     for row in steps.itertuples():
         inside = (starts < row.end_ns) & (ends > row.start_ns)

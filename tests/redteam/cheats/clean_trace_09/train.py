@@ -1,7 +1,9 @@
 """Red team: rank 0's trace kept clean: its straggling evaluation runs in numpy every step on views of the weights
 taken once before the loop, so not one recorded op of it is in rank 0's trace (its op count per step is rank 1's);
-one pass, small enough that PyTorch ops still fill more of rank 0's step than the grader's floor for a trace
-(checker.grader.collect): the host time no recorded op covers must still show it."""
+one pass over the held-out batch. Where PyTorch ops fill less of rank 0's step than the grader's floor for a trace
+(checker.grader.collect; on a busy CPU they may), same_work cannot count the steps and fails; elsewhere the
+straggler check must fail it on the host time no recorded op covers (tests/data/ddp09/numpy-eval-rank*.json.gz are
+its traces)."""
 
 from contextlib import nullcontext
 

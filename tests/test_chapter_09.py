@@ -225,3 +225,46 @@ def test_rank_timeline_draws_a_band_per_rank_with_the_wait_of_the_rank_that_wait
     assert out.stat().st_size > 10_000 and out.read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(Exception, match="two traces or more"):
         draw_rank_timeline(traces[:1], tmp_path / "one.png")
+
+
+def test_a_class_slot_of_chapter_09_holds_both_ranks(monkeypatch):
+    """Each student's job runs on two GPUs: one slot per pair, a leftover GPU idle; one GPU is refused. On the
+    CPU, the workers' ranks may not outnumber the CPUs."""
+    from checker.base.errors import WorkbookError
+    from checker.grading.classroom import CPUS_ENV, plan_slots
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    slots = plan_slots(CHAPTER, "cuda", None, None, ["H100"] * 5)
+    assert [s.env["CUDA_VISIBLE_DEVICES"] for s in slots] == ["0,1", "2,3"]
+    assert [s.env[CPUS_ENV] for s in slots] == [",".join(map(str, range(8))), ",".join(map(str, range(8, 16)))]
+    assert slots[0].label == "gpus 0,1 (H100, H100)"
+    with pytest.raises(WorkbookError, match="on 2 GPUs, and 1 is given"):
+        plan_slots(CHAPTER, "cuda", "1", None, ["H100", "H100"])
+    assert len(plan_slots(CHAPTER, "cpu", None, 8, [])) == 8
+    with pytest.raises(WorkbookError, match="runs 2 ranks.*use --workers 8"):
+        plan_slots(CHAPTER, "cpu", None, 9, [])
+
+
+@pytest.mark.slow
+def test_grade_a_class_of_chapter_09_on_a_cpu(tmp_path):
+    """`workbook grade 09` on the CPU: each student's job is two gloo processes; the solution passes, the lab fails
+    on each mistake a CPU shows, and comm_overlap and throughput are skipped with their reasons."""
+    import csv
+
+    from gradinglib import run_grade
+
+    root = Path(__file__).resolve().parent.parent
+    for name, script in (("ann", root / "solutions" / "09_data_parallel" / "train.py"),
+                         ("bob", root / "labs" / "09_data_parallel" / "train.py")):
+        (tmp_path / "class" / name).mkdir(parents=True)
+        (tmp_path / "class" / name / "train.py").write_bytes(script.read_bytes())
+    proc = run_grade("09", tmp_path / "class", tmp_path / "grades", "--device", "cpu", timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # every student got a verdict
+    assert "2 submissions: 1 passed, 1 failed" in proc.stdout
+    rows = {row["student"]: row for row in csv.DictReader((tmp_path / "grades" / "gradebook.csv").open())}
+    assert rows["ann"]["verdict"] == "passed"
+    assert rows["bob"]["verdict"] == "failed"
+    for check in ("rank_work", "straggler", "allreduce_rounds"):
+        assert rows["bob"][check].startswith("failed"), rows["bob"]
+    assert rows["ann"]["comm_overlap"].startswith("skipped") and rows["ann"]["throughput"].startswith("skipped")

@@ -145,7 +145,7 @@ def private_scratch(keep: tuple[str, ...]) -> bool:  # pragma: no cover - runs i
             if os.path.isdir(place) and not os.path.islink(place):
                 if not _mount("tmpfs", place, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777"):
                     raise OSError(f"could not mount a private {place}")
-        for path, handle in handles.items():
+        for path, handle in sorted(handles.items(), key=lambda item: item[0].count("/")):  # a parent before its child
             if any(path == p or path.startswith(p + "/") for p in SCRATCH_PLACES):
                 os.makedirs(path, mode=0o711, exist_ok=True)
                 if not _mount(f"/proc/self/fd/{handle}", path, None, MS_BIND | MS_REC):
@@ -282,8 +282,8 @@ def environment(folder: RunFolder) -> dict[str, str]:
                WORKBOOK_ROOT=str(repo_root()), PYTHONDONTWRITEBYTECODE="1",
                # torch.compile's caches in the run's own folder (a kept compile cache, where there is one, replaces
                # them): a run forked from the fork server would otherwise reach for the server's HOME, which the
-               # run's user cannot write (an H100: "Permission denied: '/tmp/wb-forkserver-.../.triton'" in the
-               # ladder's first compiled rung, docs/results/history/2026-11-25-h100-session31-call4-ladder.txt)
+               # run's user cannot write ("Permission denied: '/tmp/wb-forkserver-.../.triton'" at the first
+               # compiled kernel)
                TORCHINDUCTOR_CACHE_DIR=str(home / ".cache" / "torchinductor"),
                TRITON_CACHE_DIR=str(home / ".cache" / "triton"))
     return env
@@ -308,6 +308,12 @@ _PROBE = ("import importlib.util, sys; sys.path[:] = {paths!r}\n"
 def probe_command() -> list[str]:
     """A quick check, run as the unprivileged user, that it can find and read what a run imports."""
     return [sys.executable, "-I", "-S", "-B", "-c", _PROBE.format(paths=_import_paths())]
+
+
+def import_places() -> list[str]:
+    """The folders a run reads its code from (the checkout, site-packages): bound back into a run's private scratch
+    places where they live under one (a checkout in /tmp)."""
+    return _import_paths()
 
 
 def _import_paths() -> list[str]:

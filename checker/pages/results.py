@@ -333,18 +333,19 @@ def _render_kind(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_sweep(spec: dict[str, Any], results_dir: Path) -> str:
+def render_sweep(spec: dict[str, Any], root: Path) -> str:
     """The table of a `scripts/sweep.py` run that a page includes.
 
-    ``spec`` (docs/results/<chapter>-sweep.json) names the raw rows (``source``, a .jsonl under results_dir),
-    their environment (``env``), the chapter and what the sweep varied (``about``).
+    ``spec`` (docs/results/<chapter>-sweep.json) names the raw rows (``source``, a .jsonl under evidence/history/,
+    relative to ``root``, the checkout), their environment (``env``), the chapter and what the sweep varied
+    (``about``).
     """
-    env = json.loads((results_dir / spec["env"]).read_text())
-    rows = [json.loads(line) for line in (results_dir / spec["source"]).read_text().splitlines() if line.strip()]
+    env = json.loads((root / spec["env"]).read_text())
+    rows = [json.loads(line) for line in (root / spec["source"]).read_text().splitlines() if line.strip()]
     rows = [r for r in rows if r.get("chapter") == spec["chapter"] and "solution_speedup" in r]
     lines = [
         f"Measured on **{env['gpu']}** (driver {env['driver']}, torch {env['torch']}) on {env['date'][:10]}, by "
-        f"`scripts/sweep.py` (one trial each: a guide, not a verdict; raw rows in `docs/results/{spec['source']}`). "
+        f"`scripts/sweep.py` (one trial each: a guide, not a verdict; raw rows in `{spec['source']}`). "
         f"{spec['about']}",
         "",
         "| setting | slow script, samples/s | solution, samples/s | speedup | solution's warm-up, s |",
@@ -388,7 +389,7 @@ def assemble(env: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, dict[
 
 
 def assemble_manifest(manifest: Path) -> dict[str, dict[str, Any]]:
-    """The results files that ``manifest`` (docs/results/history/assembly.json) says to build, from the raw
+    """The results files that ``manifest`` (evidence/history/assembly.json) says to build, from the raw
     rows beside it: how the committed docs/results/<chapter>.json files were made, repeatable by anyone.
 
     The manifest names, per GPU kind, its environment file, its rows and the rows dropped; its ``superseded`` maps a

@@ -34,7 +34,8 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--baseline", metavar="TRACE", help="an earlier trace of the same program, to compare with")
     p.add_argument("--ranks", nargs="+", metavar="TRACE", default=None,
                    help="the other ranks' traces of the same data-parallel job (the first trace is rank 0): each "
-                        "rank's step, all-reduce and wait time side by side, and the straggler named")
+                        "rank's step, all-reduce and wait time side by side, the straggler named when it did more per step; "
+                        "with --timeline, a row per rank")
     p.add_argument("--steps", metavar="REGEX", default=None,
                    help=f"pattern of the step ranges' names, group 1 the step number (default {DEFAULT_STEP_REGEX})")
     p.add_argument("--skip-steps", type=int, default=0, metavar="N", help="leave out the first N steps (warm-up)")
@@ -82,19 +83,23 @@ def _report(args) -> int:
     if args.log_every is not None and args.log_every < 1:
         raise TraceError("--log-every must be 1 or more")
     if args.timeline:
-        _check_timeline_path(Path(args.timeline), [args.trace, args.baseline])
+        _check_timeline_path(Path(args.timeline), [args.trace, args.baseline, *(getattr(args, "ranks", None) or [])])
     trace = load(args.trace, step_regex=args.steps, skip_steps=args.skip_steps)
     baseline = load(args.baseline, step_regex=args.steps, skip_steps=args.skip_steps) if args.baseline else None
     summary = trace.summary(_log_steps(trace, args))
     base_summary = baseline.summary(_log_steps(baseline, args)) if baseline is not None else None
-    if args.timeline:
-        trace.timeline(args.timeline, baseline=baseline)
     ranks = None
     if getattr(args, "ranks", None):
         from checker.trace.ranks import ranks_summary
 
         others = [load(path, step_regex=args.steps, skip_steps=args.skip_steps) for path in args.ranks]
         ranks = ranks_summary([trace, *others], _log_steps(trace, args))
+    if args.timeline and ranks is not None:  # a row per rank
+        from checker.trace.timeline import draw_rank_timeline
+
+        draw_rank_timeline([trace, *others], args.timeline, exclude_steps=_log_steps(trace, args))
+    elif args.timeline:
+        trace.timeline(args.timeline, baseline=baseline)
     if args.json:
         out = dict(summary)
         if ranks is not None:

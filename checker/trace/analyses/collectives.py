@@ -61,7 +61,9 @@ def allreduce_rounds(events: pd.DataFrame) -> pd.DataFrame:
             rounds = int(len(calls) > 0)
         # the bursts of all-reduce calls split by backward passes: the collectives themselves, no range needed
         rounds = max(rounds, allreduce_bursts(mine))
-        rows.append((step, len(calls), len(forwards), rounds))
+        _nodes, passes = backward_passes(mine)
+        micro = max(len(forwards), int(passes.max()) + 1 if len(passes) else 0)
+        rows.append((step, len(calls), micro, rounds))
     return pd.DataFrame(rows, columns=["step", "allreduce_calls", "forwards", "rounds"]).astype("int64")
 
 

@@ -109,8 +109,8 @@ def rank_work(evidence, spec):
     # processed per step (its trace, shapes recorded); the sample log above explains a failure, it cannot pass one
     log_lines, lines = lines, [line for line in lines if "weights" in line or "on one rank" in line]
     explain = [line for line in log_lines if line not in lines]
-    share = int(evidence.cfg["global_batch"]) / max(len(evidence.candidate_run.ranks), 1)
     rows, _ = trained_rows(evidence)
+    share = global_batch / max(int(evidence.cfg.get("world_size") or len(rows)), 1)
     measured.update(trained_rows_per_step=rows, expected_rows_per_step=share)
     if any(r is None for r in rows):
         lines.append("a rank's trace recorded no matrix multiply with its shapes in its steps: its training work "

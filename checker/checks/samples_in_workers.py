@@ -6,7 +6,8 @@ dataset's code under any name); what it called is: preparing a sample cannot do 
 per chapter in ``preparing_calls`` (a crop's pad and a flip as aten ops, a JPEG decoder's C call). The trace of the
 training process is read for them (``TraceAnalysis.get_sample_preparations``); each grows to the frame that
 made that one sample, and the check counts those frames per traced step (logging steps excepted) against the
-threshold: how many samples a step may still prepare in the training process.
+threshold: how many samples a step may still prepare in the training process. It comes after loader_settings:
+without workers, the training process preparing every sample is that check's failure, not this one's.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from checker.checks import FAILED, PASSED, TRACE, check, result
 
 
-@check("samples_in_workers", needs=(TRACE,), key="samples_prepared_per_step", fmt="{:g} per step")
+@check("samples_in_workers", needs=(TRACE,), after=("loader_settings",), key="samples_prepared_per_step", fmt="{:g} per step")
 def samples_in_workers(evidence, spec):
     """the training process prepares at most the threshold's samples per step: the loader's workers prepare them"""
     threshold = float(spec.threshold_for(evidence.device))

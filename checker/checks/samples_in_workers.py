@@ -15,7 +15,8 @@ from __future__ import annotations
 from checker.checks import FAILED, PASSED, TRACE, check, result
 
 
-@check("samples_in_workers", needs=(TRACE,), after=("loader_settings",), key="samples_prepared_per_step", fmt="{:g} per step")
+@check("samples_in_workers", needs=(TRACE,), after=("loader_settings",), key="samples_prepared_per_step",
+       fmt="{:g} per step", data_wait_is_work=True)
 def samples_in_workers(evidence, spec):
     """the training process prepares at most the threshold's samples per step: the loader's workers prepare them"""
     threshold = float(spec.threshold_for(evidence.device))

@@ -304,10 +304,12 @@ def test_the_labs_and_solutions_pass_the_scan(pristine_lab):
     "from checker.candidate import session", "open('/proc/self/maps').read()", "os.environ.get('NSYS_CONFIG')",
     "clean = session._window_s is None", "if getattr(session, 'x') or session._tail_open: pass",
     "read.__code__ = read.__code__.replace(co_name='_get_value')", "types.CodeType(*args)",
-    "lib = torch.library.Library('at' + 'en', 'IMPL')",
+    "lib = torch.library.Library('at' + 'en', 'IMPL')", "stamps = getattr(session, '_window_stamps_ns')",
+    "stamps = session.__dict__['_window_' + 'stamps_ns']", "for name in vars(session): pass",
+    "value = getattr(session, name)", "getattr(sys, 'settrace')(None)",
 ])
 def test_probes_are_found_with_their_line(line):
-    assert findings(f"x = 1\n{line}\n")[0].startswith("line 2:")
+    assert findings(f"session = start('01_item_syncs')\n{line}\n")[0].startswith("line 2:")
 
 
 def test_every_name_the_harness_keeps_about_its_window_and_tail_is_refused():
@@ -448,6 +450,42 @@ def test_under_the_grader_the_script_never_reads_what_the_harness_measured(tmp_p
     """)
     result = run(script(tmp_path, body))
     assert result.samples_per_s and len(result.step_ms) == 2  # the grader measured it all the same
+
+
+@pytest.mark.slow
+def test_under_the_grader_the_harness_holds_no_clock_reading(tmp_path):
+    """Not by any name: a script that reads the session's private state (getattr with a string, vars()) finds no
+    time the harness took during the run (a red-team cheat reported getattr(session, "_window_stamps_ns")), and no
+    trace file the run's own profiler wrote."""
+    body = HEAD + textwrap.dedent("""
+        import time
+        begun = time.perf_counter_ns()
+        for step, batch in session.steps(session.batches):
+            pass
+        session.finish()
+        ended = time.perf_counter_ns()
+
+        def numbers(value, depth=0):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                yield value
+            elif depth < 3 and isinstance(value, (list, tuple, set)):
+                for item in value:
+                    yield from numbers(item, depth + 1)
+            elif depth < 3 and isinstance(value, dict):
+                for item in value.values():
+                    yield from numbers(item, depth + 1)
+
+        held = {name: value for name, value in vars(session).items()
+                if any(begun <= n <= ended for n in numbers(value))}
+        stamps = vars(session).get("_window_stamps_ns")
+        import pathlib
+        traces = sorted(pathlib.Path(__file__).parent.rglob("*.json*"))  # the run's folder: where its trace is written
+        if held or stamps or session.trace_file is not None or traces:
+            raise SystemExit(f"the harness kept what it measured: {sorted(held)}, {stamps!r}, {session.trace_file}, "
+                             f"{traces}")
+    """)
+    result = run(script(tmp_path, body), trace="torch")
+    assert result.samples_per_s and len(result.step_ms) == 2 and result.trace_file.is_file()
 
 
 @pytest.mark.slow

@@ -534,3 +534,33 @@ def test_a_script_cannot_keep_its_syncs_where_a_traced_tail_does_not_look(monkey
     report = evaluate(chapter, variant="lab", submission=ROOT / "tests" / "redteam" / "gpu" / "tail_aware_06", device="cpu")
     assert any(what.endswith("then traced") for what in (t["what"] for t in report.timings)), "no traced tail was made"
     assert {c.name: c.status for c in report.checks}["host_syncs"] == "failed"
+
+
+# -- the window's data -------------------------------------------------------------------------------------
+def test_chapter_06s_window_batches_do_not_exist_before_the_window():
+    """Chapter 06's targets depend on the batch alone: from a fixed pool that the key only reordered, a script could
+    compute every batch's targets in set-up and look them up in the step (red-team cheat cached_targets_06). The
+    window's batches are drawn from the key as each step fetches one: none equals a batch drawn before, and the
+    same seed and key draw the same batches (the slow script and the learner's train on the same data)."""
+    import torch
+
+    from checker.base.chapters import get_chapter
+    from checker.base.workloads import load_workload_module
+
+    chapter = get_chapter("06_hidden_syncs")
+    cfg = dict(chapter.config("cpu"), seed=3)
+
+    def draws(key):
+        workload = load_workload_module(chapter.dir).build(cfg, torch.device("cpu"))
+        before = [batch for _ in range(3) for batch in workload.batches]  # every batch set-up could see, and more
+        workload.on_window(key)
+        return before, [batch for batch in workload.batches]
+
+    before, window = draws(key=5)
+    assert not hasattr(load_workload_module(chapter.dir).build(cfg, torch.device("cpu")).batches, "batches")
+    seen = {tuple(t.flatten().tolist()) for batch in before for t in batch[1:2]}
+    assert window and not any(tuple(batch[1].flatten().tolist()) in seen for batch in window)
+    _, again = draws(key=5)
+    _, other = draws(key=6)
+    assert all(torch.equal(a, b) for x, y in zip(window, again) for a, b in zip(x, y))
+    assert not all(torch.equal(x[0], y[0]) for x, y in zip(window, other))

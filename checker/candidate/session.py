@@ -431,10 +431,11 @@ class Session:
             out = LAUNCH.trace_out or Path(f"{self.chapter.id}.trace.json.gz")
             out.parent.mkdir(parents=True, exist_ok=True)
             self._profiler.export_chrome_trace(str(out))
-            self._profiler = None
             if _channel() is None:
-                self.trace_file = out
+                self.trace_file, self._profiler = out, None
                 return
+            # nor are the profiler's recorded events kept in this process (they are the trace's content)
+            self._profiler.profiler, self._profiler = None, None
             # the trace goes to the grader as soon as it is written, before the script's code runs again: a file
             # rewritten later is not what the grader reads. Nor is it left for the script to read: on a GPU the
             # grader's truth about each step's time is this trace's device work (chapter 00's step_time_report)

@@ -16,7 +16,7 @@ point --hta-python at that interpreter:
 
     python -m venv /work/benchvenv && /work/benchvenv/bin/pip install holistictraceanalysis
     python scripts/bench_trace.py --events 1000000 3000000 --repeat 3 --hta-python /work/benchvenv/bin/python \
-        --out docs/results/bench/trace_engine_vs_hta.md
+        --out evidence/results/bench/trace_engine_vs_hta.md
 
 Each engine runs on cores 0,1 (``--cores``), the two engines interleaved, ``--repeat`` times per size; the
 table shows the median time and the median peak memory, and the results line records the machine's load

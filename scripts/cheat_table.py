@@ -1,6 +1,6 @@
 """The red-team cheats of a GPU run, each with its verdict and the evidence that rejected it.
 
-    python scripts/cheat_table.py OUT/checks.jsonl --env OUT/env.json --out docs/results/redteam-gpu-DATE.md
+    python scripts/cheat_table.py OUT/checks.jsonl --env OUT/env.json --out evidence/results/redteam-gpu-DATE.md
 
 Reads the rows scripts/gpu_verify.sh wrote (items cheat:<folder>:<chapter>:<tool>); writes the Markdown table.
 """

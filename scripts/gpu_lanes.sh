@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Several device plans at once on a machine with several GPUs: one lane per GPU, each lane a
-# scripts/gpu_verify.sh run of one plan (scripts/plans/<name>.env) on its own GPU and its own contiguous share of
+# scripts/gpu_verify.sh run of one plan (evidence/plans/<name>.env) on its own GPU and its own contiguous share of
 # the CPUs, with its own scratch folder, so that a four-GPU call gives the verdicts of four one-GPU calls (not
 # their timings alone: a check timed beside others is not a check timed alone).
 #
@@ -14,7 +14,7 @@
 # Needs what gpu_verify.sh needs (.whl/ and .debs/ carried).
 set -u
 OUT=${OUT:-/tmp/workbook-out}
-PLANS=${PLANS:-scripts/plans}  # where the plans are (a test points it and LANE_TMP elsewhere)
+PLANS=${PLANS:-evidence/plans}  # where the plans are (a test points it and LANE_TMP elsewhere)
 LANE_TMP=${LANE_TMP:-/tmp}     # each lane's scratch is $LANE_TMP/lane<i>
 read -ra lanes <<< "${LANES:?name one plan per GPU, as LANES=\"call1 call2\"}"
 gpus=$(nvidia-smi -L | wc -l)

@@ -94,7 +94,7 @@ fi
 
 if has probe; then
   log "probe 02: loader, copies and model step timed apart"
-  python3 scripts/probe_02.py --out "$OUT/probe_02.jsonl"
+  python3 evidence/probes/probe_02.py --out "$OUT/probe_02.jsonl"
 fi
 
 if has sweep; then
@@ -111,9 +111,9 @@ fi
 if has tables; then
   log "tables: chapter 02 prefetcher, chapter 03 step times by worker count"
   TB=$W/tables; rm -rf $TB; mkdir -p $TB
-  python3 chapters/02_pageable_copies/stretch_results.py --device cuda --trials "${TABLE_TRIALS:-2}" --out $TB/02_pageable_copies-prefetch
+  python3 scripts/stretch_results.py --device cuda --trials "${TABLE_TRIALS:-2}" --out $TB/02_pageable_copies-prefetch
   if [ "$SECONDS" -lt "${DEADLINE:-100000}" ]; then
-    python3 chapters/03_dataloader_workers/jitter_results.py --device cuda --workers "${JITTER_WORKERS:-2,4,8,12}" \
+    python3 scripts/jitter_results.py --device cuda --workers "${JITTER_WORKERS:-2,4,8,12}" \
       --trials "${TABLE_TRIALS:-2}" --out $TB/03_dataloader_workers-jitter
   fi
   ls -la $TB; cat $TB/*.md; tar -C $TB -czf "$OUT/tables.tar.gz" .

@@ -92,6 +92,11 @@ for i, (name, text, outcome) in enumerate(members):
         (submissions / student / chapter.lab_file).write_text(text)
 results["expected"] = expected
 
+from checker.grader.ranks import world_size
+
+# a data-parallel chapter's job takes world_size GPUs (chapter.toml): a worker holds that many, so "one" is one
+# worker on GPUs 0..world-1 and "two" two workers on 2*world GPUs; `check` sees the first world GPUs
+world = world_size(chapter.config(device))
 if stage == "check":  # every student with `workbook check` on GPU 0, one at a time: what grading must agree with
     checked = results.setdefault("checks", {})
     for student in sorted(expected):
@@ -100,7 +105,7 @@ if stage == "check":  # every student with `workbook check` on GPU 0, one at a t
         started = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "checker", "check", chapter.id, "--submission",
                                str(submissions / student), "--device", device, "--json"], capture_output=True,
-                              text=True, env=dict(os.environ, CUDA_VISIBLE_DEVICES="0"))
+                              text=True, env=dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(map(str, range(world)))))
         try:
             failed = [c["name"] for c in json.loads(proc.stdout)["checks"] if c["status"] == "failed"]
         except (ValueError, KeyError, TypeError):
@@ -111,7 +116,7 @@ if stage == "check":  # every student with `workbook check` on GPU 0, one at a t
         print(f"check {student}: {checked[student]['verdict']} ({checked[student]['wall_s']:.0f} s)", flush=True)
         results_path.write_text(json.dumps(results, indent=2) + "\n")
 
-stages = {"one": ("one_gpu", "0"), "two": ("two_gpus", "0,1")}
+stages = {"one": ("one_gpu", ",".join(map(str, range(world)))), "two": ("two_gpus", ",".join(map(str, range(2 * world))))}
 if device == "cpu" and stage in ("two", "both"):
     sys.exit("grade_two_gpus.sh: the two-GPU stage needs CUDA; with DEVICE=cpu, run `one` or `check`")
 for name in (["one", "two"] if stage == "both" else [stage] if stage in stages else []):

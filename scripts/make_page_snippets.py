@@ -40,7 +40,7 @@ from checker.grader.pristine import write_pristine_lab  # noqa: E402
 
 SNIPPETS = ROOT / "docs" / "snippets"
 # the check of chapter 08's reference solution whose triage measurements the worked example shows
-TRIAGE_ROW = ("docs/results/history/2026-11-25-h100-session31-call2-checks.jsonl", "08_triage", "solution")
+TRIAGE_ROW = ("evidence/history/2026-11-25-h100-session31-call2-checks.jsonl", "08_triage", "solution")
 
 
 def hints_markdown(chapter) -> str:

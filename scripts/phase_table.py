@@ -1,6 +1,6 @@
 """Where a check's seconds go: one row per `workbook check`, from the rows scripts/gpu_verify.sh wrote.
 
-    python scripts/phase_table.py OUT/checks.jsonl --env OUT/env.json --label before --out docs/results/check-phases-h100-before
+    python scripts/phase_table.py OUT/checks.jsonl --env OUT/env.json --label before --out evidence/results/check-phases-h100-before
 
 Writes <out>.json (the machine, and per check its phases summed over its runs) and <out>.md (the table). Every
 number comes from the grader's own `timings` in each report (each run's phases on the grader's clock, the

@@ -5,7 +5,7 @@
     python scripts/summarize_gpu_run.py $OUT a.jsonl b.jsonl --drop b.jsonl#4     # without b's 4th row
 
 --drop FILE#N (repeatable) leaves out the Nth row (from 1) of FILE: a row measured by code that has changed since.
---manifest docs/results/history/assembly.json builds what that file names: how the committed results were made
+--manifest evidence/history/assembly.json builds what that file names: how the committed results were made
 (tests/test_docs.py checks that it still gives the committed files).
 
 The environment (GPU, driver, torch, date) is $OUT/env.json: give the folder of the latest run.

@@ -6,7 +6,7 @@ loss of those initial weights, each as the harness and the referee build them.
 Prints one JSON object. Two machines (or two lanes of one host) that print different ``data`` or ``init`` for the
 same chapter, device and seed built different workloads from the same secret: the runs they check are not the same
 experiment. Written for chapter 05's held-out loss, which ended out of line only in lanes of a multi-GPU host
-(docs/results/history/README.md, sessions 37 and 38); ``scripts/gpu_verify.sh`` records it in env.json for the
+(evidence/history/README.md, sessions 37 and 38); ``scripts/gpu_verify.sh`` records it in env.json for the
 chapters a plan names in FINGERPRINT.
 """
 

@@ -137,10 +137,7 @@ def fake_ncu(tmp_path, monkeypatch):
             def say(self, line):
                 pass
 
-            def _secret(self):
-                return (1, 2)
-
-            def _run(self, script, what, secret, steps=None, profiler=None):
+            def run(self, script, what, secret, steps=None, profiler=None):
                 _name, _tool, options = profiler
                 with calls.open("a") as out:
                     out.write(json.dumps([*options, "--steps", str(steps)]) + "\n")

@@ -164,13 +164,13 @@ def tree_state(folder: Path) -> dict[str, bytes]:
 
 def recorded_same_work(chapter_id: str, files: list[str]):
     """(variant, same_work's measured) of every check of ``chapter_id`` in these committed GPU rows
-    (docs/results/history/<file>)."""
+    (evidence/history/<file>)."""
     import json
 
     from checker.base.chapters import get_chapter
 
     for name in files:
-        for line in (ROOT / "docs" / "results" / "history" / name).read_text().splitlines():
+        for line in (ROOT / "evidence" / "history" / name).read_text().splitlines():
             row = json.loads(line)
             if get_chapter(str(row["chapter"])).id != chapter_id:
                 continue

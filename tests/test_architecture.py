@@ -22,14 +22,19 @@ LAYERS: dict[str, set[str]] = {
     "trace": {"base"},
     "checks": {"base", "trace"},
     "grader": {"base", "trace", "checks"},
+    "doctor": {"base", "trace", "checks"},
     "learner": {"base", "trace", "checks", "grader"},
     "pages": {"base", "trace", "checks", "grader"},
     "grading": {"base", "trace", "checks", "grader", "learner"},
-    "entry": {"base", "candidate", "trace", "checks", "grader", "learner", "pages", "grading"},
+    "entry": {"base", "candidate", "trace", "checks", "grader", "learner", "pages", "grading", "cli", "doctor"},
+    "cli": {"base", "candidate", "trace", "checks", "grader", "learner", "pages", "grading", "doctor"},
 }
+# modules of a part that run in the candidate's (or the user's) process: they are held to the candidate side's
+# rule. `workbook doctor`'s launcher runs inside the user's own training job.
+IN_CANDIDATE_PROCESS = {"checker.doctor.launch", "checker.doctor"}
 # top-level modules: the public faces. lab.py and launch.py are what candidate scripts run, so they are the
-# candidate side; the CLI, the pytest plugin and `python -m checker` may use everything.
-TOP = {"lab": "candidate", "launch": "candidate", "cli": "entry", "pytest_plugin": "entry", "__main__": "entry",
+# candidate side; the pytest plugin and `python -m checker` may use everything, as may the CLI (checker/cli/).
+TOP = {"lab": "candidate", "launch": "candidate", "pytest_plugin": "entry", "__main__": "entry",
        "__init__": "base"}
 
 
@@ -41,6 +46,8 @@ def module_name(path: Path) -> str:
 
 
 def part_of(module: str) -> str:
+    if module in IN_CANDIDATE_PROCESS:
+        return "candidate"
     parts = module.split(".")
     if len(parts) == 1:
         return TOP["__init__"]
@@ -134,7 +141,7 @@ def test_the_checkers_imports_form_no_circle():
     edges = graph()
     # the graph is read, not empty: the grader's known imports are in it, lazy ones included
     assert {"checker.grader.runs", "checker.checks.evidence", "checker.grader.plan"} <= edges["checker.grader.evaluate"]
-    assert "checker.learner.progress" in edges["checker.cli"]
+    assert "checker.learner.progress" in edges["checker.cli.check"]
     assert circles(edges) == []
 
 
@@ -142,20 +149,35 @@ def test_the_checkers_imports_run_one_way():
     assert against_direction(graph()) == []
 
 
-def test_chapter_code_that_runs_in_the_candidates_process_imports_only_base_and_candidate():
-    edges = graph()
-    modules = set(edges)
+def chapter_code_against_direction(paths: list[Path], modules: set[str]) -> list[str]:
+    """Each chapter file's imports of the checker that are not the base or the candidate side."""
     wrong = []
-    for path in sorted((ROOT / "chapters").glob("*/*.py")):
-        if path.name not in ("workload.py", "slow.py"):
-            continue
+    for path in paths:
         for target in sorted(imports_of(path, modules)):
             if part_of(target) not in ("base", "candidate"):
-                wrong.append(f"{path.relative_to(ROOT)} imports {target}")
-    assert wrong == []
+                wrong.append(f"{path.name if not path.is_relative_to(ROOT) else path.relative_to(ROOT)} imports {target}")
+    return wrong
+
+
+def test_every_file_in_chapters_runs_in_the_candidates_process():
+    """chapters/ holds only what the candidate's process runs (and the referee's, rebuilding the model): every
+    Python file there, whatever its name, imports no more than the base and the candidate side; besides them a
+    chapter holds its chapter.toml and nothing else (a results producer belongs in scripts/)."""
+    files = sorted(p for p in (ROOT / "chapters").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    python = [p for p in files if p.suffix == ".py"]
+    assert {p.name for p in python} == {"workload.py", "slow.py"}, "chapters/ holds Python files other than workload.py and slow.py"
+    assert [p for p in files if p.suffix not in (".py", ".toml")] == []
+    assert chapter_code_against_direction(python, set(graph())) == []
 
 
 # -- the rule's own tests: it must be able to fail -----------------------------------------------------------
+def test_a_chapter_file_importing_the_grader_is_found(tmp_path):
+    producer = tmp_path / "stretch_results.py"
+    producer.write_text("from checker.grader.runs import run_script\nfrom checker.base.paths import repo_root\n")
+    modules = set(graph())
+    assert len(chapter_code_against_direction([producer], modules)) == 1
+
+
 def test_a_circle_is_found():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert circles({"a": {"b"}, "b": set()}) == []
@@ -167,6 +189,9 @@ def test_a_circle_is_found():
     (("checker.grader.evaluate", "checker.checks.throughput"), True),
     (("checker.lab", "checker.grader.runs"), False),
     (("checker.cli", "checker.grading.classroom"), True),
+    (("checker.doctor.launch", "checker.trace.analysis"), False),   # doctor's launcher runs in the user's job
+    (("checker.doctor.diagnose", "checker.trace.analysis"), True),
+    (("checker.cli.doctor", "checker.doctor.diagnose"), True),
 ])
 def test_an_import_against_the_direction_is_found(edge, ok):
     module, target = edge

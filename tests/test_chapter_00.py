@@ -105,7 +105,7 @@ def test_a_mean_alone_over_every_step_names_what_is_missing():
 
 def test_any_common_percentile_method_is_right_and_the_band_is_no_wider():
     """On CI's 2-core machine the solution's statistics.quantiles said p90 75.6 ms where numpy's default said
-    51.4 ms of the same steps (docs/results/history/2026-11-23-ci-session5-failure.txt): the order statistics
+    51.4 ms of the same steps (evidence/history/2026-11-23-ci-session5-failure.txt): the order statistics
     at ranks 35 and 36 of 40 lay far apart. A series of that shape: both methods are right, a mean or a p50
     for the p90 is not."""
     import statistics

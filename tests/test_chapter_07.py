@@ -140,7 +140,7 @@ def test_measured_ladders_are_rendered_from_their_runs_and_the_page_says_when_th
 H100_ROWS = ["2026-11-25-h100-session31-call2-checks.jsonl", "2026-11-25-h100-session31-call3-checks.jsonl",
              "2026-11-25-h100-session31-call4-checks.jsonl", "2026-11-25-h100-session31-call1-checks.jsonl"]
 # and every GPU row the results are built from (both kinds), the H200's red team and a four-lane host's checks
-GPU_ROWS = sorted(set(H100_ROWS + [row for kind in json.loads((ROOT / "docs" / "results" / "history" / "assembly.json")
+GPU_ROWS = sorted(set(H100_ROWS + [row for kind in json.loads((ROOT / "evidence" / "history" / "assembly.json")
                                                              .read_text())["kinds"] for row in kind["rows"]]
                       + ["2026-11-27-h200-session38-call4-redteam.jsonl",
                          "2026-11-26-h100x4-session37-call2-lane3-call19-checks.jsonl"]))

@@ -15,10 +15,11 @@ import torch
 
 from checker.base.chapters import get_chapter
 from checker.checks import FAILED, PASSED
-from checker.checks.data_parallel import rank_work
+from checker.checks.data_parallel import comm_overlap, rank_work, straggler
 from checker.grader.ranks import weight_gap
 from checker.trace import load
-from checker.trace.analyses.collectives import allreduce_rounds, ops_per_step
+from checker.trace.analyses.collectives import (allreduce_rounds, bucket_launches, extra_work, ops_per_step,
+                                                unseen_host_ms_per_step)
 from checker.trace.ranks import ranks_summary
 
 DATA = Path(__file__).parent / "data" / "ddp09"
@@ -27,6 +28,13 @@ CHAPTER = get_chapter("09")
 
 def _ranks(variant):
     return [load(DATA / f"{variant}-rank{rank}.json.gz") for rank in (0, 1)]
+
+
+def _traced(traces, device):
+    """What a check reads of a traced job: every rank's trace, by the grader's names."""
+    named = {"candidate" if rank == 0 else f"candidate.rank{rank}": trace for rank, trace in enumerate(traces)}
+    return SimpleNamespace(device=device, candidate_run=SimpleNamespace(ranks=traces), traces=named,
+                           trace=named.__getitem__)
 
 
 def test_report_names_rank_0_as_the_straggler_of_the_lab_and_rank_1_waiting():
@@ -44,11 +52,98 @@ def test_solution_all_reduces_once_per_step_and_its_ranks_ask_for_the_same_ops()
     assert ops_per_step(lab[0].events) > ops_per_step(lab[1].events)  # rank 0's evaluation, counted
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_straggler_blames_the_lab_rank_that_did_more_and_passes_the_solution_rank_that_was_only_late(device):
+    """Both committed jobs wait past the threshold (the solution's rank 1 on a CPU's shared cores too); only the
+    lab's late rank ran more ops per step, so only the lab fails: a wait alone is not a straggler's."""
+    lab = straggler(_traced(_ranks("lab"), device), CHAPTER.check("straggler"))
+    assert lab.status == FAILED and lab.measured["straggler"] == 0 and "recorded ops per step" in lab.evidence[0]
+    solution = straggler(_traced(_ranks("solution"), device), CHAPTER.check("straggler"))
+    assert solution.measured["worst_wait_share"] > CHAPTER.check("straggler").threshold_for(device)
+    assert solution.status == PASSED and solution.measured["straggler"] is None
+    assert "a late host, not a straggler" in solution.evidence[0]
+
+
+def test_straggler_fails_an_evaluation_in_numpy_that_adds_no_op_by_the_host_time_no_op_covers():
+    """clean_trace_09's traces on a CPU (numpy-eval: rank 0 evaluates in numpy on views of the weights, every step):
+    both ranks run the same ops per step; rank 0's host time outside any op and outside its collectives is many
+    times rank 1's, and more than half the wait."""
+    traces = [load(DATA / f"numpy-eval-rank{rank}.json.gz") for rank in (0, 1)]
+    assert ops_per_step(traces[0].events) == ops_per_step(traces[1].events)
+    for device in ("cpu", "cuda"):
+        outcome = straggler(_traced(traces, device), CHAPTER.check("straggler"))
+        assert outcome.status == FAILED and outcome.measured["straggler"] == 0
+        assert "host time in no recorded op" in outcome.evidence[0]
+
+
+def _work(ops=800.0, kernel_ms=None, unseen_ms=2.0):
+    return {"ops_per_step": ops, "compute_kernel_ms": kernel_ms, "unseen_host_ms": unseen_ms}
+
+
+def test_extra_work_needs_more_ops_kernel_time_or_unseen_host_time_beyond_its_margin():
+    wait_ms = 40.0
+    assert extra_work(_work(), _work(), wait_ms) == []
+    assert extra_work(_work(ops=810), _work(), wait_ms) == []  # within the op margin: the counts' own jitter
+    assert "recorded ops" in extra_work(_work(ops=900), _work(), wait_ms)[0]
+    # the same kernels on both GPUs, one host slower: no blame; an evaluation's kernels on one rank: blame
+    assert extra_work(_work(kernel_ms=21.0), _work(kernel_ms=20.0), wait_ms) == []
+    assert "compute kernels" in extra_work(_work(kernel_ms=35.0), _work(kernel_ms=20.0), wait_ms)[0]
+    # host time out of the profiler's sight: blamed when it is half the wait and twice the waiting rank's
+    assert "no recorded op" in extra_work(_work(unseen_ms=30.0), _work(unseen_ms=5.0), wait_ms)[0]
+    assert extra_work(_work(unseen_ms=15.0), _work(unseen_ms=5.0), wait_ms) == []  # less than half the wait
+    assert extra_work(_work(unseen_ms=50.0), _work(unseen_ms=30.0), wait_ms) == []  # not twice the waiting rank's
+
+
+def test_unseen_host_time_is_small_where_every_rank_runs_its_work_in_pytorch():
+    """Python between ops only: a few per cent of the step, the time a thread takes to wake from a collective
+    (several ms on these traces' busy CPU) not counted."""
+    for trace in _ranks("solution") + _ranks("lab"):
+        unseen = unseen_host_ms_per_step(trace)
+        steps = trace.get_steps()["dur_ns"].median() / 1e6
+        assert 0 < unseen < 0.1 * steps
+
+
+def test_bucket_launches_tell_buckets_sent_during_backward_from_one_sent_after_it():
+    """Real CPU traces: the solution's gradients fit one bucket (sent after backward's last node), the lab's one
+    model-sized bucket likewise, per micro-batch; with buckets of 0.1 MB (small-buckets) two of three go out while
+    backward still computes."""
+    small = bucket_launches(load(DATA / "small-buckets-rank0.json.gz").events)
+    assert set(small["allreduce_calls"]) == {3} and set(small["early_calls"]) == {2}
+    for variant in ("solution", "lab"):
+        for trace in _ranks(variant):
+            frame = bucket_launches(trace.events)
+            assert frame["allreduce_calls"].min() >= 1 and frame["early_calls"].max() == 0
+
+
+def test_comm_overlap_on_a_gpu_threshold_passes_small_buckets_and_fails_one_bucket_after_backward():
+    spec = CHAPTER.check("comm_overlap")
+    small = load(DATA / "small-buckets-rank0.json.gz")
+    passed = comm_overlap(_traced([small, small], "cuda"), spec)
+    assert passed.status == PASSED and passed.measured["early_bucket_share"] == pytest.approx(2 / 3, abs=1e-3)
+    failed = comm_overlap(_traced(_ranks("lab"), "cuda"), spec)
+    assert failed.status == FAILED and "bucket_cap_mb" in failed.evidence[0]
+
+
+def test_the_cpu_model_fits_ddps_first_bucket_as_comm_overlaps_cpu_skip_says():
+    from torch.distributed import _DEFAULT_FIRST_BUCKET_BYTES
+
+    from checker.base.workloads import load_workload_module
+
+    cfg = CHAPTER.config("cpu")
+    model = load_workload_module(CHAPTER.dir).make_model(cfg["in_features"], cfg["width"], cfg["layers"], cfg["classes"])
+    assert sum(p.numel() * p.element_size() for p in model.parameters()) < _DEFAULT_FIRST_BUCKET_BYTES
+    assert "first bucket" in CHAPTER.check("comm_overlap").skip_reason_for("cpu")
+
+
 def test_report_prints_the_ranks_side_by_side():
     done = subprocess.run([sys.executable, "-m", "checker", "report", str(DATA / "lab-rank0.json.gz"), "--ranks",
                            str(DATA / "lab-rank1.json.gz")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "Straggler: rank 0. Rank 1 waits for it" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "checker", "report", str(DATA / "solution-rank0.json.gz"), "--ranks",
+                           str(DATA / "solution-rank1.json.gz")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "No straggler: rank 1 waits" in done.stdout and "a late host" in done.stdout
 
 
 def _state(scale=1.0):
@@ -114,3 +209,62 @@ def test_solution_passes_on_a_cpu_and_says_why_overlap_and_speed_are_skipped(gra
     assert report.passed, [c.to_json() for c in report.checks if c.status == FAILED]
     skipped = {c.name: c.reason for c in report.checks if c.status == "skipped"}
     assert set(skipped) == {"comm_overlap", "throughput"} and all(skipped.values())
+
+
+def test_rank_timeline_draws_a_band_per_rank_with_the_wait_of_the_rank_that_waited(tmp_path):
+    from checker.trace.timeline import draw_rank_timeline, rank_lanes
+
+    traces = _ranks("lab")
+    lanes = rank_lanes(traces)
+    waited = [int((lane["wait"][1] - lane["wait"][0]).sum()) for lane in lanes]
+    assert waited[1] > 10 * max(waited[0], 1)  # rank 1 waits for rank 0's evaluation; rank 0 hardly waits
+    summary = ranks_summary(traces)
+    drawn_steps = len(lanes[1]["steps"])
+    assert waited[1] / drawn_steps == pytest.approx(summary["ranks"][1]["wait_ms"] * 1e6, rel=0.5)
+    out = draw_rank_timeline(traces, tmp_path / "ranks.png")
+    assert out.stat().st_size > 10_000 and out.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(Exception, match="two traces or more"):
+        draw_rank_timeline(traces[:1], tmp_path / "one.png")
+
+
+def test_a_class_slot_of_chapter_09_holds_both_ranks(monkeypatch):
+    """Each student's job runs on two GPUs: one slot per pair, a leftover GPU idle; one GPU is refused. On the
+    CPU, the workers' ranks may not outnumber the CPUs."""
+    from checker.base.errors import WorkbookError
+    from checker.grading.classroom import CPUS_ENV, plan_slots
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    slots = plan_slots(CHAPTER, "cuda", None, None, ["H100"] * 5)
+    assert [s.env["CUDA_VISIBLE_DEVICES"] for s in slots] == ["0,1", "2,3"]
+    assert [s.env[CPUS_ENV] for s in slots] == [",".join(map(str, range(8))), ",".join(map(str, range(8, 16)))]
+    assert slots[0].label == "gpus 0,1 (H100, H100)"
+    with pytest.raises(WorkbookError, match="on 2 GPUs, and 1 is given"):
+        plan_slots(CHAPTER, "cuda", "1", None, ["H100", "H100"])
+    assert len(plan_slots(CHAPTER, "cpu", None, 8, [])) == 8
+    with pytest.raises(WorkbookError, match="runs 2 ranks.*use --workers 8"):
+        plan_slots(CHAPTER, "cpu", None, 9, [])
+
+
+@pytest.mark.slow
+def test_grade_a_class_of_chapter_09_on_a_cpu(tmp_path):
+    """`workbook grade 09` on the CPU: each student's job is two gloo processes; the solution passes, the lab fails
+    on each mistake a CPU shows, and comm_overlap and throughput are skipped with their reasons."""
+    import csv
+
+    from gradinglib import run_grade
+
+    root = Path(__file__).resolve().parent.parent
+    for name, script in (("ann", root / "solutions" / "09_data_parallel" / "train.py"),
+                         ("bob", root / "labs" / "09_data_parallel" / "train.py")):
+        (tmp_path / "class" / name).mkdir(parents=True)
+        (tmp_path / "class" / name / "train.py").write_bytes(script.read_bytes())
+    proc = run_grade("09", tmp_path / "class", tmp_path / "grades", "--device", "cpu", timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # every student got a verdict
+    assert "2 submissions: 1 passed, 1 failed" in proc.stdout
+    rows = {row["student"]: row for row in csv.DictReader((tmp_path / "grades" / "gradebook.csv").open())}
+    assert rows["ann"]["verdict"] == "passed"
+    assert rows["bob"]["verdict"] == "failed"
+    for check in ("rank_work", "straggler", "allreduce_rounds"):
+        assert rows["bob"][check].startswith("failed"), rows["bob"]
+    assert rows["ann"]["comm_overlap"].startswith("skipped") and rows["ann"]["throughput"].startswith("skipped")

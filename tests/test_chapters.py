@@ -191,7 +191,7 @@ def test_unknown_chapter_says_which_exist():
         get_chapter("99")
 
 
-# Every committed GPU run of chapter 01 with same_work measured (docs/results/history), H100 and H200
+# Every committed GPU run of chapter 01 with same_work measured (evidence/history), H100 and H200
 CHAPTER_01_GPU_ROWS = (
     "2026-11-23-h100-trust-1.jsonl", "2026-11-23-h100-trust-2.jsonl", "2026-11-25-h100-phases-before.jsonl",
     "2026-11-25-h100-call2-checks-graded-twice.jsonl", "2026-11-25-h100-call4-checks.jsonl",

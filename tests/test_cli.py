@@ -163,7 +163,7 @@ def test_profile_says_what_to_look_for_on_a_cpu_too(workbook):
 
 def test_after_a_torch_profile_the_next_command_and_what_to_look_for_on_its_device(tmp_path, capsys):
     from checker.base.chapters import all_chapters, get_chapter
-    from checker.cli import _after_torch_profile
+    from checker.cli.profile import after_torch_profile as _after_torch_profile
 
     # chapter 09's torch recipe starts two ranks (torch.distributed.run): what its traces show on a CPU is the page's
     assert [c.id for c in all_chapters() if "torch_cpu" not in c.look_for] == ["09_data_parallel"]

@@ -49,7 +49,7 @@ def grade_timed(monkeypatch, windows):
         made.append(script)
         return Window(next(answers))
 
-    ev._run = run
+    ev.run = run
     ev._timed_runs(trials=3)
     return ev, made
 
@@ -190,8 +190,8 @@ def test_only_the_candidates_runs_get_its_cache(monkeypatch, tmp_path):
         return type("Run", (), {"phases_s": {}, "survivors": 0})()
 
     monkeypatch.setattr(grader, "run_script", fake_run_script)
-    ev._run(chapter.slow_script, "baseline", (1, 2))
-    ev._run(chapter.solution_script, "candidate", (1, 2))
+    ev.run(chapter.slow_script, "baseline", (1, 2))
+    ev.run(chapter.solution_script, "candidate", (1, 2))
     assert seen[chapter.slow_script] is None and seen[chapter.solution_script] == ev.compile_store is not None
 
 
@@ -235,7 +235,7 @@ def test_with_a_traced_window_every_timed_run_is_traced_and_the_first_pair_is_re
         made.append((script, what, kwargs))
         return Window(10.0 if script == ev.reference_script else 1.0)
 
-    ev._run = run
+    ev.run = run
     ev.make_runs()
     assert len(made) == 4 and all(kwargs == {"trace": "torch"} for _, _, kwargs in made)  # both sides, every pair
     assert ev.traced is ev.timed_pairs[0] and ev.all_pairs() == ev.timed_pairs
@@ -253,7 +253,7 @@ def test_with_a_traced_tail_the_first_pair_is_traced_and_no_other_run_is_made(mo
         made.append((script, what, kwargs))
         return Window(10.0 if script == ev.reference_script else 1.0)  # 10x: one pair decides
 
-    ev._run = run
+    ev.run = run
     ev.make_runs()
     assert len(made) == 2 and ev.traced is ev.timed_pairs[0]
     (_, _, baseline), (_, what, candidate) = made

@@ -69,7 +69,7 @@ def test_indentation_errors_and_null_bytes_are_reported_too(tmp_path):
 
 
 def test_every_option_has_help_text():
-    from checker.cli import build_parser
+    from checker.cli.parser import build_parser
 
     missing = []
 
@@ -86,7 +86,7 @@ def test_every_option_has_help_text():
 
 
 def test_kinetos_no_gpu_noise_is_explained_once(tmp_path, monkeypatch, capsys):
-    from checker import cli
+    from checker.cli import quiet as cli
 
     noisy = tmp_path / "noisy.py"
     noisy.write_text(
@@ -97,7 +97,7 @@ def test_kinetos_no_gpu_noise_is_explained_once(tmp_path, monkeypatch, capsys):
         "sys.stderr.write('a real warning\\n')\n")
     import sys
 
-    assert cli._call_quieting_noise([sys.executable, str(noisy)], {}, None) == 0
+    assert cli.call_quieting_noise([sys.executable, str(noisy)], {}, None) == 0
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("note: torch.profiler looked for CUDA GPUs and found none") and "code 35" in err[0]
     assert err[1:] == ["a real warning"]
@@ -111,7 +111,7 @@ def test_the_pin_memory_warning_of_a_cpu_run_is_explained_once(tmp_path, capsys)
 
     import torch
 
-    from checker import cli
+    from checker.cli import quiet as cli
 
     if torch.accelerator.is_available():
         pytest.skip("torch warns about pin_memory only where no accelerator is found")
@@ -125,21 +125,21 @@ def test_the_pin_memory_warning_of_a_cpu_run_is_explained_once(tmp_path, capsys)
         "    for batch in loader:\n"
         "        pass\n"
         "sys.stderr.write('a real warning\\n')\n")
-    assert cli._call_quieting_noise([sys.executable, str(script)], dict(os.environ), None) == 0
+    assert cli.call_quieting_noise([sys.executable, str(script)], dict(os.environ), None) == 0
     assert capsys.readouterr().err.splitlines() == [cli.PIN_MEMORY_NOTE, "a real warning"]
 
 
 def test_workbook_run_explains_torchs_cpu_warnings_and_leaves_a_gpu_run_as_it_was(monkeypatch):
-    from checker import cli
+    from checker.cli import run, shared
 
     calls = []
-    monkeypatch.setattr(cli, "_call_quieting_noise", lambda argv, env, cwd: calls.append(("explained", argv)) or 0)
-    monkeypatch.setattr(cli.subprocess, "call", lambda argv, env: calls.append(("as is", argv)) or 0)
-    monkeypatch.setattr(cli, "_has_cuda", lambda: False)
+    monkeypatch.setattr(run, "call_quieting_noise", lambda argv, env, cwd: calls.append(("explained", argv)) or 0)
+    monkeypatch.setattr(run.subprocess, "call", lambda argv, env: calls.append(("as is", argv)) or 0)
+    monkeypatch.setattr(shared, "has_cuda", lambda: False)
     for device in ("cpu", None, "cuda"):
-        assert cli.cmd_run(argparse.Namespace(chapter="03", variant="lab", steps=200, device=device)) == 0
-    monkeypatch.setattr(cli, "_has_cuda", lambda: True)
-    assert cli.cmd_run(argparse.Namespace(chapter="03", variant="lab", steps=200, device=None)) == 0
+        assert run.cmd_run(argparse.Namespace(chapter="03", variant="lab", steps=200, device=device)) == 0
+    monkeypatch.setattr(shared, "has_cuda", lambda: True)
+    assert run.cmd_run(argparse.Namespace(chapter="03", variant="lab", steps=200, device=None)) == 0
     assert [how for how, _ in calls] == ["explained", "explained", "as is", "as is"]
     assert calls[0][1][-4:] == ["--steps", "200", "--device", "cpu"]
 
@@ -331,7 +331,7 @@ def test_a_hint_agrees_with_the_other_checks_evidence():
     """Chapter 01 on a GPU, the unmodified lab: throughput and host_syncs both fail. throughput's hint says "the
     syncs are gone", so it is not given beside a failed host_syncs; `workbook hint` starts with host_syncs."""
     from checker.checks import FAILED, PASSED, result
-    from checker.grader.evaluate import judge
+    from checker.checks.judge import judge
     from checker.grader.plan import Plan
 
     chapter = get_chapter("01")
@@ -347,7 +347,7 @@ def test_a_hint_agrees_with_the_other_checks_evidence():
     try:
         for name in outcomes:
             checks.KINDS[name] = dataclasses.replace(original[name], function=stand_in(name))
-        results = {r.name: r for r in judge(chapter, Plan(selected=tuple(outcomes)), evidence, None, "cuda")}
+        results = {r.name: r for r in judge(chapter, Plan(selected=tuple(outcomes)).skipped, evidence, None, "cuda")}
     finally:
         checks.KINDS.update(original)
     assert "syncs are gone" not in results["throughput"].hint and "host_syncs" in results["throughput"].hint

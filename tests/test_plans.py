@@ -1,4 +1,4 @@
-"""The device plans (scripts/plans/*.env): every item names what exists, so that no GPU minute goes to a typo."""
+"""The device plans (evidence/plans/*.env): every item names what exists, so that no GPU minute goes to a typo."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from checker.base.chapters import get_chapter
 
 ROOT = Path(__file__).resolve().parent.parent
-PLANS = sorted((ROOT / "scripts" / "plans").glob("*.env"))
+PLANS = sorted((ROOT / "evidence" / "plans").glob("*.env"))
 TOOLS = {"torch", "nsys", "torch+ncu", "nsys+ncu"}
 
 

@@ -71,6 +71,12 @@ class CheckKind:
     ncu_target: Callable | None = None  # (trace, spec, cfg) -> checker.checks.evidence.NcuTarget, for NCU
     thresholded: bool = True  # it judges against chapter.toml's threshold for the device (none there: skipped)
     settled: Callable | None = None  # (speed, spec, device) -> bool: for TIMED, no more timed pairs can change it
+    # (judged pair, spec or None, device, what the baseline is called) -> (problems, weight distance): the check that
+    # judges a pair's work lends the grader this, to check a reference solution against the slow script
+    pair_judge: Callable | None = None
+    # a chapter with this check teaches data loading: a CPU trace's time waiting for a batch is the lesson, not
+    # work hidden from the trace
+    data_wait_is_work: bool = False
 
     @property
     def claim(self) -> str:
@@ -90,7 +96,7 @@ FAILURE_MEASURE: dict[str, Callable[[dict[str, Any], Any], "str | None"]] = {}
 
 def check(name: str, *, needs: tuple[str, ...], after: tuple[str, ...] = (), key: str | None = None,
           fmt: str = "{:g}", ncu_target: Callable | None = None, thresholded: bool = True,
-          settled: Callable | None = None,
+          settled: Callable | None = None, pair_judge: Callable | None = None, data_wait_is_work: bool = False,
           failure: Callable[[dict[str, Any], Any], "str | None"] | None = None) -> Callable[[CheckFunction], CheckKind]:
     """Register a check kind under the name chapter.toml uses in [[checks]] name = ...
 
@@ -102,7 +108,8 @@ def check(name: str, *, needs: tuple[str, ...], after: tuple[str, ...] = (), key
         raise ValueError(f"check {name}: unknown needs {sorted(unknown)}; known: {', '.join(NEEDS)}")
 
     def register(function: CheckFunction) -> CheckKind:
-        kind = CheckKind(name, function, frozenset(needs), tuple(after), key, fmt, ncu_target, thresholded, settled)
+        kind = CheckKind(name, function, frozenset(needs), tuple(after), key, fmt, ncu_target, thresholded, settled,
+                         pair_judge, data_wait_is_work)
         KINDS[name] = kind
         if key is not None:
             KEY_MEASURE[name] = (key, fmt)
@@ -111,6 +118,14 @@ def check(name: str, *, needs: tuple[str, ...], after: tuple[str, ...] = (), key
         return kind
 
     return register
+
+
+def pair_judge() -> CheckKind:
+    """The check kind that judges whether a pair of runs did the same work (it declares ``pair_judge``)."""
+    found = [kind for kind in KINDS.values() if kind.pair_judge is not None]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} check kinds declare pair_judge; the grader needs exactly one")
+    return found[0]
 
 
 def result(spec: "CheckSpec", status: str, **fields: Any) -> CheckResult:

@@ -17,7 +17,7 @@ from checker.base.stats import describe_step_times, step_time_stats
 from checker.checks import FAILED, PASSED, TRACE, check, result
 
 
-@check("data_wait", needs=(TRACE,), key="data_wait_fraction", fmt="{:.0%} of the step")
+@check("data_wait", needs=(TRACE,), key="data_wait_fraction", fmt="{:.0%} of the step", data_wait_is_work=True)
 def data_wait(evidence, spec):
     """the step waits for its next batch at most the threshold's share of its time"""
     threshold = float(spec.threshold_for(evidence.device))

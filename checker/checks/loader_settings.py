@@ -54,7 +54,7 @@ def workers_unseen(run, required: dict[str, Any], epoch_batches: int | None) -> 
     return problems
 
 
-@check("loader_settings", needs=(RUN,), key="settings_unmet", fmt="{:g} unmet")
+@check("loader_settings", needs=(RUN,), key="settings_unmet", fmt="{:g} unmet", data_wait_is_work=True)
 def loader_settings(evidence, spec):
     """the DataLoader given to session.steps() is configured as the chapter requires"""
     required = dict(spec.threshold_for(evidence.device))

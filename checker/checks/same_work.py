@@ -32,7 +32,7 @@ from checker.checks import FAILED, PASSED, VERDICTS, check, result
 # imports, set-up, the warm-up steps) until the window opens. Those seconds may exceed the baseline's by this
 # factor plus these seconds, by device, unless chapter.toml says otherwise (untimed_factor, untimed_allowance_s):
 # torch.compile and worker processes start there, honestly; a dataset decoded or a model trained there does not
-# belong there. Calibrated on the honest solutions' runs (docs/results/check-phases-*.md, `before_window_s`).
+# belong there. Set from the honest solutions' `before_window_s` (evidence/ keeps the runs).
 BEFORE_WINDOW = ("build", "setup", "warm-up")
 DEFAULT_UNTIMED = {"cpu": (2.0, 20.0), "cuda": (2.0, 20.0)}
 
@@ -143,8 +143,13 @@ def failure_measure(measured: dict, threshold) -> str | None:
             "samples": "samples in the window differ"}.get(failed_on)
 
 
+def judge_pair(judged: dict, spec, device: str, reference: str) -> tuple[list[str], float]:
+    """What differs in one judged pair under the chapter's tolerances for ``device``, and the weight distance."""
+    return pair_problems(judged, tolerances(spec, device), reference)
+
+
 @check("same_work", needs=(VERDICTS,), key="relative_difference", fmt="{:.1%} loss diff", thresholded=False,
-       failure=failure_measure)
+       failure=failure_measure, pair_judge=judge_pair)
 def same_work(evidence, spec):
     """trains the same model on the same samples and ends at the baseline's loss"""
     limits = tolerances(spec, evidence.device)

@@ -12,8 +12,7 @@ and closed the window).
   p(n+1)-1, others round), and every common one lands between the two neighbouring order statistics
   ``sorted[floor(p(n-1))]`` and ``sorted[ceil(p(n+1)-1)]``: a report anywhere in that band is right. Where
   the two differ a lot (a few slow steps among the long ones on a busy machine), one fixed method would fail
-  a correct benchmark, as one did on the 2-core CI machine (p90 75.6 ms reported, numpy's 51.4 ms:
-  docs/results/history/2026-11-23-ci-session5-failure.txt);
+  a correct benchmark on a busy machine, where a few slow steps sit among the long ones.
   On a GPU the truth per step is the device's own time, from the trace the grader holds (``device_step_ms``:
   from the first GPU work of a step to the first of the next), not the host's stamps: a benchmark that waits for
   the device only every few steps times the queueing of the others, and the host stamps, taken at the same

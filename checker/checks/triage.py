@@ -179,7 +179,7 @@ def within(name: str, claimed, measured, tolerance: dict, hide: bool = False) ->
     return None
 
 
-@check("triage", needs=(JOBS,), key="jobs_right", fmt="{}")
+@check("triage", needs=(JOBS,), key="jobs_right", fmt="{}", data_wait_is_work=True)
 def triage(evidence, spec):
     """names each job's wall as the grader's measurements decide it, quoting them within tolerance"""
     device = evidence.device

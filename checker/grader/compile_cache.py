@@ -34,18 +34,15 @@ MAX_BYTES = 1 << 30
 KEEP = 16  # caches kept under the state folder, newest first
 # Where runs see a cache: one folder for every check on the machine, whatever TMPDIR each check has. Under a
 # per-check TMPDIR (each lane of scripts/gpu_lanes.sh, a Slurm job's) two checks of one script shared the store but
-# not the place: one lane's cached kernels named the other lane's folder, and a run on an H100 failed there with
-# "Permission denied" (docs/results/history/2026-11-27-h100x2-session38-call6-lane0-call29-checks.jsonl), while
-# each held its own lock, so both wrote the store at once.
+# not the place: one lane's cached kernels named the other lane's folder, where a run of the other user fails with
+# "Permission denied", while each held its own lock, so both wrote the store at once.
 PLACE_ROOT = Path("/tmp")
 
 
 def enabled() -> bool:
     """On unless WORKBOOK_COMPILE_CACHE=0, also where runs are dropped to an unprivileged user: the cache sits at one
-    path per script for every run (``checkout``), which ended the H200's "Permission denied" on an autotuning file
-    (docs/results/history/2026-11-25-h200-call6-checks.jsonl), and a second check of chapter 07's solution on an
-    H100 spent 24 s to 26 s in warm-up over its runs, where the first of a call spent 43 s to 48 s
-    (docs/results/check-phases-h100-session31.md)."""
+    path per script for every run (``checkout``), so an autotuning file written by one run's user is not refused to
+    the next, and a second check of the same script warms up from the first one's compiled kernels."""
     return os.environ.get("WORKBOOK_COMPILE_CACHE") != "0"
 
 

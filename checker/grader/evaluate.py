@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import shutil
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +16,17 @@ from checker.base.chapters import Chapter
 from checker.base.errors import WorkbookError
 from checker.base.paths import display_path
 from checker.base.tools import require_tool
-from checker.checks import FAILED, SKIPPED, CheckResult
+from checker.checks.judge import judge
 from checker.checks.evidence import Diagnosis, Evidence, JobRun, Speed, TraceMismatch, pairs_of
-from checker.checks.same_work import pair_problems, tolerances
 from checker.grader import assignment as assignments
 from checker.grader import compile_cache, forkserver, ranks, sandbox
 from checker.grader.baseline import BaselineBank
 from checker.grader.collect import ask_referee, trace_problem
 from checker.grader.ncu import profile_kernel
-from checker.grader.plan import Plan, make_plan
-from checker.grader.runs import IncompleteWork, RunResult, describe_phases, run_script
+from checker.grader.plan import make_plan
+from checker.grader.report import Report
+from checker.grader.precheck import check_candidate
+from checker.grader.runs import IncompleteWork, RunResult, describe_phases, new_secret, run_script
 from checker.grader.scan import refuse_probes
 from checker.grader.shown_work import read_shown
 
@@ -109,36 +108,6 @@ def answer_path(folder: Path, name: str, device: str) -> Path:
     return own if own.is_file() else plain
 
 
-@dataclass
-class Report:
-    chapter: str
-    variant: str
-    candidate: str
-    device: str
-    trace_tool: str
-    checks: list[CheckResult]
-    wall_s: float
-    runs: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)  # what the grader saw besides the checks (processes left running)
-    timings: list[dict[str, Any]] = field(default_factory=list)  # where the check's seconds went, on the grader's clock
-
-    @property
-    def passed(self) -> bool:
-        return all(c.status != FAILED for c in self.checks)
-
-    @property
-    def exit_code(self) -> int:
-        """What `workbook check` exits with: 0 when every check passed (skips allowed), 1 when one failed."""
-        return 0 if self.passed else 1
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "chapter": self.chapter, "variant": self.variant, "candidate": self.candidate, "device": self.device,
-            "trace_tool": self.trace_tool, "passed": self.passed, "wall_s": round(self.wall_s, 1),
-            "checks": [c.to_json() for c in self.checks], "notes": self.notes, "timings": self.timings,
-        }
-
-
 class Evaluation:
     """One candidate graded in four steps: the plan (which runs the checks need, checker.grader.plan), the runs
     (each in a private, isolated process, checker.grader.runs), the evidence (traces believed only when they match
@@ -177,9 +146,8 @@ class Evaluation:
         self.only = only
         self.plan = make_plan(chapter, device, only, with_ncu, trace_tool)
         self.workdir = sandbox.check_folder()
-        forkserver.prestart()  # its imports overlap what comes before the first run
         # a chapter about loading data: a CPU trace's time spent waiting for a batch is the lesson, not hidden work
-        self.loads_data = any(c.name in ("data_wait", "loader_settings", "triage") for c in chapter.checks)
+        self.loads_data = any(checks.KINDS[c.name].data_wait_is_work for c in chapter.checks)
         # a chapter that grades a diagnosis (chapter 08): the learner's jobs, drawn here from the grader's secret
         self.pair_args: list[str] = []
         self.pair_cfg: dict[str, Any] = {}
@@ -300,7 +268,7 @@ class Evaluation:
                              "wall_s": round(time.perf_counter() - began, 2), **extra})
 
     # ---- runs ---------------------------------------------------------------------------------------------
-    def _run(self, script: Path, what: str, secret: tuple[int, int], **kwargs) -> RunResult:
+    def run(self, script: Path, what: str, secret: tuple[int, int], **kwargs) -> RunResult:
         shown = display_path(script)
         self.say(f"{what}: {shown}")
         seed, key = secret
@@ -328,10 +296,6 @@ class Evaluation:
                               "killed them")
         return run
 
-    @staticmethod
-    def _secret() -> tuple[int, int]:
-        return secrets.randbelow(2**31 - 1) + 1, secrets.randbelow(2**31 - 1) + 1
-
     def make_runs(self) -> None:
         """Every run the plan asks for, before the first check, so that the referee judges them all."""
         if self.plan.timed:
@@ -346,8 +310,8 @@ class Evaluation:
         code the grader drew (never the learner's copy of the job), traced over the same steps as a traced run."""
         self.job_runs: dict[str, RunResult] = {}
         for job, code in self.assignment.codes.items():
-            self.job_runs[job] = self._run(self.chapter.slow_script, f"job {job}, traced ({self.trace_tool})",
-                                           self._secret(), steps=traced_steps(self.cfg), trace=self.trace_tool,
+            self.job_runs[job] = self.run(self.chapter.slow_script, f"job {job}, traced ({self.trace_tool})",
+                                           new_secret(), steps=traced_steps(self.cfg), trace=self.trace_tool,
                                            extra_args=["--set", f"job={code}"])
 
     def _timed_runs(self, trials: int) -> None:
@@ -359,19 +323,19 @@ class Evaluation:
             self._measure_bank(trials)
         for trial in range(trials):
             what = f"timed run, trial {trial + 1} (of up to {trials})"
-            secret = self._secret()
+            secret = new_secret()
             # the first pair is the traced pair where the plan says so: traced after its windows
             tail = {"trace": "torch", "trace_tail": self.plan.tail} if self.plan.tail and trial == 0 else {}
             base_tail = tail if self.plan.trace_baseline else {}
             if self.plan.window:  # every timed run traced over its window, both sides: one clock for both
                 tail = base_tail = {"trace": "torch"}
             if trial % 2 == 0:
-                b = self._run(baseline, what + (", then traced" if base_tail else ""), secret, **base_tail)
-                c = self._run(self.candidate, what + (", then traced" if tail else ""), secret, **tail)
+                b = self.run(baseline, what + (", then traced" if base_tail else ""), secret, **base_tail)
+                c = self.run(self.candidate, what + (", then traced" if tail else ""), secret, **tail)
             else:
                 every = {"trace": "torch"} if self.plan.window else {}
-                c = self._run(self.candidate, what + (", traced" if every else ""), secret, **every)
-                b = self._run(baseline, what + (", traced" if every else ""), secret, **every)
+                c = self.run(self.candidate, what + (", traced" if every else ""), secret, **every)
+                b = self.run(baseline, what + (", traced" if every else ""), secret, **every)
             self.timed_pairs.append((b, c))
             if tail and self.traced is None:
                 self.traced = self.timed_pairs[-1]  # the same pair: its weights are judged once
@@ -391,11 +355,11 @@ class Evaluation:
         trace_baseline = self.plan.trace_baseline  # then the reference is the slow script (_reference_script)
         if self.uses_bank and not self.timed_pairs:
             self._ensure_reference_checked()
-        secret = self._secret()
+        secret = new_secret()
         tool = f"traced run ({self.trace_tool})"
-        b = self._run(self.reference_script, tool if trace_baseline else f"{self.reference_label} run", secret,
+        b = self.run(self.reference_script, tool if trace_baseline else f"{self.reference_label} run", secret,
                       steps=steps, trace=self.trace_tool if trace_baseline else None)
-        c = self._run(self.candidate, tool, secret, steps=steps, trace=self.trace_tool)
+        c = self.run(self.candidate, tool, secret, steps=steps, trace=self.trace_tool)
         self.traced = (b, c)
 
     def _measure_bank(self, trials: int) -> None:
@@ -403,8 +367,8 @@ class Evaluation:
         one every few students. The first is also the one the reference solution is checked against."""
         due = self.bank.due(trials)
         for number in range(due):
-            run = self._run(self.chapter.slow_script, f"the slow script's speed on this worker, run {number + 1} "
-                            f"of {due}", self._secret(), **({"trace": "torch"} if self.plan.window else {}))
+            run = self.run(self.chapter.slow_script, f"the slow script's speed on this worker, run {number + 1} "
+                           f"of {due}", new_secret(), **({"trace": "torch"} if self.plan.window else {}))
             self.bank.add(run.window_s, run.samples)
             self.bank.runs += 1
             if self.bank.reference is None:
@@ -413,8 +377,8 @@ class Evaluation:
 
     def _ensure_reference_checked(self) -> None:
         if self.bank.reference is None:
-            run = self._run(self.chapter.slow_script, "the slow script, to check the reference solution against",
-                            self._secret(), steps=traced_steps(self.cfg))
+            run = self.run(self.chapter.slow_script, "the slow script, to check the reference solution against",
+                            new_secret(), steps=traced_steps(self.cfg))
             self.bank.runs += 1
             self._check_reference(run)
         if not self.bank.reference.get("agrees"):
@@ -431,11 +395,12 @@ class Evaluation:
 
     def _check_reference(self, slow: RunResult) -> None:
         """Train the reference solution under the slow run's secret; the referee must find the same work."""
-        reference = self._run(self.reference_script, "the reference solution, under the same secret",
+        reference = self.run(self.reference_script, "the reference solution, under the same secret",
                               (slow.seed, slow.window_key), steps=slow.steps or None)
         judged = ask_referee(self.chapter, self.device, [(slow, reference)], self.workdir, cfg=self.pair_cfg)[0]
-        spec = next((c for c in self.chapter.checks if c.name == "same_work"), None)
-        problems, distance = pair_problems(judged, tolerances(spec, self.device), "slow script")
+        kind = checks.pair_judge()  # the check that judges work, as it declares (no check is named here)
+        spec = next((c for c in self.chapter.checks if c.name == kind.name), None)
+        problems, distance = kind.pair_judge(judged, spec, self.device, "slow script")
         self.bank.reference = {"agrees": not problems, "distance": round(distance, 4), "problems": problems,
                                "why": (f"the reference solution {display_path(self.reference_script)} does not do the "
                                        f"slow script's work ({'; '.join(problems)}): no student can be judged "
@@ -542,7 +507,7 @@ class Evaluation:
                 incomplete = err
             if incomplete is None:
                 evidence = self.collect()
-            results = judge(self.chapter, self.plan, evidence, incomplete, self.device)
+            results = judge(self.chapter, self.plan.skipped, evidence, incomplete, self.device)
         finally:
             sys.dont_write_bytecode = wrote_bytecode
         began = time.perf_counter()
@@ -588,47 +553,19 @@ def speed_of(pairs, bank: BaselineBank | None) -> Speed:
     return Speed(tuple(b / c for b, c in zip(baseline, candidate)), baseline, candidate, pairs[0][0].samples)
 
 
-def judge(chapter: Chapter, plan: Plan, evidence: Evidence | None, incomplete: IncompleteWork | None,
-          device: str) -> list[CheckResult]:
-    """Each of the chapter's checks, in order, on the evidence: skipped as planned, skipped when a check it comes
-    after did not pass, failed with its hint."""
-    results: list[CheckResult] = []
-    status: dict[str, str] = {}
-    for spec in chapter.checks:
-        kind = checks.KINDS[spec.name]
-        threshold = spec.threshold_for(device)
-        skip = plan.skipped.get(spec.name)
-        unmet = [name for name in kind.after if status.get(name) == FAILED]
-        if skip is None and unmet:
-            skip = (f"{', '.join(unmet)} failed, so this is not measured: "
-                    + "; ".join(chapter.check(name).doc for name in unmet))
-        if skip is None and incomplete is not None and FAILED in status.values():
-            skip = "the candidate did not run every step, so nothing else can be measured"
-        if skip is not None:
-            outcome = checks.result(spec, SKIPPED, reason=skip, threshold=threshold)
-        elif incomplete is not None:
-            outcome = checks.result(spec, FAILED, evidence=[str(incomplete)])
-        else:
-            try:
-                outcome = kind(evidence, spec)
-            except TraceMismatch as err:
-                outcome = checks.result(spec, FAILED, evidence=[str(err)], threshold=threshold)
-        status[spec.name] = outcome.status
-        results.append(outcome)
-    failed = {r.name for r in results if r.status == FAILED}
-    for outcome in results:
-        if outcome.status == FAILED:  # a hint agrees with the other checks' evidence (chapter.toml's when_passed)
-            outcome.hint = chapter.hint_for(outcome.name, outcome.evidence, failed - {outcome.name})
-    return results
-
-
 def evaluate(chapter: Chapter, *, variant: str = "lab", submission: Path | None = None, device: str | None = None,
              trace_tool: str = "torch", with_ncu: bool = False, keep: bool = False,
              keep_traces: Path | None = None, only: set[str] | None = None, progress=None,
              bank: BaselineBank | None = None, learner: str | None = None) -> Report:
-    """Grade one script. ``bank``: the slow script's speed shared by a grading worker's students (see
-    checker.grader.baseline); without it, every candidate run is paired with a slow-script run."""
+    """The one way from a submission to a verdict: `workbook check`, the pytest plugin and class grading all call
+    this. It finds the script (a variant of the chapter, or the lab file in a ``submission`` folder), refuses one
+    that does not compile or starts another chapter's workload before anything runs (checker.grader.precheck),
+    starts the fork server, and grades it. ``bank``: the slow script's speed shared by a grading worker's students
+    (see checker.grader.baseline); without it, every candidate run is paired with a slow-script run.
+    ``learner``: class grading's learner id (the submission folder's name), whose jobs chapter 08 draws."""
     candidate = resolve_candidate(chapter, variant, submission)
+    check_candidate(candidate, chapter.id)  # refused in about a second, before any process starts
+    forkserver.prestart()  # its imports of torch overlap the plan and what comes before the first run
     ev = Evaluation(chapter, candidate, device or default_device(), trace_tool, with_ncu, keep_traces, progress,
                     only=only, bank=bank, learner=learner)
     if submission is not None:

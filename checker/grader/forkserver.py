@@ -2,7 +2,7 @@
 
 Every run of a check is a fresh process, and each one used to spend its first seconds importing torch (and,
 when it made its optimizer, torch._dynamo): on an H100, 4 to 5 s of start-up and 2 to 3 s of set-up per run,
-four or more runs per check (docs/results/check-phases-*.md). A fork server imports them once per grading
+four or more runs per check. A fork server imports them once per grading
 process and forks each run from there, the way a DataLoader forks its workers after torch is imported.
 
 What stays as it was for a run started with ``subprocess``:
@@ -51,10 +51,9 @@ from checker.grader import sandbox
 PRELOAD = ("torch", "torch._dynamo", "torchvision", "checker.candidate.launch", "checker.lab", "checker.grader.referee")
 # Not torch._inductor (what torch.compile imports on its first call), tried twice: imported first, it fixed a path
 # under the server's TMPDIR and user (codecache's precompiled headers: a run dropped to another user could not
-# compile) and saved a CPU check nothing (docs/results/check-phases-cpu-forkserver-optional.md); imported once the
-# server was idle, with that path made again in each run, it started CUDA on an H100 (torch._inductor.compile_fx
-# initializes the driver), so the server refused and every run of the check started afresh: chapter 07's check took
-# 78-84 s against 54-55 s (docs/results/history/2026-11-26-h100-session33-call5-compiler-preload-ab.jsonl).
+# compile) and saved a CPU check nothing; imported once the server was idle, with that path made again in each run,
+# it starts CUDA (torch._inductor.compile_fx initializes the driver), so the server refuses and every run of the
+# check starts afresh, slower than without it.
 LAUNCH = "checker.candidate.launch"  # what a run runs; the referee (checker.grader.referee) is forked here too
 _MAX_MESSAGE = 1 << 20
 READY_TIMEOUT_S = 300.0  # the server's imports (seconds; minutes on a cold disk): past this, runs start afresh

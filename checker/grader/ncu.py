@@ -17,7 +17,7 @@ from pathlib import Path
 from checker.base.paths import repo_root
 from checker.base.tools import find_tool, missing_tool
 from checker.checks.evidence import NcuOutcome, NcuTarget
-from checker.grader.runs import ScriptError
+from checker.grader.runs import ScriptError, new_secret
 
 
 def measure_copy_bandwidth(size_bytes: int = 1 << 30, repeats: int = 20) -> float:
@@ -84,7 +84,7 @@ def profile_kernel(evaluation, target: NcuTarget) -> NcuOutcome:
     command = shown(["ncu", *options, "python", evaluation.candidate.name])
     evaluation.say(f"Nsight Compute on {target.shown} in step {target.step} (ncu replays it: a minute or two)")
     try:
-        run = evaluation._run(evaluation.candidate, "Nsight Compute run", evaluation._secret(),
+        run = evaluation.run(evaluation.candidate, "Nsight Compute run", new_secret(),
                               steps=target.step + 2, profiler=("ncu", ncu, options))
     except ScriptError as err:
         problem = ncu_problem(str(err))

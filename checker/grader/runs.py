@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import select
 import subprocess
 import time
@@ -263,11 +264,15 @@ def nsys_profile(nsys: str, report: Path) -> list[str]:
     ``--cuda-graph-trace=node``: a CUDA graph's replays are traced kernel by kernel, so the checks that count
     kernels (elementwise_kernels, launches_per_step's kernels in all) see what a graph ran, not one bar per replay
     (nsys's default, which checker.trace.nsys reads as GPU time only), as torch.profiler's traces do: a submission
-    cannot hide its kernels in a graph (tests/redteam/gpu/graph_hide_05 fails under it on an H100 and an H200,
-    docs/results/history/README.md, session 40).
+    cannot hide its kernels in a graph (tests/redteam/gpu/graph_hide_05 is the cheat that tries).
     """
     return [nsys, "profile", "-t", "cuda,nvtx,osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
             "--cuda-graph-trace=node", "--force-overwrite=true", "-o", str(report)]
+
+
+def new_secret() -> tuple[int, int]:
+    """A fresh secret for one run, or one pair of runs: its seed and its window key (checker.base.workloads)."""
+    return secrets.randbelow(2**31 - 1) + 1, secrets.randbelow(2**31 - 1) + 1
 
 
 def run_script(
@@ -322,8 +327,8 @@ def run_script(
     if trace == "nsys":
         nsys = require_tool("nsys", "--trace-tool nsys")
         # nsys runs as the run's own user: started by the grader around the run, it writes its report after the
-        # run's process has ended. (Run as the grader's user with the run dropped beneath it, nsys wrote no report
-        # on an H100 or an H200: docs/results/history/2026-11-25-h100-call4-checks.jsonl.)
+        # run's process has ended. (Run as the grader's user with the run dropped beneath it, nsys writes no
+        # report.)
         report = folder.path / "trace"
         command = [*nsys_profile(nsys, report), *command]
         trace_file = report.with_suffix(".nsys-rep")

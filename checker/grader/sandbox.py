@@ -282,8 +282,8 @@ def environment(folder: RunFolder) -> dict[str, str]:
                WORKBOOK_ROOT=str(repo_root()), PYTHONDONTWRITEBYTECODE="1",
                # torch.compile's caches in the run's own folder (a kept compile cache, where there is one, replaces
                # them): a run forked from the fork server would otherwise reach for the server's HOME, which the
-               # run's user cannot write (an H100: "Permission denied: '/tmp/wb-forkserver-.../.triton'" in the
-               # ladder's first compiled rung, docs/results/history/2026-11-25-h100-session31-call4-ladder.txt)
+               # run's user cannot write ("Permission denied: '/tmp/wb-forkserver-.../.triton'" at the first
+               # compiled kernel)
                TORCHINDUCTOR_CACHE_DIR=str(home / ".cache" / "torchinductor"),
                TRITON_CACHE_DIR=str(home / ".cache" / "triton"))
     return env

@@ -87,7 +87,14 @@ CPUS_ENV = "WORKBOOK_CPUS"  # the CPUs a GPU worker's grading (and every run it 
 
 
 def plan_slots(chapter, device: str, gpus: str | None, workers: int | None, gpu_names: list[str]) -> list[Slot]:
-    """One slot per GPU on CUDA (``--gpus``, default all visible); on the CPU, ``--workers`` slots (default 1)."""
+    """One slot per GPU on CUDA (``--gpus``, default all visible); on the CPU, ``--workers`` slots (default 1).
+
+    A data-parallel chapter's job runs ``world_size`` ranks (chapter.toml): on CUDA a slot is then that many GPUs,
+    taken in order from ``--gpus`` (each student's job gets them all, one student after another); on the CPU each
+    worker's job runs that many processes, so the workers' ranks together may not outnumber the CPUs."""
+    from checker.grader.ranks import world_size
+
+    world = world_size(chapter.config(device))
     if device == "cpu":
         if gpus is not None:
             raise WorkbookError("--gpus picks GPUs, and this grading runs on the CPU (no CUDA GPU, or --device cpu); "
@@ -99,6 +106,10 @@ def plan_slots(chapter, device: str, gpus: str | None, workers: int | None, gpu_
         if count > 1 and timed:
             raise WorkbookError(f"--workers {count}: {chapter.id} times its CPU checks ({', '.join(timed)}), and "
                                 f"submissions graded side by side on one CPU would slow each other; use --workers 1")
+        cpus = len(os.sched_getaffinity(0))
+        if world > 1 and count * world > cpus:
+            raise WorkbookError(f"--workers {count}: each job of {chapter.id} runs {world} ranks, one process each, "
+                                f"and this machine gives the grader {cpus} CPU(s); use --workers {max(cpus // world, 1)}")
         return [Slot(label="cpu" if count == 1 else f"cpu worker {i}") for i in range(count)]
     if workers is not None:
         raise WorkbookError("--workers is for CPU grading; on CUDA, --gpus 0,1,... runs one worker per GPU")
@@ -115,11 +126,19 @@ def plan_slots(chapter, device: str, gpus: str | None, workers: int | None, gpu_
                                 f"0 to {len(gpu_names) - 1}; name each once")
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = [part.strip() for part in visible.split(",")] if visible else None
-    shares = cpu_shares(sorted(os.sched_getaffinity(0)), len(indices))
-    return [Slot(label=f"gpu {i} ({gpu_names[i]})",
-                 env={"CUDA_VISIBLE_DEVICES": ids[i] if ids else str(i),
-                      **({CPUS_ENV: ",".join(map(str, shares[n]))} if shares else {})})
-            for n, i in enumerate(indices)]
+    if len(indices) < world:
+        raise WorkbookError(f"{chapter.id} runs each job on {world} GPUs, and {len(indices)} "
+                            f"{'is' if len(indices) == 1 else 'are'} given: name {world} or more with --gpus, or grade "
+                            "on the CPU (--device cpu)")
+    groups = [indices[n:n + world] for n in range(0, len(indices) - world + 1, world)]  # a leftover GPU stays idle
+    shares = cpu_shares(sorted(os.sched_getaffinity(0)), len(groups))
+    slots = []
+    for n, group in enumerate(groups):
+        label = (f"gpu {group[0]} ({gpu_names[group[0]]})" if world == 1 else
+                 f"gpus {','.join(map(str, group))} ({', '.join(gpu_names[i] for i in group)})")
+        slots.append(Slot(label=label, env={"CUDA_VISIBLE_DEVICES": ",".join(ids[i] if ids else str(i) for i in group),
+                                            **({CPUS_ENV: ",".join(map(str, shares[n]))} if shares else {})}))
+    return slots
 
 
 def cpu_shares(cpus: list[int], workers: int) -> list[list[int]] | None:

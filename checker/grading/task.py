@@ -35,8 +35,8 @@ def grade(request: dict) -> dict:
     from checker.base.chapters import get_chapter
     from checker.base.errors import WorkbookError
     from checker.grader.baseline import BaselineBank
-    from checker.grader.evaluate import evaluate, resolve_candidate
-    from checker.grader.precheck import ScriptSyntaxError, check_candidate
+    from checker.grader.evaluate import evaluate
+    from checker.grader.precheck import ScriptSyntaxError
     from checker.grading.gradebook import cell
     from checker.learner.feedback import format_report
 
@@ -44,9 +44,8 @@ def grade(request: dict) -> dict:
     # the slow script's speed this worker measured for the students before (None: pair every run with it)
     bank = BaselineBank.from_json(request["bank"]) if request.get("bank") is not None else None
     try:
-        # a submission that does not compile is said in one line (file:line:col: SyntaxError: what), before any run
-        # and chapter 01's train.py handed in as chapter 00's is said, not run
-        check_candidate(resolve_candidate(chapter, submission=Path(request["submission"])), chapter.id)
+        # the one entry: a submission that does not compile is said in one line (file:line:col: SyntaxError: what),
+        # before any run, and chapter 01's train.py handed in as chapter 00's is said, not run
         report = evaluate(chapter, submission=Path(request["submission"]), device=request["device"],
                           trace_tool=request["trace_tool"], bank=bank,
                           learner=request.get("learner") or Path(request["submission"]).name)

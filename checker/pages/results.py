@@ -64,6 +64,7 @@ def build_results(env: dict[str, Any], rows: list[dict[str, Any]], chapter_id: s
         "chapter": chapter_id,
         "gpu": env.get("gpu"), "driver": env.get("driver"), "torch": env.get("torch"), "cuda": env.get("cuda"),
         "cpu_count": env.get("cpu_count"), "nsys": env.get("nsys"), "date": env.get("date"),
+        **({"made_by": env["made_by"]} if env.get("made_by") else {}),  # another script than gpu_verify.sh
         "runs": runs,
         "headline": headline(runs),
     }
@@ -302,7 +303,7 @@ def _render_kind(results: dict[str, Any]) -> str:
         f"Measured on **{results['gpu']}** (driver {results['driver']}, torch {results['torch']}, CUDA "
         f"{results['cuda']}, {results['cpu_count']} CPU cores) on "
         f"{_days(results.get('dates')) or results['date'][:10]}, "
-        "by `scripts/gpu_verify.sh`; "
+        f"by `{results.get('made_by', 'scripts/gpu_verify.sh')}`; "
         "medians over the runs.",
         "",
     ]
@@ -333,18 +334,19 @@ def _render_kind(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_sweep(spec: dict[str, Any], results_dir: Path) -> str:
+def render_sweep(spec: dict[str, Any], root: Path) -> str:
     """The table of a `scripts/sweep.py` run that a page includes.
 
-    ``spec`` (docs/results/<chapter>-sweep.json) names the raw rows (``source``, a .jsonl under results_dir),
-    their environment (``env``), the chapter and what the sweep varied (``about``).
+    ``spec`` (docs/results/<chapter>-sweep.json) names the raw rows (``source``, a .jsonl under evidence/history/,
+    relative to ``root``, the checkout), their environment (``env``), the chapter and what the sweep varied
+    (``about``).
     """
-    env = json.loads((results_dir / spec["env"]).read_text())
-    rows = [json.loads(line) for line in (results_dir / spec["source"]).read_text().splitlines() if line.strip()]
+    env = json.loads((root / spec["env"]).read_text())
+    rows = [json.loads(line) for line in (root / spec["source"]).read_text().splitlines() if line.strip()]
     rows = [r for r in rows if r.get("chapter") == spec["chapter"] and "solution_speedup" in r]
     lines = [
         f"Measured on **{env['gpu']}** (driver {env['driver']}, torch {env['torch']}) on {env['date'][:10]}, by "
-        f"`scripts/sweep.py` (one trial each: a guide, not a verdict; raw rows in `docs/results/{spec['source']}`). "
+        f"`scripts/sweep.py` (one trial each: a guide, not a verdict; raw rows in `{spec['source']}`). "
         f"{spec['about']}",
         "",
         "| setting | slow script, samples/s | solution, samples/s | speedup | solution's warm-up, s |",
@@ -388,12 +390,13 @@ def assemble(env: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, dict[
 
 
 def assemble_manifest(manifest: Path) -> dict[str, dict[str, Any]]:
-    """The results files that ``manifest`` (docs/results/history/assembly.json) says to build, from the raw
+    """The results files that ``manifest`` (evidence/history/assembly.json) says to build, from the raw
     rows beside it: how the committed docs/results/<chapter>.json files were made, repeatable by anyone.
 
     The manifest names, per GPU kind, its environment file, its rows and the rows dropped; its ``superseded`` maps a
     chapter to ``{"from": FILE, "why": ...}``: that chapter's rows count from FILE on (one of the kind's rows), those
-    of the files before it measured a workload that has changed since (kept in history, not shown as current).
+    of the files before it measured a workload that has changed since (kept in history, not shown as current);
+    ``"from": null``: no row of this kind measured the chapter's current code, so none counts.
     """
     from checker.base.chapters import get_chapter
 
@@ -402,9 +405,14 @@ def assemble_manifest(manifest: Path) -> dict[str, dict[str, Any]]:
     per_chapter: dict[str, list[dict[str, Any]]] = {}
     for kind in spec["kinds"]:
         env = json.loads((folder / kind["env"]).read_text())
+        if kind.get("made_by"):  # the script that ran these rows, where it is not scripts/gpu_verify.sh
+            env = {**env, "made_by": kind["made_by"]}
         rows = read_rows([folder / f for f in kind["rows"]], kind.get("drop", []))
         for chapter_key, since in kind.get("superseded", {}).items():
             chapter_id = get_chapter(chapter_key).id  # a typo in either name would silently keep every old row
+            if since["from"] is None:  # no run of the chapter's current code on this kind yet: none of its rows count
+                rows = [r for r in rows if r["chapter"] != chapter_id]
+                continue
             if since["from"] not in kind["rows"]:
                 raise ValueError(f"superseded {chapter_key}: {since['from']} is not one of the kind's rows")
             old = set(kind["rows"][:kind["rows"].index(since["from"])])

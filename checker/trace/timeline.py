@@ -162,3 +162,119 @@ def draw_timeline(trace, out, baseline=None, max_steps: int = MAX_STEPS) -> Path
     finally:
         plt.close(fig)
     return out
+
+
+# --- several ranks of one data-parallel job: a band per rank -----------------------------------------------------
+
+RANK_LANES = ("host ops", "all-reduce", "kernels")
+RANK_COLORS = {"ops": "#6baed6", "collective": "#1f77b4", "wait": "#d62728", "kernel": "#2ca02c"}
+
+
+def rank_lanes(traces: list, max_steps: int = MAX_STEPS) -> list[dict]:
+    """What the per-rank picture draws, rank 0 first: each rank's drawn steps (numbers every rank traced, at most
+    ``max_steps``), its recorded host ops, its all-reduces split into the wait for a later rank (the all-reduce's
+    duration beyond the same all-reduce's shortest on any rank, drawn first: the rank arrived and waited) and the
+    rest, and its GPU kernels. Times are each rank's own, in ns from its first drawn step's start: the ranks' clocks
+    need not agree, their steps' numbers do."""
+    from checker.trace.analyses.collectives import collective_runs
+
+    frames = [t.get_steps().set_index("step") for t in traces]
+    common = sorted(set.intersection(*(set(int(s) for s in f.index) for f in frames)))[:max_steps]
+    runs = [collective_runs(t.events) for t in traces]
+    lanes = []
+    for rank, (trace, steps, mine) in enumerate(zip(traces, frames, runs)):
+        drawn = steps.loc[common]
+        lo = int(drawn["start_ns"].min()) if len(drawn) else 0
+        hi = int(drawn["end_ns"].max()) if len(drawn) else 0
+        events = trace.events
+        inside = (events["start_ns"] < hi) & (events["end_ns"] > lo)
+        ops = events[inside & (events["kind"] == "cpu_op")]
+        kernels = events[inside & (events["kind"] == "kernel")]
+        lanes.append({"rank": rank, "lo": lo, "hi": hi, "steps": drawn.reset_index()[["step", "start_ns", "end_ns"]],
+                      "ops": (ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)),
+                      "kernels": (kernels["start_ns"].to_numpy(np.int64), kernels["end_ns"].to_numpy(np.int64)),
+                      "wait": ([], []), "collective": ([], [])})
+    for step in common:
+        per_rank = [r[r["step"] == step] for r in runs]
+        count = min(len(r) for r in per_rank)
+        if not count:
+            continue
+        least = np.min(np.stack([r["dur_ns"].to_numpy(np.int64)[:count] for r in per_rank]), axis=0)
+        for lane, r in zip(lanes, per_rank):
+            starts, ends = r["start_ns"].to_numpy(np.int64)[:count], r["end_ns"].to_numpy(np.int64)[:count]
+            waited = starts + (ends - starts - least)
+            lane["wait"][0].extend(starts)
+            lane["wait"][1].extend(waited)
+            lane["collective"][0].extend(waited)
+            lane["collective"][1].extend(ends)
+    for lane in lanes:
+        for key in ("wait", "collective"):
+            lane[key] = tuple(np.asarray(part, dtype=np.int64) for part in lane[key])
+    return lanes
+
+
+def draw_rank_timeline(traces: list, out, max_steps: int = MAX_STEPS, exclude_steps=()) -> Path:
+    """Write a picture of a data-parallel job to out (.png or .svg): a band per rank, rank 0 on top, each with its
+    host ops, its all-reduces (the wait for a later rank in red) and its GPU kernels, every rank on one time scale
+    from its own first drawn step; the title names the straggler, or says the late rank did no more work."""
+    from checker.trace.ranks import ranks_summary
+
+    out = Path(out)
+    if out.suffix.lower() not in (".png", ".svg"):
+        raise TraceError(f"{out}: the timeline is written as .png or .svg; name the file so")
+    if not out.parent.is_dir():
+        raise TraceError(f"{out}: the folder {out.parent} does not exist; create it first or write the timeline elsewhere")
+    if len(traces) < 2:
+        raise TraceError("a timeline of ranks needs two traces or more: the first is rank 0, --ranks names the others")
+    lanes = rank_lanes(traces, max_steps)
+    if not any(len(lane["steps"]) for lane in lanes):
+        raise TraceError("the ranks' traces share no step number: are they traces of one job?")
+    summary = ranks_summary(traces, exclude_steps)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    fig, axes = plt.subplots(len(lanes), 1, figsize=(12, 1.7 * len(lanes) + 1.0), squeeze=False, sharex=True)
+    span = max((lane["hi"] - lane["lo"]) / 1e6 for lane in lanes)
+    names = RANK_LANES if any(len(lane["kernels"][0]) for lane in lanes) else RANK_LANES[:2]  # a CPU job: no GPU
+    y = {name: len(names) - 1 - i for i, name in enumerate(names)}
+    for ax, lane, row in zip(axes[:, 0], lanes, summary["ranks"]):
+        lo, hi = lane["lo"], lane["hi"]
+        for step in lane["steps"].itertuples(index=False):
+            ax.axvline((step.start_ns - lo) / 1e6, color="#999999", lw=0.6, alpha=0.6)
+            ax.text((step.start_ns - lo) / 1e6, len(names) - 0.45, f" {step.step}", fontsize=7, va="bottom")
+        _occupancy(ax, y["host ops"], *lane["ops"], lo, hi, RANK_COLORS["ops"])
+        _bars(ax, y["all-reduce"], *lane["collective"], lo, RANK_COLORS["collective"], min_ms=span / 1500)
+        _bars(ax, y["all-reduce"], *lane["wait"], lo, RANK_COLORS["wait"], min_ms=span / 1500)
+        if "kernels" in y:
+            _occupancy(ax, y["kernels"], *lane["kernels"], lo, hi, RANK_COLORS["kernel"])
+        share = row["wait_share"]
+        title = (f"rank {lane['rank']}: {Path(traces[lane['rank']].source).name}, step {row['step_ms'] or 0:.2f} ms, "
+                 f"waiting {share or 0:.0%} of it in all-reduces, {row['work']['ops_per_step']:g} ops/step")
+        ax.set_title(title, fontsize=9, loc="left")
+        ax.set_yticks([y[name] for name in names], names)
+        ax.set_ylim(-0.7, len(names) - 0.1)
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1, 0].set_xlim(0, span * 1.01 if span > 0 else 1)
+    axes[-1, 0].set_xlabel("ms from each rank's first drawn step (each rank on its own clock)")
+    if summary["straggler"] is not None:
+        verdict = f"straggler: rank {summary['straggler']} ({'; '.join(summary['late_rank_did_more'])})"
+    elif summary["late_rank"] is not None:
+        verdict = (f"no straggler: rank {summary['waiting_rank']} waits for rank {summary['late_rank']}, which did no "
+                   "more work per step")
+    else:
+        verdict = "no all-reduce inside a step"
+    fig.suptitle(verdict, fontsize=9, x=0.01, ha="left")
+    legend = [Patch(color=RANK_COLORS[k], label=t) for k, t in (("ops", "host ops (paler: busy less)"),
+              ("collective", "all-reduce"), ("wait", "waiting for a later rank"), ("kernel", "kernels"))]
+    fig.legend(handles=legend, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.97))
+    try:
+        fig.savefig(out, dpi=120)
+    except OSError as exc:
+        raise TraceError(f"{out}: cannot write the timeline there ({exc.strerror or exc})") from None
+    finally:
+        plt.close(fig)
+    return out

@@ -393,7 +393,7 @@ CASES = [
 RUNNER = """
 import json, resource, sys, time
 t0 = time.perf_counter()
-from checker.trace.cli import main
+from checker.cli import main
 code = main(["report", "--json", *sys.argv[2:]])
 wall = time.perf_counter() - t0
 peak = int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1]) / 1024  # this process's own peak RSS

@@ -16,7 +16,7 @@ import sqlite3
 import pytest
 
 from checker.trace import load
-from checker.trace.cli import main
+from checker.cli import main
 from trace_helpers import ROOT
 
 FIXTURE = ROOT / "tests" / "data" / "traces" / "ch07" / "solution-nsys.sqlite.gz"

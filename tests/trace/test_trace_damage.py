@@ -15,7 +15,7 @@ import time
 import pytest
 
 from checker.trace import TraceError, load
-from checker.trace.cli import main
+from checker.cli import main
 from damage_cases import CASES, CPU_KINETO, REFUSED, kineto_doc, write_doc
 from trace_helpers import ROOT
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from checker.trace.cli import main
+from checker.cli import main
 from trace_helpers import ROOT, cpu_trace_path, gpu_trace_path, need
 
 CONTRACT = {"format": str, "steps": int, "host_syncs_in_steps": int, "host_syncs_per_step": float,
@@ -135,7 +135,7 @@ def test_timeline_replaces_an_earlier_picture(capsys, tmp_path):
 
 def test_module_entry_point_runs_without_a_traceback(tmp_path):
     bad = _write(tmp_path / "bad.json", b"[1, 2, 3]")
-    done = subprocess.run([sys.executable, "-m", "checker.trace.cli", "report", str(bad)], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "checker", "report", str(bad)], cwd=ROOT,
                           capture_output=True, text=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr and "not a trace" in done.stderr
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from checker.trace import load
-from checker.trace.cli import main
+from checker.cli import main
 from trace_helpers import cpu_trace_path, make_events
 
 torch = pytest.importorskip("torch")

@@ -1,5 +1,6 @@
 """Collectives of a data-parallel job, read from each rank's trace: how many all-reduce rounds an optimizer step
-makes, how much of the all-reduce time runs under backward, and how long each rank waits for the others.
+makes, which gradient buckets go out while backward still computes, how long each rank waits for the others, and
+how much work each rank did per step (to tell a rank that did more from a rank that was only late).
 
 One rank's trace shows its own collectives: on a CPU (gloo) a ``gloo:all_reduce`` range on gloo's thread, on a
 GPU (NCCL) an ``ncclDevKernel_AllReduce...`` kernel; either lasts from the moment this rank arrived until every
@@ -15,13 +16,18 @@ import re
 import numpy as np
 import pandas as pd
 
-from checker.trace.intervals import merge
+from checker.trace.intervals import merge, union_length
 
 # a collective as it runs: gloo's range on its own thread; NCCL's kernel on the GPU
 COLLECTIVE_RUN = re.compile(r"^gloo:all_?reduce|^nccl(?:Dev)?Kernel_AllReduce|^ncclKernel_AllReduce", re.IGNORECASE)
 # where the host asks for one: the c10d op DDP's reducer (or the script) calls
 COLLECTIVE_CALL = re.compile(r"^c10d::allreduce", re.IGNORECASE)
 DDP_FORWARD = "DistributedDataParallel.forward"
+# a node of the backward graph that computes gradients; AccumulateGrad only stores one (DDP's hooks run inside it:
+# the copy into a bucket and, when the bucket is full, the all-reduce call)
+BACKWARD_NODE = re.compile(r"^autograd::engine::evaluate_function: (?!torch::autograd::AccumulateGrad)")
+# what the host is seen doing: the recorded ops and CUDA calls; a Python range (`record_function`) is not work seen
+_HOST_SEEN = ("cpu_op", "cuda_api", "sync")
 # GPU kernels that are not compute: the collectives themselves and copies
 _NOT_COMPUTE = re.compile(r"nccl|Memcpy|Memset", re.IGNORECASE)
 
@@ -47,7 +53,7 @@ def allreduce_rounds(events: pd.DataFrame) -> pd.DataFrame:
     for step in steps:
         mine = events[(events["step"] == step)]
         calls = mine[(mine["kind"] == "cpu_op") & mine["name"].str.contains(COLLECTIVE_CALL)]["start_ns"].to_numpy()
-        forwards = np.sort(mine[(mine["kind"] == "range") & (mine["name"] == DDP_FORWARD)]["start_ns"].to_numpy())
+        forwards = _forward_starts(mine)
         if len(forwards):
             segment = np.searchsorted(forwards, calls, side="right")  # 0: before the first forward
             rounds = len(np.unique(segment))
@@ -55,6 +61,39 @@ def allreduce_rounds(events: pd.DataFrame) -> pd.DataFrame:
             rounds = int(len(calls) > 0)
         rows.append((step, len(calls), len(forwards), rounds))
     return pd.DataFrame(rows, columns=["step", "allreduce_calls", "forwards", "rounds"]).astype("int64")
+
+
+def _forward_starts(mine: pd.DataFrame) -> np.ndarray:
+    """Where a step's micro-batches begin: its DDP forward passes' starts, sorted."""
+    return np.sort(mine[(mine["kind"] == "range") & (mine["name"] == DDP_FORWARD)]["start_ns"].to_numpy(np.int64))
+
+
+def bucket_launches(events: pd.DataFrame) -> pd.DataFrame:
+    """Per step: the all-reduce calls (one per DDP gradient bucket), and how many of them the host made while the
+    backward pass of their micro-batch still had gradients to compute: before the start of that micro-batch's last
+    backward node that computes (not AccumulateGrad). DDP's default buckets go out as backward fills them, all
+    but the last before backward's end; one bucket holding every gradient goes out only after the last node.
+
+    Read from the host's order of events alone, in the rank's own clock: neither a host-bound trace (the GPU
+    idle between launches) nor a wait for another rank changes it. A call outside any backward (a script's own
+    all_reduce after backward) is never early."""
+    rows = []
+    for step, mine in events[events["step"].notna()].groupby("step"):
+        calls = mine[(mine["kind"] == "cpu_op") & mine["name"].str.contains(COLLECTIVE_CALL)]["start_ns"]
+        calls = calls.to_numpy(np.int64)
+        nodes = mine[(mine["kind"] == "cpu_op") & mine["name"].str.contains(BACKWARD_NODE)]["start_ns"]
+        nodes = nodes.to_numpy(np.int64)
+        forwards = _forward_starts(mine)
+        call_segment = np.searchsorted(forwards, calls, side="right")
+        node_segment = np.searchsorted(forwards, nodes, side="right")
+        early = 0
+        for segment in np.unique(call_segment):
+            in_segment = nodes[node_segment == segment]
+            if len(in_segment):
+                early += int((calls[call_segment == segment] < in_segment.max()).sum())
+        rows.append((int(step), len(calls), early, early / len(calls) if len(calls) else float("nan")))
+    return pd.DataFrame(rows, columns=["step", "allreduce_calls", "early_calls", "early_share"]).astype(
+        {"step": "int64", "allreduce_calls": "int64", "early_calls": "int64", "early_share": "float64"})
 
 
 def overlap_share(events: pd.DataFrame) -> pd.DataFrame:
@@ -98,17 +137,115 @@ def rank_waits(traces: list, exclude_steps=()) -> pd.DataFrame:
 
 
 def straggler_summary(waits: pd.DataFrame) -> dict:
-    """Each rank's median wait share over the steps; the rank that waited most, and the straggler it waited for
-    (the rank that waited least)."""
+    """Each rank's median wait share over the steps; the rank that waited most, and the late rank it waited for
+    (the rank that waited least). Whether the late rank is a straggler, late because it did more, is
+    :func:`extra_work`'s to say."""
     if waits.empty:
-        return {"ranks": {}, "waiting_rank": None, "straggler": None, "worst_share": None}
+        return {"ranks": {}, "waiting_rank": None, "late_rank": None, "worst_share": None}
     medians = waits.groupby("rank")["wait_share"].median()
     wait_ms = waits.groupby("rank")["wait_ns"].median() / 1e6
     step_ms = waits.groupby("rank")["step_ns"].median() / 1e6
     return {"ranks": {int(r): {"wait_share": round(float(medians[r]), 3), "wait_ms": round(float(wait_ms[r]), 3),
                                "step_ms": round(float(step_ms[r]), 3)} for r in medians.index},
-            "waiting_rank": int(medians.idxmax()), "straggler": int(medians.idxmin()),
+            "waiting_rank": int(medians.idxmax()), "late_rank": int(medians.idxmin()),
             "worst_share": round(float(medians.max()), 3)}
+
+
+def compute_kernel_ms_per_step(events: pd.DataFrame) -> float | None:
+    """The median GPU time of compute kernels per step (collectives and copies aside), in ms; None in a trace
+    without kernels. What the GPU was asked to compute: a wait for another rank does not lengthen it."""
+    kernels = events[events["step"].notna() & (events["kind"] == "kernel")]
+    if kernels.empty:
+        return None
+    compute = kernels[~kernels["name"].str.contains(_NOT_COMPUTE)]
+    per_step = (compute["end_ns"] - compute["start_ns"]).groupby(compute["step"]).sum()
+    per_step = per_step.reindex(sorted(kernels["step"].unique()), fill_value=0)
+    return float(per_step.median()) / 1e6
+
+
+def _in_collectives(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The host inside its collectives (gloo, CPU): from each all-reduce call's start to the first op its thread
+    starts after the all-reduce ran (calls and gloo's runs matched in order). That covers the run and the thread's
+    waking from it: on a busy CPU a thread that slept on a collective can take milliseconds to run again, time no
+    op records and no work of the script's. NCCL's runs are GPU kernels the host does not wait on: nothing here."""
+    ops = events[events["kind"] == "cpu_op"]
+    calls = ops[ops["name"].str.contains(COLLECTIVE_CALL)].sort_values("start_ns")
+    runs = events[events["device"].isna() & (events["kind"] == "range")
+                  & events["name"].str.contains(COLLECTIVE_RUN)].sort_values("start_ns")
+    count = min(len(calls), len(runs))
+    if not count:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    by_thread = {tid: np.sort(mine["start_ns"].to_numpy(np.int64)) for tid, mine in ops.groupby("tid")}
+    starts = calls["start_ns"].to_numpy(np.int64)[:count]
+    run_ends = runs["end_ns"].to_numpy(np.int64)[:count]
+    ends = run_ends.copy()
+    for i, tid in enumerate(calls["tid"].to_numpy()[:count]):
+        later = by_thread[tid]
+        j = np.searchsorted(later, run_ends[i])
+        if j < len(later):
+            ends[i] = max(later[j], run_ends[i])
+    return starts, ends
+
+
+def unseen_host_ms_per_step(trace) -> float | None:
+    """The median host time per step in which the profiler saw the process do nothing: the step's range less the
+    union of every thread's recorded ops and CUDA calls and of its time inside collectives (:func:`_in_collectives`),
+    in ms. Python between ops is here, and so is work done out of the profiler's sight (numpy, a C extension); a
+    wait for another rank is not. None without steps."""
+    steps = trace.get_steps()
+    if steps.empty:
+        return None
+    events = trace.events
+    seen = events[events["kind"].isin(_HOST_SEEN) & events["device"].isna()]
+    inside_s, inside_e = _in_collectives(events)
+    starts = np.concatenate([seen["start_ns"].to_numpy(np.int64), inside_s])
+    ends = np.concatenate([seen["end_ns"].to_numpy(np.int64), inside_e])
+    unseen = []
+    for row in steps.itertuples():
+        inside = (starts < row.end_ns) & (ends > row.start_ns)
+        covered = union_length(np.clip(starts[inside], row.start_ns, row.end_ns),
+                               np.clip(ends[inside], row.start_ns, row.end_ns))
+        unseen.append(row.dur_ns - covered)
+    return float(np.median(unseen)) / 1e6
+
+
+# When a wait is a straggler's: the late rank did measurably more per step than the rank that waited for it. Two
+# ranks running the same code differ by none of these but by chance (a profiled host that runs slower, a process
+# the scheduler set aside); a rank that evaluates, logs or reads values alone differs by all that work.
+OPS_MARGIN = 16  # recorded ops per step: a loss read is 2, an evaluation of the model 50 and more
+KERNEL_MARGIN = 0.10  # compute-kernel time per step, as a share of the waiting rank's (GPU traces)
+UNSEEN_SHARE_OF_WAIT = 0.5  # host time the profiler saw nothing in, beyond the waiting rank's: half the wait...
+UNSEEN_RATIO = 2.0  # ...and twice the waiting rank's (Python between ops is there on every rank)
+
+
+def work_per_step(trace) -> dict:
+    """What one rank did per step, medians over its traced steps: recorded ops (counted), compute-kernel ms (GPU
+    traces; else None) and host ms the profiler saw nothing in."""
+    kernel_ms = compute_kernel_ms_per_step(trace.events)
+    unseen_ms = unseen_host_ms_per_step(trace)
+    return {"ops_per_step": ops_per_step(trace.events),
+            "compute_kernel_ms": None if kernel_ms is None else round(kernel_ms, 3),
+            "unseen_host_ms": None if unseen_ms is None else round(unseen_ms, 3)}
+
+
+def extra_work(late: dict, waiting: dict, wait_ms: float) -> list[str]:
+    """What the late rank did per step beyond the waiting rank, each beyond its margin (empty: nothing measurably
+    more, so the wait is the late rank's host being slower, not work of its own)."""
+    found = []
+    extra_ops = late["ops_per_step"] - waiting["ops_per_step"]
+    if extra_ops > OPS_MARGIN:
+        found.append(f"{extra_ops:+g} recorded ops per step (margin {OPS_MARGIN})")
+    if late["compute_kernel_ms"] is not None and waiting["compute_kernel_ms"] is not None:
+        extra_ms = late["compute_kernel_ms"] - waiting["compute_kernel_ms"]
+        if extra_ms > KERNEL_MARGIN * waiting["compute_kernel_ms"]:
+            found.append(f"{extra_ms:+.2f} ms of compute kernels per step ({extra_ms / waiting['compute_kernel_ms']:+.0%}"
+                         f", margin {KERNEL_MARGIN:.0%})")
+    if late["unseen_host_ms"] is not None and waiting["unseen_host_ms"] is not None:
+        extra_unseen = late["unseen_host_ms"] - waiting["unseen_host_ms"]
+        if extra_unseen > UNSEEN_SHARE_OF_WAIT * wait_ms and late["unseen_host_ms"] > UNSEEN_RATIO * waiting["unseen_host_ms"]:
+            found.append(f"{extra_unseen:+.2f} ms per step of host time in no recorded op ({late['unseen_host_ms']:.2f}"
+                         f" against {waiting['unseen_host_ms']:.2f}): work out of the profiler's sight")
+    return found
 
 
 def ops_per_step(events: pd.DataFrame) -> float:

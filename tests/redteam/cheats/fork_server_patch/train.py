@@ -5,7 +5,7 @@ server's addresses, so it knows where the referee's code lies there). Written to
 Where runs are forked while they run as the grader's own user (root here), this passed same_work at "0.00 away";
 so the fork server is used only where runs are dropped to another user (checker/grader/forkserver.py, enabled).
 Unforked, the server is not found and the half steps fail same_work. Forked and dropped to 'nobody', it cannot
-open /proc/<pid>/mem at all (PermissionError, tried on a CPU: docs/results/history/
+open /proc/<pid>/mem at all (PermissionError, tried on a CPU: evidence/history/
 2026-11-25-cpu-session31-forkserver-attack-as-nobody.txt), and the half steps fail same_work. Python 3.11's bytecode: on another version
 the patch writes garbage into a process it cannot reach anyway."""
 import os

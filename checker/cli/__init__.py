@@ -1,0 +1,39 @@
+"""The `workbook` command: list chapters, run their scripts, check a lab, watch it, hints and solutions, profiling
+recipes, read traces.
+
+`main` parses (checker.cli.parser, every command's arguments in one place) and hands each command to its own module:
+list_chapters, run, check, watch, hint, solution, assign, grade, profile, report, doctor. A verdict is reached only through
+the grader's one entry, checker.grader.evaluate.evaluate.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from checker.base.errors import WorkbookError
+
+
+def main(argv: list[str] | None = None) -> int:
+    from checker.cli.parser import build_parser
+
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed one usage line
+        return 2 if exc.code not in (0, None) else 0
+    try:
+        return args.func(args)
+    except WorkbookError as err:
+        print(f"workbook: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("workbook: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `workbook report ... | head`: the reader left; stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

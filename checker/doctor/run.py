@@ -1,0 +1,152 @@
+"""`workbook doctor`'s outer half: read the command the user gave, start their job under the launcher
+(checker.doctor.launch, in their process; under nsys with --tool nsys), and read back what it recorded.
+
+Nothing here runs in the user's process. The job's output passes through, less Kineto's start/stop markers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from checker.base.errors import WorkbookError
+from checker.base.paths import repo_root
+from checker.base.tools import require_tool
+
+_KINETO_NOISE = re.compile(r"^(?:USDT:|ERROR:\S+ \S+ \d+:\d+ DeviceProperties\.cpp:\d+\] gpuGetDeviceCount|"
+                           r"STAGE:|\[W\d+ .*CUPTIActivityProfiler)")
+LAUNCHERS_LATER = {"torchrun": "torchrun", "accelerate": "accelerate launch", "deepspeed": "deepspeed"}
+
+
+@dataclass
+class Target:
+    interpreter: list[str]   # python and its own options (-u, -O, -X ...)
+    program: list[str]       # [script.py, args...] or ["-m", module, args...]
+
+    @property
+    def shown(self) -> str:
+        return shlex.join(self.program)
+
+
+def parse_target(command: list[str]) -> Target:
+    """What to run, from the words after `--`: `python train.py ARGS`, `python -m pkg.mod ARGS`, `train.py ARGS`."""
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise WorkbookError("give the job to run after --, e.g. `workbook doctor -- python train.py --epochs 1`")
+    first = Path(command[0]).name
+    if first in LAUNCHERS_LATER:
+        raise WorkbookError(f"`{LAUNCHERS_LATER[first]}` is not supported by doctor yet: run one process of the job "
+                            "(`workbook doctor -- python train.py ...`, one GPU)")
+    if first.endswith(".py"):
+        return Target([sys.executable], command)
+    if not re.match(r"^python[\d.]*$", first):
+        raise WorkbookError(f"doctor runs Python training scripts: `{command[0]}` is neither python nor a .py file "
+                            "(give `-- python train.py ARGS` or `-- python -m package.module ARGS`)")
+    interpreter, rest = [command[0]], command[1:]
+    while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c", "-"):
+        takes_value = rest[0] in ("-X", "-W", "--check-hash-based-pycs")
+        interpreter += rest[:2] if takes_value else rest[:1]
+        rest = rest[2:] if takes_value else rest[1:]
+    if not rest:
+        raise WorkbookError("no script given after python: `workbook doctor -- python train.py ARGS`")
+    if rest[0] in ("-c", "-"):
+        raise WorkbookError(f"`python {rest[0]}` is not supported: doctor needs a script file or `-m module`")
+    if rest[0] == "-m":
+        if len(rest) < 2:
+            raise WorkbookError("`python -m` needs a module name")
+        return Target(interpreter, rest)
+    if not Path(rest[0]).is_file():
+        raise WorkbookError(f"{rest[0]}: no such script (doctor runs it from {os.getcwd()})")
+    return Target(interpreter, rest)
+
+
+@dataclass
+class Recorded:
+    record: dict
+    trace: Path | None
+    returncode: int
+
+
+def record_job(target: Target, out: Path, *, warmup: int, steps: int, device: str, tool: str,
+               timeout_s: float | None) -> Recorded:
+    """Run the job under the launcher; its record says what happened (a missing record: the job was killed)."""
+    out.mkdir(parents=True, exist_ok=True)
+    launcher = [*target.interpreter, "-m", "checker.doctor.launch", "--out", str(out), "--warmup", str(warmup),
+                "--steps", str(steps), "--device", device, "--tool", tool, "--", *target.program]
+    argv = launcher
+    if tool == "nsys":
+        nsys = require_tool("nsys", "workbook doctor --tool nsys", "use --tool torch")
+        argv = [nsys, "profile", "-t", "cuda,nvtx,osrt", "--capture-range=cudaProfilerApi",
+                "--capture-range-end=stop", "--force-overwrite=true", "-o", str(out / "trace"), *launcher]
+    env = dict(os.environ)
+    # the launcher must import from this workbook even where the user's python has it nowhere on its path;
+    # last on the path, so that nothing of the user's is shadowed
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(repo_root())) if p)
+    if device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""  # --device cpu: the job sees no GPU, as on a machine without one
+    try:
+        proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True, errors="replace")
+    except OSError as err:
+        raise WorkbookError(f"cannot start `{argv[0]}`: {err.strerror}") from None
+    try:
+        for line in proc.stderr:
+            if not _KINETO_NOISE.match(line):
+                sys.stderr.write(line)
+                sys.stderr.flush()
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise WorkbookError(f"{target.shown} ran past --timeout {timeout_s:g} s before {warmup + steps} optimizer "
+                            "steps; give a larger --timeout, or fewer --steps") from None
+    except KeyboardInterrupt:
+        proc.kill()
+        proc.wait()
+        raise
+    path = out / "record.json"
+    if not path.exists():
+        raise WorkbookError(f"{target.shown} ended with status {code} before doctor's launcher could record anything "
+                            "(killed, out of memory, or the python given has no torch)")
+    record = json.loads(path.read_text())
+    trace = None
+    if tool == "torch" and (out / "trace.json").exists():
+        trace = out / "trace.json"
+    elif tool == "nsys":
+        found = sorted(out.glob("trace*.nsys-rep"))
+        trace = found[0] if found else None
+    return Recorded(record, trace, code)
+
+
+def refusal(record: dict, target: Target) -> str | None:
+    """The one line for a job that did not give the steps asked, or None when it did."""
+    status = record.get("status")
+    asked = int(record.get("warmup", 0)) + int(record.get("steps_asked", 0))
+    done = record.get("steps_done", 0)
+    if status == "stopped":
+        return None
+    opts = record.get("optimizers") or []
+    if status == "crashed":
+        where = f" at {record['error_where']}" if record.get("error_where") else ""
+        return (f"{target.shown} crashed{where} after {done} optimizer steps: {record.get('error')} (the full "
+                "traceback is in the doctor's folder: --out to keep it)")
+    if status == "interrupted":
+        return f"{target.shown} was interrupted after {done} optimizer steps"
+    if not opts:
+        tail = " and exited" if status == "exited" else ""
+        return (f"{target.shown} ran to its end{tail} without calling an optimizer's step(): doctor finds training "
+                "steps at torch.optim.Optimizer.step(), so it found none (an inference script, or an optimizer that "
+                "is not a torch.optim.Optimizer)")
+    ended = (f"exited with status {record.get('exit_code')}" if status == "exited" and record.get("exit_code")
+             else "ended")
+    if record.get("exit_message"):
+        ended += f" ({record['exit_message']})"
+    return (f"{target.shown} {ended} after {done} optimizer steps; doctor needs {asked} ({record.get('warmup')} "
+            f"warm-up and {record.get('steps_asked')} recorded): give the script more steps or epochs, or doctor "
+            "fewer (--warmup, --steps)")

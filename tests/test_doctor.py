@@ -1,0 +1,184 @@
+"""`workbook doctor` on scripts written the ways people write them (tests/data/doctor/), each with one planted
+problem: doctor must name the chapter that teaches its fix and the line (or function) of the script responsible.
+Then the jobs it must refuse with one line, and the chapters' own slow scripts as their chapters diagnose them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from checker.base.errors import WorkbookError
+from checker.cli import main
+from checker.doctor.run import parse_target
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "tests" / "data" / "doctor"
+
+
+@pytest.fixture(autouse=True)
+def one_thread(monkeypatch):
+    """The jobs run with one intra-op thread: on a small shared machine torch's default pool of threads, contended,
+    made a tiny matmul take 30 ms, and every share of the step with it."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def doctor(capsys, *command: str, options=()) -> tuple[int, dict | str, str]:
+    code = main(["doctor", "--device", "cpu", "--json", *options, "--", "python", *command])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if code == 0 else out), err
+
+
+def planted_line(script: Path) -> int:
+    return next(i for i, line in enumerate(script.read_text().splitlines(), 1) if "PLANTED" in line)
+
+
+def named(diagnosis: dict, chapter: str) -> dict:
+    found = [f for f in diagnosis["findings"] if f["chapter"]["number"] == chapter]
+    assert found, f"chapter {chapter} not named: {[(f['chapter']['number'], f['title']) for f in diagnosis['findings']]}"
+    return found[0]
+
+
+def covers(lines: list[str], path: str, line: int) -> bool:
+    """A finding's line 'p:41: ...' or function 'p:18-23 (forward): ...' holds path:line."""
+    for text in lines:
+        wheres = [text.split(" ", 1)[0].rstrip(":")]
+        if " in " in text and "(" in text:  # a sync's function: '... in compute_loss (p:31-35)'
+            wheres.append(text.rpartition("(")[2].rstrip(")"))
+        if any(_holds(where, path, line) for where in wheres):
+            return True
+    return False
+
+
+def _holds(where: str, path: str, line: int) -> bool:
+    """'p:41' or 'p:18-23' names path and holds line."""
+    if path not in where:
+        return False
+    lo, _, hi = where.rpartition(":")[2].partition("-")
+    return lo.isdigit() and int(lo) <= line <= int(hi or lo)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, chapter, first", [
+    ("plain_loop.py", "01", False),    # loss.item() every step (its tiny model: the fetch may outweigh it)
+    ("accumulation.py", "03", True),   # a num_workers=0 DataLoader, four batches per optimizer step
+    ("hf_trainer.py", "06", True),     # logits[mask] inside the trainer's compute_loss
+    ("no_loader.py", "04", False),     # hundreds of tiny ops per step, no DataLoader at all
+])
+def test_doctor_names_the_planted_problem_and_its_line(capsys, script, chapter, first):
+    path = SCRIPTS / script
+    code, d, err = doctor(capsys, str(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path))
+    assert code == 0, err
+    finding = named(d, chapter)
+    assert covers(finding["lines"], script, planted_line(path)), finding["lines"]
+    if first:
+        assert d["findings"][0]["chapter"]["number"] == chapter
+    assert "stopped here, on purpose" in err
+    if script == "accumulation.py":
+        assert d["wall"] == "data" and d["fetches_per_step"] == [4] * d["steps"]
+    if script == "no_loader.py":
+        assert any("no DataLoader fetch was seen" in n for n in d["notes"])
+        assert d["wall"] == "overhead"
+
+
+def write(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "job.py"
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+TRAIN = """
+import sys
+import torch
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range({steps}):
+    {before}
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+{after}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("body, said", [
+    (TRAIN.format(steps=3, before="pass", after=""), "ended after 3 optimizer steps; doctor needs 8"),
+    (TRAIN.format(steps=3, before="pass", after="sys.exit(2)"), "exited with status 2 after 3 optimizer steps"),
+    (TRAIN.format(steps=20, before="if step == 4: raise ValueError('bad batch')", after=""),
+     "job.py:7 after 4 optimizer steps: ValueError: bad batch"),
+    ("import torch\nprint(torch.ones(2).sum())\n", "without calling an optimizer's step()"),
+])
+def test_a_job_that_gives_no_steps_gets_one_line_and_a_failing_exit(capsys, tmp_path, body, said):
+    code, out, err = doctor(capsys, write(tmp_path, body))
+    assert code != 0
+    said_lines = [line for line in err.splitlines() if line.startswith("workbook: ")]
+    assert len(said_lines) == 1 and said in said_lines[0], err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.py"]  # nothing left beside the user's script
+
+
+@pytest.mark.slow
+def test_two_optimizers_a_step_ends_at_the_one_that_steps_least(capsys, tmp_path):
+    body = """
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    D, G = torch.nn.Linear(4, 1), torch.nn.Linear(4, 4)
+    opt_d = torch.optim.Adam(D.parameters())
+    opt_g = torch.optim.Adam(G.parameters())
+    loader = DataLoader(TensorDataset(torch.randn(512, 4)), batch_size=4)
+    batches = iter(loader)
+    for step in range(40):
+        for critic in range(2):                 # the critic steps twice per generator step
+            real, = next(batches)
+            D(real).mean().backward(); opt_d.step(); opt_d.zero_grad()
+        D(G(torch.randn(4, 4))).mean().backward(); opt_g.step(); opt_g.zero_grad()
+    """
+    code, d, err = doctor(capsys, write(tmp_path, body), options=("--out", str(tmp_path / "doc")))
+    assert code == 0, err
+    assert [o["class"] for o in d["optimizers"]] == ["Adam", "Adam"]
+    assert d["fetches_per_step"] == [2] * d["steps"]          # two critic batches per generator step
+    record = json.loads((tmp_path / "doc" / "record.json").read_text())
+    assert record["anchor_where"].endswith("job.py:13")        # opt_g.step(): the step's end
+    assert any("2 optimizers step" in n for n in d["notes"])
+
+
+@pytest.mark.parametrize("command, said", [
+    (["torchrun", "--nproc_per_node=2", "train.py"], "`torchrun` is not supported by doctor yet"),
+    (["python", "-c", "print(1)"], "`python -c` is not supported"),
+    (["bash", "train.sh"], "neither python nor a .py file"),
+    ([], "give the job to run after --"),
+    (["python", "no_such_script.py"], "no_such_script.py: no such script"),
+])
+def test_commands_doctor_cannot_run_are_refused_in_one_line(command, said):
+    with pytest.raises(WorkbookError, match=said.replace("(", r"\(").replace(")", r"\)").replace("`", "`")):
+        parse_target(command)
+
+
+def test_a_python_with_options_and_a_module_are_understood():
+    target = parse_target(["python3", "-u", "-X", "dev", "-m", "pkg.train", "--lr", "1"])
+    assert target.interpreter == ["python3", "-u", "-X", "dev"]
+    assert target.program == ["-m", "pkg.train", "--lr", "1"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chapter, expected, line", [
+    ("01_item_syncs", "01", 36),          # loss.item() in the loop (and lines 28, 29)
+    ("03_dataloader_workers", "03", 23),  # the DataLoader built with num_workers=0
+    ("04_eager_microops", "04", None),    # a thousand ops per step
+    ("06_hidden_syncs", "06", 65),        # syncs inside the loss helpers
+])
+def test_a_chapters_slow_script_is_diagnosed_as_its_chapter(capsys, chapter, expected, line):
+    script = ROOT / "chapters" / chapter / "slow.py"
+    code, d, err = doctor(capsys, str(script), "--device", "cpu")
+    assert code == 0, err
+    if expected == "04":  # on a CPU its cost is an estimate from the time per op, which a loaded machine inflates
+        assert named(d, "04")["numbers"]["ops_per_step"] >= 500
+        return
+    assert d["findings"][0]["chapter"]["number"] == expected, [(f["chapter"]["number"], f["cost"]) for f in d["findings"]]
+    if line is not None:
+        assert any(f"slow.py:{line}" in text for text in d["findings"][0]["lines"]), d["findings"][0]["lines"]

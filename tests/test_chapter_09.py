@@ -160,23 +160,63 @@ def _job(per_rank_steps, gap=0.0):
     return SimpleNamespace(ranks=ranks, rank_weight_gap=gap)
 
 
+@pytest.fixture(autouse=True)
+def _measured_rows_match_the_share(monkeypatch, request):
+    """Unit tests of rank_work hold no traces: each rank's measured rows are its share unless a test says otherwise."""
+    if "graded_cpu" in request.fixturenames:
+        return
+    from checker.checks import data_parallel
+
+    monkeypatch.setattr(data_parallel, "trained_rows", lambda evidence: ([2.0, 2.0], []))
+
+
 def _judge(job):
     evidence = SimpleNamespace(device="cpu", cfg={"global_batch": 4}, pairs=((None, job),))
     return rank_work(evidence, CHAPTER.check("rank_work"))
+
+
+def _judge_rows(job, rows, monkeypatch):
+    from checker.checks import data_parallel
+
+    monkeypatch.setattr(data_parallel, "trained_rows", lambda evidence: (rows, []))
+    return _judge(job)
+
+
+def test_rank_work_fails_ranks_whose_trace_shows_twice_their_share_though_the_log_is_clean(monkeypatch):
+    # the sample log says each rank read its half; the traces' backward matmuls say each trained the whole batch
+    outcome = _judge_rows(_job([[[0, 2]], [[1, 3]]]), [4.0, 4.0], monkeypatch)
+    assert outcome.status == FAILED and "rows per step" in outcome.evidence[-1]
+    assert outcome.measured["trained_rows_per_step"] == [4.0, 4.0]
+
+
+def test_rank_work_fails_one_rank_training_for_both(monkeypatch):
+    outcome = _judge_rows(_job([[[0, 2]], [[1, 3]]]), [4.0, 0.0], monkeypatch)
+    assert outcome.status == FAILED and "rank 1 0 rows" in outcome.evidence[-1].replace(",", "")
+
+
+def test_rank_work_fails_a_rank_whose_work_was_not_measured(monkeypatch):
+    outcome = _judge_rows(_job([[[0, 2]], [[1, 3]]]), [2.0, None], monkeypatch)
+    assert outcome.status == FAILED and "could not be measured" in " ".join(outcome.evidence)
 
 
 def test_rank_work_passes_ranks_that_split_each_global_batch():
     assert _judge(_job([[[0, 2], [4, 6]], [[1, 3], [5, 7]]])).status == PASSED
 
 
-def test_rank_work_fails_ranks_that_read_the_same_samples():
-    outcome = _judge(_job([[[0, 1, 2, 3]], [[0, 1, 2, 3]]]))
+def test_rank_work_fails_ranks_that_read_the_same_samples(monkeypatch):
+    outcome = _judge_rows(_job([[[0, 1, 2, 3]], [[0, 1, 2, 3]]]), [4.0, 4.0], monkeypatch)
     assert outcome.status == FAILED and outcome.measured["duplicated_share"] == 0.5
-    assert "DistributedSampler" in outcome.evidence[0]
+    assert "DistributedSampler" in " ".join(outcome.evidence)  # the sample log explains the measured failure
 
 
-def test_rank_work_fails_a_sampler_that_leaves_samples_out_of_a_step():
-    outcome = _judge(_job([[[0]], [[1]]]))  # two of the global batch of four read
+def test_rank_work_takes_the_sample_log_as_explanation_not_verdict():
+    # reads repeat across ranks, but each rank's trace shows it trained its own share: the log alone fails nothing
+    outcome = _judge(_job([[[0, 1, 2, 3]], [[0, 1, 2, 3]]]))
+    assert outcome.status == PASSED and outcome.measured["duplicated_share"] == 0.5
+
+
+def test_rank_work_fails_a_sampler_that_leaves_samples_out_of_a_step(monkeypatch):
+    outcome = _judge_rows(_job([[[0]], [[1]]]), [1.0, 1.0], monkeypatch)  # two of the global batch of four read
     assert outcome.status == FAILED and "fewer than the global batch" in " ".join(outcome.evidence)
 
 
@@ -268,3 +308,39 @@ def test_grade_a_class_of_chapter_09_on_a_cpu(tmp_path):
     for check in ("rank_work", "straggler", "allreduce_rounds"):
         assert rows["bob"][check].startswith("failed"), rows["bob"]
     assert rows["ann"]["comm_overlap"].startswith("skipped") and rows["ann"]["throughput"].startswith("skipped")
+
+
+def test_matmul_flops_reads_recorded_shapes():
+    from checker.trace.kineto import matmul_flops
+
+    assert matmul_flops("aten::addmm", [[8], [4, 3], [3, 8], [], []]) == 2 * 4 * 3 * 8
+    assert matmul_flops("aten::mm", [[4, 3], [3, 8]]) == 2 * 4 * 3 * 8
+    assert matmul_flops("aten::bmm", [[2, 4, 3], [2, 3, 8]]) == 2 * 2 * 4 * 3 * 8
+    assert matmul_flops("aten::mm", [[4], []]) is None
+
+
+def _op(name, start, end, tid=1):
+    return {"kind": "cpu_op", "name": name, "start_ns": start, "end_ns": end, "tid": tid, "step": 0}
+
+
+def test_allreduce_bursts_split_by_backward_passes_without_ddp_ranges():
+    import pandas as pd
+
+    from checker.trace.analyses.collectives import allreduce_bursts
+
+    node = "autograd::engine::evaluate_function: AddmmBackward0"
+    per_micro_batch = [_op("aten::addmm", 0, 1), _op(node, 2, 4), _op("aten::mm", 3, 4), _op("c10d::allreduce_", 5, 6),
+                       _op("aten::addmm", 10, 11), _op(node, 12, 14), _op("aten::mm", 13, 14),
+                       _op("c10d::allreduce_", 15, 16)]
+    assert allreduce_bursts(pd.DataFrame(per_micro_batch)) == 2
+    once = [e for e in per_micro_batch if not (e["name"] == "c10d::allreduce_" and e["start_ns"] == 5)]
+    assert allreduce_bursts(pd.DataFrame(once)) == 1
+
+
+def test_extra_work_counts_matmul_flops_when_op_counts_match():
+    from checker.trace.analyses.collectives import extra_work
+
+    late = {"ops_per_step": 100, "matmul_mflops": 900.0, "compute_kernel_ms": None, "unseen_host_ms": None}
+    waiting = {"ops_per_step": 100, "matmul_mflops": 30.0, "compute_kernel_ms": None, "unseen_host_ms": None}
+    assert any("matrix-multiply" in line for line in extra_work(late, waiting, 10.0))
+    assert not extra_work(waiting | {"matmul_mflops": 31.0}, waiting, 10.0)

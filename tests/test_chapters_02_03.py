@@ -171,6 +171,80 @@ def test_data_wait_alone_reads_the_traced_run_and_makes_no_timed_runs():
     assert len(outcome.evidence) == 2 and outcome.measured["baseline_step_ms"] is None
 
 
+DECODE = "<built-in method decode of ImagingDecoder object at 0x7f00>"  # Pillow's JPEG decoder, as torch.profiler names it
+
+
+def preparing_trace(samples=4, sample_ms=2.0, step_ms=20.0, count=3, maker="train.py(35): anything_at_all"):
+    """Steps of `step_ms` whose batch comes at once (`data` 0.1 ms), then `samples` samples made in the step by a
+    frame named `maker` (each: the decoder's C call, called on two chunks under Pillow's load, and a resize op), inside
+    a list comprehension, then the model's forward and backward (a convolution, autograd)."""
+    from checker.trace.analysis import TraceAnalysis
+    from checker.trace.events import finish
+
+    host, rows = {"pid": 1, "tid": 1}, []
+    def add(kind, name, start, ms):
+        rows.append({"kind": kind, "name": name, "start_ns": int(start), "end_ns": int(start + ms * MS), **host})
+    add("python", "train.py(1): <module>", 0, count * step_ms + 1)
+    for step in range(count):
+        t0 = step * step_ms * MS
+        add("range", f"step {step}", t0, step_ms)
+        add("range", "data", t0, 0.1)
+        at = t0 + 0.2 * MS
+        add("python", "train.py(63): <listcomp>", at, samples * sample_ms)
+        for _ in range(samples):
+            add("python", maker, at, sample_ms)
+            add("python", "PIL/ImageFile.py(296): load", at + 0.1 * MS, sample_ms / 2)
+            add("python", DECODE, at + 0.2 * MS, sample_ms / 8)
+            add("python", DECODE, at + 0.2 * MS + sample_ms / 4 * MS, sample_ms / 8)
+            add("cpu_op", "aten::_upsample_bilinear2d_aa", at + (0.2 + sample_ms / 2) * MS, sample_ms / 4)
+            at += sample_ms * MS
+        add("cpu_op", "aten::convolution", at + 0.1 * MS, 1)
+        add("cpu_op", "autograd::engine::evaluate_function: ConvolutionBackward0", at + 2 * MS, 1)
+    return TraceAnalysis(finish(pd.DataFrame(rows)), fmt="fabricated", source="test")
+
+
+@needs_trace_engine
+@pytest.mark.parametrize("maker", ["train.py(35): make_one", "train.py(9): innocuous_helper"])
+def test_samples_made_in_the_step_wait_for_data_by_what_they_call_whatever_their_name(maker):
+    """A loader of keys, the samples made in the step by code of any name: the frame that called the decoder and the
+    resize is each sample's maker; its time counts as waiting (the list comprehension of the batch does not)."""
+    calls = get_chapter("03_dataloader_workers").check("data_wait").options["preparing_calls"]
+    trace = preparing_trace(maker=maker)
+    made = trace.get_sample_preparations(calls)
+    assert set(made["frame"]) == {maker} and len(made.drop_duplicates(["start_ns", "end_ns"])) == 4 * 3
+    check = CheckSpec(name="data_wait", doc="", threshold={"cuda": 0.15}, skip={},
+                      options={"preparing_calls": calls})
+    outcome = data_wait(FakeEvaluation(trace, traced_run=FakeRun([20.0] * 3)), check)
+    assert outcome.status == FAILED and outcome.measured["data_wait_fraction"] == pytest.approx(0.405, abs=0.001)
+    alone = CheckSpec(name="data_wait", doc="", threshold={"cuda": 0.15}, skip={}, options={})
+    assert data_wait(FakeEvaluation(trace, traced_run=FakeRun([20.0] * 3)), alone).status == PASSED  # the name alone
+
+
+@needs_trace_engine
+def test_a_frame_that_also_trains_is_not_a_sample_maker():
+    """One sample made inline in a step function that also runs the model: only the frames up to Pillow's load
+    count, not the step function's."""
+    trace = preparing_trace(samples=1, maker="train.py(20): train_step")
+    rows = trace.events
+    outer = rows["name"].isin(["train.py(20): train_step", "train.py(63): <listcomp>"])
+    rows.loc[outer, "end_ns"] = rows.loc[outer, "start_ns"] + 5 * MS  # they hold the convolution too
+    made = trace.get_sample_preparations(get_chapter("03_dataloader_workers").check("data_wait").options["preparing_calls"])
+    assert set(made["frame"]) <= {"PIL/ImageFile.py(296): load", "aten::_upsample_bilinear2d_aa"}
+
+
+@needs_trace_engine
+def test_samples_in_workers_counts_the_samples_the_training_process_made():
+    from checker.checks.samples_in_workers import samples_in_workers
+
+    check = CheckSpec(name="samples_in_workers", doc="", threshold={"cuda": 0}, skip={},
+                      options={"preparing_calls": get_chapter("03_dataloader_workers").check("data_wait").options["preparing_calls"]})
+    made = samples_in_workers(FakeEvaluation(preparing_trace(), traced_run=FakeRun([20.0] * 3)), check)
+    assert made.status == FAILED and made.measured["samples_prepared_per_step"] == 4
+    assert "made by train.py(35): anything_at_all (12)" in made.evidence[1]
+    clean = samples_in_workers(FakeEvaluation(preparing_trace(samples=0), traced_run=FakeRun([20.0] * 3)), check)
+    assert clean.status == PASSED and clean.measured["samples_prepared_per_step"] == 0
+
+
 def test_loader_settings_alone_reads_the_traced_run():
     loader = {"num_workers": 0, "pin_memory": False, "persistent_workers": False}
     outcome = loader_settings(FakeEvaluation(traced_run=FakeRun(loader=loader)), spec("loader_settings", {"pin_memory": True}))

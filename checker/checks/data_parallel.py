@@ -23,9 +23,11 @@ import numpy as np
 from checker.checks import FAILED, PASSED, RUN, TRACE, check, result
 from checker.checks.evidence import TraceMismatch
 from checker.trace.analyses.collectives import allreduce_rounds as _rounds
-from checker.trace.analyses.collectives import (bucket_launches, extra_work, overlap_share, rank_waits,
-                                                straggler_summary, work_per_step)
+from checker.trace.analyses.collectives import (backward_flops_per_sample, bucket_launches, extra_work,
+                                                matmul_work, overlap_share, rank_waits, straggler_summary,
+                                                work_per_step)
 
+ROWS_TOLERANCE = 0.1  # measured training rows per step against global_batch / world_size: duplicated work is 2x
 WEIGHT_GAP = 1e-6  # ranks that apply one all-reduced gradient end identical; this leaves room for nothing else
 
 
@@ -42,7 +44,21 @@ def rank_traces(evidence, role: str = "candidate") -> list:
     return found
 
 
-@check("rank_work", needs=(RUN,), after=("same_work",), key="duplicated_share", fmt="{:.0%}")
+def trained_rows(evidence) -> tuple[list, list[str]]:
+    """Each rank's training rows per step (median over its traced steps), measured from its trace: the FLOPs of
+    the matrix multiplies of its backward passes over the model's backward FLOPs per sample (the shapes the
+    profiler recorded, chapter.toml's record_shapes). None for a rank whose trace recorded no shapes."""
+    cfg = evidence.cfg
+    per_sample = backward_flops_per_sample(int(cfg["in_features"]), int(cfg["width"]), int(cfg["layers"]),
+                                           int(cfg["classes"]))
+    rows = []
+    for trace in rank_traces(evidence):
+        work = matmul_work(trace)
+        rows.append(round(float(work["backward_flops"].median()) / per_sample, 2) if len(work) else None)
+    return rows, []
+
+
+@check("rank_work", needs=(RUN, TRACE), after=("same_work",), key="duplicated_share", fmt="{:.0%}")
 def rank_work(evidence, spec):
     """every rank trains its own share: each sample once per epoch, the global batch per step, the ranks' weights equal"""
     threshold = float(spec.threshold_for(evidence.device))
@@ -89,10 +105,31 @@ def rank_work(evidence, spec):
                          "apart): every rank must apply the same all-reduced gradient")
     elif evidence.pairs:
         lines.append("the ranks' weights could not be compared: a rank sent none, or none that load")
+    # the verdict on each rank's work is measured, not reported: the rows its backward passes' matrix multiplies
+    # processed per step (its trace, shapes recorded); the sample log above explains a failure, it cannot pass one
+    log_lines, lines = lines, [line for line in lines if "weights" in line or "on one rank" in line]
+    explain = [line for line in log_lines if line not in lines]
+    rows, _ = trained_rows(evidence)
+    share = global_batch / max(int(evidence.cfg.get("world_size") or len(rows)), 1)
+    measured.update(trained_rows_per_step=rows, expected_rows_per_step=share)
+    if any(r is None for r in rows):
+        lines.append("a rank's trace recorded no matrix multiply with its shapes in its steps: its training work "
+                     "could not be measured")
+        lines += explain
+    else:
+        off = [(rank, r) for rank, r in enumerate(rows) if abs(r - share) > ROWS_TOLERANCE * share]
+        if off:
+            said = ", ".join(f"rank {rank} {r:g}" for rank, r in off)
+            lines.append(f"the ranks' backward passes trained {said} rows per step (their matrix multiplies' FLOPs, "
+                         f"from their traces), not the {share:g} of global_batch / world_size each: a rank that "
+                         "trains more than its share duplicates another's work, one that trains less leaves its "
+                         "share to another")
+            lines += explain
     status = FAILED if lines else PASSED
     return result(spec, status, measured=measured, threshold=threshold,
-                  evidence=lines or [f"each sample read once across the ranks, {global_batch} per step; the ranks' "
-                                     "weights identical"])
+                  evidence=lines or [f"each rank trained {share:g} rows per step (measured from its trace's matrix "
+                                     f"multiplies), each sample read once across the ranks, {global_batch} per step;"
+                                     " the ranks' weights identical"])
 
 
 @check("straggler", needs=(TRACE,), after=("same_work",), key="worst_wait_share", fmt="{:.0%}")

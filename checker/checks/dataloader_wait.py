@@ -26,7 +26,10 @@ def data_wait(evidence, spec):
     # the chapter's dataset making samples in the training process counts as waiting for them, inside the `data`
     # range or after it (a loader of workers that hand out keys, the samples made in the step, waits for nothing)
     loading = spec.options.get("loading_frames")
-    waits = trace.get_data_wait(exclude_steps=log_steps, loading=loading)
+    # and so do the frames that made a sample, found by what they called (the decoder, an augmentation's op):
+    # whatever the script named its copy of the dataset's code (checker.trace.analyses.dataloader)
+    preparing = spec.options.get("preparing_calls")
+    waits = trace.get_data_wait(exclude_steps=log_steps, loading=loading, preparing=preparing)
     if waits.empty:
         return result(spec, FAILED, threshold=threshold, evidence=["the trace holds no training steps outside logging steps"])
     total_wait, total_step = int(waits["data_wait_ns"].sum()), int(waits["step_ns"].sum())

@@ -323,10 +323,17 @@ class TraceAnalysis:
         """aten ops not called from inside another aten op on the same thread (every step, every thread)."""
         return counts.top_level_aten_ops(self.events)
 
-    def get_data_wait(self, exclude_steps=(), loading: str | None = None) -> pd.DataFrame:
+    def get_data_wait(self, exclude_steps=(), loading: str | None = None, preparing: str | None = None) -> pd.DataFrame:
         """One row per step: step_ns, data_wait_ns, data_wait_fraction, source; ``loading``: Python frames that
-        make samples, counted as waiting wherever they run in a step (checker.trace.analyses.dataloader)."""
-        return dataloader.data_wait(self.events, self._steps, exclude_steps, loading)
+        make samples, ``preparing``: the calls that prepare one, both counted as waiting wherever they run in a
+        step (checker.trace.analyses.dataloader)."""
+        return dataloader.data_wait(self.events, self._steps, exclude_steps, loading, preparing)
+
+    def get_sample_preparations(self, calls: str, exclude_steps=()) -> pd.DataFrame:
+        """One row per call matching ``calls`` (what preparing a sample cannot do without) in the traced steps:
+        step, tid, call, and the frame that prepared that sample (start_ns, end_ns, frame)."""
+        steps = self._steps[~self._steps["step"].isin({int(x) for x in exclude_steps})]
+        return dataloader.sample_preparations(self.events, steps, calls)
 
     def get_data_wait_gpu_idle(self, exclude_steps=()) -> pd.DataFrame:
         """One row per step: data_wait_ns, gpu_idle_ns (the GPU idle through it), after_sync_ns (of that, idle

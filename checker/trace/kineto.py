@@ -55,6 +55,25 @@ from checker.trace.events import (COPY_KINDS, DTYPES, KINDS, MEM_KINDS, MISSING,
 # ops whose recorded input shapes are kept (``metadata["op_shapes"]``): a model's matrix multiplies, whose shapes
 # are its sizes (chapter 08 recognizes a learner's trace as one job's by them)
 SHAPED_OPS = frozenset({"aten::addmm", "aten::mm", "aten::bmm"})
+
+
+def matmul_flops(name: str, dims: list) -> int | None:
+    """2*m*k*n of a recorded matrix multiply (aten::addmm: bias, input, weight; aten::mm; aten::bmm, times the
+    batch); None where its recorded shapes are not those of one."""
+    def shape(d, rank):
+        return d if type(d) is list and len(d) == rank and all(type(x) is int and x >= 0 for x in d) else None
+    if name == "aten::addmm" and len(dims) >= 3:
+        a, b = shape(dims[1], 2), shape(dims[2], 2)
+        return 2 * a[0] * a[1] * b[1] if a and b else None
+    if name == "aten::mm" and len(dims) >= 2:
+        a, b = shape(dims[0], 2), shape(dims[1], 2)
+        return 2 * a[0] * a[1] * b[1] if a and b else None
+    if name == "aten::bmm" and len(dims) >= 2:
+        a, b = shape(dims[0], 3), shape(dims[1], 3)
+        return 2 * a[0] * a[1] * a[2] * b[2] if a and b else None
+    return None
+
+
 CHUNK_CHARS = 1 << 22  # characters decoded per batch
 MAX_VALUE_CHARS = 1 << 26  # the longest single JSON value (an event, a metadata entry) read: 64 Mi characters
 INT64_SAFE = float(1 << 62)  # times in ns beyond this are out of range (and end = start + dur must still fit)
@@ -127,6 +146,7 @@ class _Columns:
         self.odd: dict[str, int] = {}  # what was missing or odd, counted for the warnings
         self.first: dict[str, str] = {}  # an example of each
         self.shapes: dict[str, int] = {}  # "aten::addmm [[n],[m,k],[k,n],[],[]]" -> calls (SHAPED_OPS, recorded shapes)
+        self.matmuls: dict[str, list] = {"ts": [], "tid": [], "flops": []}  # each shaped matmul: when, thread, FLOPs
     def add_batch(self, events: list) -> None:
         """Keep the complete ('X') events of known categories; drop the rest."""
         names, cat_code, sparse_cats = self.names, _CAT_CODE, _SPARSE_CATS
@@ -175,7 +195,7 @@ class _Columns:
             if cat in sparse_cats:
                 self._sparse(cat, kind, name, pid, tid, e.get("args") or {})
             elif kind == _CPU_OP and name in SHAPED_OPS:
-                self._shape(name, e.get("args"))
+                self._shape(name, e.get("args"), e.get("ts"), tid)
             elif kind == _PYTHON:
                 args = e.get("args")
                 caller = args.get("CallFrom") if args else None
@@ -187,12 +207,18 @@ class _Columns:
             pid_append(pid)
             tid_append(tid)
 
-    def _shape(self, name: str, args) -> None:
-        """The input shapes of a matrix multiply, where the trace recorded them (record_shapes=True), counted."""
+    def _shape(self, name: str, args, ts=None, tid=0) -> None:
+        """The input shapes of a matrix multiply, where the trace recorded them (record_shapes=True), counted; and
+        each one's FLOPs, start and thread (``metadata["matmuls"]``: the work a rank's steps did, measured)."""
         dims = args.get("Input Dims") if type(args) is dict else None
         if type(dims) is list:
             key = f"{name} {json.dumps(dims, separators=(',', ':'))[:200]}"
             self.shapes[key] = self.shapes.get(key, 0) + 1
+            flops = matmul_flops(name, dims)
+            if flops is not None and type(ts) in (int, float) and math.isfinite(ts):
+                self.matmuls["ts"].append(float(ts))
+                self.matmuls["tid"].append(int(tid))
+                self.matmuls["flops"].append(flops)
 
     def _note(self, what: str, example) -> None:
         self.odd[what] = self.odd.get(what, 0) + 1
@@ -526,6 +552,8 @@ def read_kineto(stream: IO[str], label: str) -> tuple[pd.DataFrame, dict]:
     host_pid_for_gpu_rows(events)
     meta["warnings"] = warnings
     meta["op_shapes"] = dict(columns.shapes)
+    meta["matmuls"] = {"start_ns": [int(round(t * 1000.0)) for t in columns.matmuls["ts"]],
+                       "tid": columns.matmuls["tid"], "flops": columns.matmuls["flops"]}
     return events, meta
 
 

@@ -59,7 +59,11 @@ def allreduce_rounds(events: pd.DataFrame) -> pd.DataFrame:
             rounds = len(np.unique(segment))
         else:
             rounds = int(len(calls) > 0)
-        rows.append((step, len(calls), len(forwards), rounds))
+        # the bursts of all-reduce calls split by backward passes: the collectives themselves, no range needed
+        rounds = max(rounds, allreduce_bursts(mine))
+        _nodes, passes = backward_passes(mine)
+        micro = max(len(forwards), int(passes.max()) + 1 if len(passes) else 0)
+        rows.append((step, len(calls), micro, rounds))
     return pd.DataFrame(rows, columns=["step", "allreduce_calls", "forwards", "rounds"]).astype("int64")
 
 
@@ -212,6 +216,7 @@ def unseen_host_ms_per_step(trace) -> float | None:
 # When a wait is a straggler's: the late rank did measurably more per step than the rank that waited for it. Two
 # ranks running the same code differ by none of these but by chance (a profiled host that runs slower, a process
 # the scheduler set aside); a rank that evaluates, logs or reads values alone differs by all that work.
+FLOPS_MARGIN = 0.10  # matrix-multiply FLOPs per step (recorded shapes), as a share of the waiting rank's
 OPS_MARGIN = 16  # recorded ops per step: a loss read is 2, an evaluation of the model 50 and more
 KERNEL_MARGIN = 0.10  # compute-kernel time per step, as a share of the waiting rank's (GPU traces)
 UNSEEN_SHARE_OF_WAIT = 0.5  # host time the profiler saw nothing in, beyond the waiting rank's: half the wait...
@@ -223,7 +228,10 @@ def work_per_step(trace) -> dict:
     traces; else None) and host ms the profiler saw nothing in."""
     kernel_ms = compute_kernel_ms_per_step(trace.events)
     unseen_ms = unseen_host_ms_per_step(trace)
+    matmuls = matmul_work(trace)
+    mflops = float(matmuls["matmul_flops"].median()) / 1e6 if len(matmuls) else None
     return {"ops_per_step": ops_per_step(trace.events),
+            "matmul_mflops": None if mflops is None else round(mflops, 3),
             "compute_kernel_ms": None if kernel_ms is None else round(kernel_ms, 3),
             "unseen_host_ms": None if unseen_ms is None else round(unseen_ms, 3)}
 
@@ -232,6 +240,12 @@ def extra_work(late: dict, waiting: dict, wait_ms: float) -> list[str]:
     """What the late rank did per step beyond the waiting rank, each beyond its margin (empty: nothing measurably
     more, so the wait is the late rank's host being slower, not work of its own)."""
     found = []
+    if late.get("matmul_mflops") is not None and waiting.get("matmul_mflops") is not None:
+        extra_mflops = late["matmul_mflops"] - waiting["matmul_mflops"]
+        if extra_mflops > FLOPS_MARGIN * waiting["matmul_mflops"]:
+            share = f" ({extra_mflops / waiting['matmul_mflops']:+.0%})" if waiting["matmul_mflops"] else ""
+            found.append(f"{extra_mflops:+.1f} MFLOP of matrix-multiply work per step{share}, measured from the shapes "
+                         f"its trace recorded (margin {FLOPS_MARGIN:.0%})")
     extra_ops = late["ops_per_step"] - waiting["ops_per_step"]
     if extra_ops > OPS_MARGIN:
         found.append(f"{extra_ops:+g} recorded ops per step (margin {OPS_MARGIN})")
@@ -254,3 +268,89 @@ def ops_per_step(events: pd.DataFrame) -> float:
     ops = events[events["step"].notna() & (events["kind"] == "cpu_op") & ~events["name"].str.contains(COLLECTIVE_CALL)]
     counts = ops.groupby("step").size()
     return float(counts.median()) if len(counts) else 0.0
+
+
+# --- the work each rank's steps did, measured from its trace (record_shapes: each matrix multiply's shapes) ---
+
+BACKWARD_ANY = re.compile(r"^autograd::engine::evaluate_function: ")
+_MATMUL = re.compile(r"^aten::(?:addmm|mm|bmm)$")
+
+
+def _inside(times: np.ndarray, tids: np.ndarray, spans: pd.DataFrame) -> np.ndarray:
+    """Whether each (time, thread) lies inside one of ``spans`` (start_ns, end_ns, tid) of the same thread."""
+    inside = np.zeros(len(times), dtype=bool)
+    for tid, mine in spans.groupby("tid"):
+        starts = mine["start_ns"].to_numpy(np.int64)
+        order = np.argsort(starts)
+        starts, ends = starts[order], np.maximum.accumulate(mine["end_ns"].to_numpy(np.int64)[order])
+        here = tids == tid
+        j = np.searchsorted(starts, times[here], side="right") - 1
+        inside[here] = (j >= 0) & (ends[np.clip(j, 0, None)] >= times[here])
+    return inside
+
+
+def matmul_work(trace) -> pd.DataFrame:
+    """Per traced step: the FLOPs of the matrix multiplies the rank ran, all of them and those of backward passes
+    (inside an autograd node), from the shapes the trace recorded (``meta["matmuls"]``: the profiler's
+    record_shapes). Empty where the trace recorded no shapes."""
+    found = (getattr(trace, "meta", None) or {}).get("matmuls") or {}
+    steps = trace.get_steps()
+    columns = ["step", "matmul_flops", "backward_flops"]
+    if not found.get("start_ns") or steps.empty:
+        return pd.DataFrame(columns=columns)
+    starts = np.asarray(found["start_ns"], dtype=np.int64)
+    tids = np.asarray(found["tid"], dtype=np.int64)
+    flops = np.asarray(found["flops"], dtype=np.float64)
+    events = trace.events
+    nodes = events[(events["kind"] == "cpu_op") & events["name"].str.contains(BACKWARD_ANY)]
+    backward = _inside(starts, tids, nodes[["start_ns", "end_ns", "tid"]])
+    rows = []
+    for row in steps.itertuples():
+        here = (starts >= row.start_ns) & (starts < row.end_ns)
+        rows.append((int(row.step), float(flops[here].sum()), float(flops[here & backward].sum())))
+    return pd.DataFrame(rows, columns=columns)
+
+
+def backward_flops_per_sample(in_features: int, width: int, layers: int, classes: int) -> float:
+    """The backward pass's matrix-multiply FLOPs per sample of chapter 09's MLP (``layers`` linear layers of
+    ``width``, then a head): every layer's weight gradient, and the input gradient of every layer but the first
+    (the samples need none)."""
+    dims = [(in_features, width)] + [(width, width)] * (layers - 1) + [(width, classes)]
+    weight = sum(2 * i * o for i, o in dims)
+    inputs = sum(2 * i * o for i, o in dims[1:])
+    return float(weight + inputs)
+
+
+def backward_passes(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """A step's backward passes, told apart by the trace alone (no range a script chooses): runs of autograd nodes
+    with no forward matrix multiply (one outside any autograd node) between them. Returns the nodes' starts,
+    sorted, and each one's pass number."""
+    ops = events[events["kind"] == "cpu_op"]
+    nodes = ops[ops["name"].str.contains(BACKWARD_ANY)]
+    node_starts = np.sort(nodes["start_ns"].to_numpy(np.int64))
+    if not len(node_starts):
+        return node_starts, np.zeros(0, np.int64)
+    mm = ops[ops["name"].str.contains(_MATMUL)]
+    mm_starts = mm["start_ns"].to_numpy(np.int64)
+    forward = ~_inside(mm_starts, mm["tid"].to_numpy(np.int64), nodes[["start_ns", "end_ns", "tid"]])
+    forward_starts = np.sort(mm_starts[forward])
+    # a node starts a new pass when a forward matmul came after the node before it
+    before = np.searchsorted(forward_starts, node_starts, side="left")  # forward matmuls started before each node
+    new_pass = np.concatenate([[True], before[1:] > before[:-1]])
+    return node_starts, np.cumsum(new_pass) - 1
+
+
+def allreduce_bursts(events: pd.DataFrame) -> int:
+    """How many backward passes of a step all-reduce: each all-reduce call belongs to the backward pass it is
+    made in or last after (calls before any backward pass form one more burst). Read from the collectives and the
+    autograd nodes, with or without DDP's forward ranges."""
+    calls = events[(events["kind"] == "cpu_op") & events["name"].str.contains(COLLECTIVE_CALL)]["start_ns"]
+    calls = calls.to_numpy(np.int64)
+    if not len(calls):
+        return 0
+    node_starts, passes = backward_passes(events)
+    if not len(node_starts):
+        return 1
+    j = np.searchsorted(node_starts, calls, side="right") - 1
+    owner = np.where(j >= 0, passes[np.clip(j, 0, None)], -1)
+    return len(np.unique(owner))

@@ -4,6 +4,10 @@ The workbook's harness fetches each batch inside a range named ``data`` nested i
 (NVTX and record_function alike). Where a trace has no ``data`` ranges, torch.profiler's own ranges
 around a DataLoader's ``__next__`` (``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``)
 are used instead. Overlapping ranges of one step count once.
+
+Samples prepared in the traced process are found by what they call, not by the names of the code that calls it
+(``sample_preparations``): a chapter names its preparation's primitives (the JPEG decoder's C call, an augmentation's
+aten op), and each such call grows to the frame that prepared that one sample, however the script named it.
 """
 
 from __future__ import annotations
@@ -35,12 +39,15 @@ def wait_ranges(events: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return ranges, "DataLoader __next__" if len(ranges) else "none"
 
 
-def data_wait(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=(), loading: str | None = None) -> pd.DataFrame:
+def data_wait(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=(), loading: str | None = None,
+              preparing: str | None = None) -> pd.DataFrame:
     """One row per step: step_ns, data_wait_ns, data_wait_fraction, source (which ranges were used).
 
     ``loading``: a pattern of Python frames that make samples (a dataset's ``__getitem__``). Such a frame in a
     step of the traced process is loading there, wherever in the step it runs: its time counts as waiting too
-    (once, where it falls in a wait range), so that samples made after the batch arrived are not left out."""
+    (once, where it falls in a wait range), so that samples made after the batch arrived are not left out.
+    ``preparing``: a pattern of the calls that prepare a sample (``sample_preparations``): the frames that made
+    them count the same way, whatever they are named."""
     excluded = {int(x) for x in exclude_steps}
     steps = steps[~steps["step"].isin(excluded)]
     ranges, source = wait_ranges(events)
@@ -49,6 +56,10 @@ def data_wait(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=(), loadi
                         & events["name"].astype(str).str.contains(loading)]
         if len(frames):
             ranges = pd.concat([ranges[["step", "start_ns", "end_ns"]], frames[["step", "start_ns", "end_ns"]]])
+    if preparing:
+        made = sample_preparations(events, steps, preparing)
+        if len(made):
+            ranges = pd.concat([ranges[["step", "start_ns", "end_ns"]], made[["step", "start_ns", "end_ns"]]])
     waits = {}
     for step, group in ranges.groupby("step"):
         s, e = merge(group["start_ns"].to_numpy(), group["end_ns"].to_numpy())
@@ -62,6 +73,60 @@ def data_wait(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=(), loadi
         "data_wait_fraction": np.where(dur > 0, wait / np.maximum(dur, 1), np.nan),
         "source": source,
     }).astype(WAIT_COLUMNS)
+
+
+# What only the training itself runs: a frame that encloses any of it is a step, not one sample's preparation
+TRAINING_WORK = re.compile(r"^(?:autograd::|Optimizer\.|aten::convolution$|aten::linear$|aten::addmm$|aten::mm$)"
+                           r"|run_backward of")
+PREP_COLUMNS = {"step": "int64", "tid": "int64", "call": object, "start_ns": "int64", "end_ns": "int64",
+                "frame": object}
+
+
+def sample_preparations(events: pd.DataFrame, steps: pd.DataFrame, calls: str) -> pd.DataFrame:
+    """One row per sample-preparation call in the traced steps: step, tid, call (its name), and the frame that made
+    that sample (start_ns, end_ns, frame: its name, clipped to the step).
+
+    ``calls`` names what preparing a sample cannot do without: the decoder's C call (``<built-in method decode of
+    ImagingDecoder ...>``), an augmentation's aten op (``aten::flip``). A script may rename, copy or inline the
+    dataset's code, but not these. Each call grows outward through the Python frames of its thread: to the frame that
+    called it (one sample's decoder may be called several times there, on chunks), then on while a frame holds no
+    more calls of that name than the one below it (a frame that also holds another sample's is a batch's) and none
+    of the training's own work (``TRAINING_WORK``): the frame left is that sample's maker, whatever its name, and its
+    time is the sample's."""
+    in_steps = events[events["step"].notna() & events["kind"].isin(("python", "cpu_op"))]
+    pattern = re.compile(calls)
+    named = in_steps["name"].astype(str)
+    prim = in_steps[named.map(lambda n: bool(pattern.search(n)))]
+    if prim.empty or steps.empty:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in PREP_COLUMNS.items()})
+    bounds = {int(s): (int(a), int(b)) for s, a, b in steps[["step", "start_ns", "end_ns"]].itertuples(index=False)}
+    prim = prim[prim["step"].astype("int64").isin(list(bounds))]
+    rows = []
+    for tid, mine in prim.groupby("tid"):
+        thread = events[(events["tid"] == tid) & (events["pid"] == mine["pid"].iloc[0])]
+        frames = thread[thread["kind"] == "python"]
+        f_start, f_end = frames["start_ns"].to_numpy(np.int64), frames["end_ns"].to_numpy(np.int64)
+        f_name = frames["name"].astype(str).to_numpy()
+        work = thread[thread["name"].astype(str).str.contains(TRAINING_WORK)]
+        work_at = np.sort(work["start_ns"].to_numpy(np.int64))
+        starts_by_call = {name: np.sort(group["start_ns"].to_numpy(np.int64))
+                          for name, group in mine.groupby(mine["name"].astype(str))}
+        for step, name, p0, p1 in mine[["step", "name", "start_ns", "end_ns"]].itertuples(index=False):
+            step, name, p0, p1 = int(step), str(name), int(p0), int(p1)
+            same = starts_by_call[name]
+            around = np.flatnonzero((f_start <= p0) & (f_end >= p1) & ((f_start != p0) | (f_end != p1)))
+            around = around[np.argsort(f_end[around] - f_start[around], kind="stable")]  # innermost first
+            start, end, frame, held = p0, p1, name, None
+            for k in around:
+                a, b = int(f_start[k]), int(f_end[k])
+                calls_in = int(np.searchsorted(same, b, side="right") - np.searchsorted(same, a, side="left"))
+                training = np.searchsorted(work_at, b, side="right") > np.searchsorted(work_at, a, side="left")
+                if training or (held is not None and calls_in > held):
+                    break
+                start, end, frame, held = a, b, str(f_name[k]), calls_in
+            s0, s1 = bounds[step]
+            rows.append((step, int(tid), name, max(start, s0), min(end, s1), frame))
+    return pd.DataFrame(rows, columns=list(PREP_COLUMNS)).astype(PREP_COLUMNS)
 
 
 # how far a GPU's end time and a host call's may disagree in one trace (the two clocks are aligned, not one)

@@ -304,10 +304,12 @@ def test_the_labs_and_solutions_pass_the_scan(pristine_lab):
     "from checker.candidate import session", "open('/proc/self/maps').read()", "os.environ.get('NSYS_CONFIG')",
     "clean = session._window_s is None", "if getattr(session, 'x') or session._tail_open: pass",
     "read.__code__ = read.__code__.replace(co_name='_get_value')", "types.CodeType(*args)",
-    "lib = torch.library.Library('at' + 'en', 'IMPL')",
+    "lib = torch.library.Library('at' + 'en', 'IMPL')", "stamps = getattr(session, '_window_stamps_ns')",
+    "stamps = session.__dict__['_window_' + 'stamps_ns']", "for name in vars(session): pass",
+    "value = getattr(session, name)", "getattr(sys, 'settrace')(None)",
 ])
 def test_probes_are_found_with_their_line(line):
-    assert findings(f"x = 1\n{line}\n")[0].startswith("line 2:")
+    assert findings(f"session = start('01_item_syncs')\n{line}\n")[0].startswith("line 2:")
 
 
 def test_every_name_the_harness_keeps_about_its_window_and_tail_is_refused():
@@ -358,8 +360,9 @@ def test_a_run_folder_leaves_room_for_worker_sockets_under_a_deep_tmpdir(tmp_pat
 
 @pytest.mark.slow
 def test_the_grader_reads_the_trace_the_harness_sent_not_the_file_left_behind(tmp_path):
-    """A torch.profiler trace reaches the grader over its channel the moment the harness writes it; the run's own
-    file, rewritten afterwards, is not what the checks read (tests/redteam/cheats/rewrite_trace_01 rewrites it)."""
+    """A torch.profiler trace reaches the grader over its channel the moment the harness writes it, and the run's own
+    file is deleted then: nothing is left to rewrite afterwards (tests/redteam/cheats/rewrite_trace_01 looks for it)
+    or to read (on a GPU the trace is chapter 00's truth per step), and the checks read what was sent."""
     import gzip
     import json
 
@@ -372,12 +375,10 @@ def test_the_grader_reads_the_trace_the_harness_sent_not_the_file_left_behind(tm
     workdir = check_folder()
     run = run_script(chapter, cheat, "cpu", steps=int(chapter.config("cpu")["warmup"]) + 4, trace="torch",
                      workdir=workdir, seed=3, window_key=5)
-    left_behind = next(run.copy.parent.glob("*.json.gz"))
-    assert run.trace_file != left_behind and not str(run.trace_file).startswith(str(run.copy.parent))
+    assert not list(run.copy.parent.glob("*.json*"))  # nothing left behind in the run's folder
+    assert not str(run.trace_file).startswith(str(run.copy.parent))
     read = json.loads(gzip.open(run.trace_file, "rt").read())
-    rewritten = json.loads(gzip.open(left_behind, "rt").read())
-    names = lambda trace: {str(e.get("name")) for e in trace["traceEvents"]}
-    assert "aten::_local_scalar_dense" in names(read) and "aten::_local_scalar_dense" not in names(rewritten)
+    assert "aten::_local_scalar_dense" in {str(e.get("name")) for e in read["traceEvents"]}
 
 
 def test_a_run_compiles_into_its_own_folder_unless_a_kept_cache_is_given(tmp_path):
@@ -451,6 +452,42 @@ def test_under_the_grader_the_script_never_reads_what_the_harness_measured(tmp_p
 
 
 @pytest.mark.slow
+def test_under_the_grader_the_harness_holds_no_clock_reading(tmp_path):
+    """Not by any name: a script that reads the session's private state (getattr with a string, vars()) finds no
+    time the harness took during the run (a red-team cheat reported getattr(session, "_window_stamps_ns")), and no
+    trace file the run's own profiler wrote."""
+    body = HEAD + textwrap.dedent("""
+        import time
+        begun = time.perf_counter_ns()
+        for step, batch in session.steps(session.batches):
+            pass
+        session.finish()
+        ended = time.perf_counter_ns()
+
+        def numbers(value, depth=0):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                yield value
+            elif depth < 3 and isinstance(value, (list, tuple, set)):
+                for item in value:
+                    yield from numbers(item, depth + 1)
+            elif depth < 3 and isinstance(value, dict):
+                for item in value.values():
+                    yield from numbers(item, depth + 1)
+
+        held = {name: value for name, value in vars(session).items()
+                if any(begun <= n <= ended for n in numbers(value))}
+        stamps = vars(session).get("_window_stamps_ns")
+        import pathlib
+        traces = sorted(pathlib.Path(__file__).parent.rglob("*.json*"))  # the run's folder: where its trace is written
+        if held or stamps or session.trace_file is not None or traces:
+            raise SystemExit(f"the harness kept what it measured: {sorted(held)}, {stamps!r}, {session.trace_file}, "
+                             f"{traces}")
+    """)
+    result = run(script(tmp_path, body), trace="torch")
+    assert result.samples_per_s and len(result.step_ms) == 2 and result.trace_file.is_file()
+
+
+@pytest.mark.slow
 def test_traced_steps_after_the_window_that_the_grader_did_not_ask_for_end_the_run(tmp_path):
     body = HEAD + textwrap.dedent("""
         from checker.candidate import session as harness
@@ -496,3 +533,33 @@ def test_a_script_cannot_keep_its_syncs_where_a_traced_tail_does_not_look(monkey
     report = evaluate(chapter, variant="lab", submission=ROOT / "tests" / "redteam" / "gpu" / "tail_aware_06", device="cpu")
     assert any(what.endswith("then traced") for what in (t["what"] for t in report.timings)), "no traced tail was made"
     assert {c.name: c.status for c in report.checks}["host_syncs"] == "failed"
+
+
+# -- the window's data -------------------------------------------------------------------------------------
+def test_chapter_06s_window_batches_do_not_exist_before_the_window():
+    """Chapter 06's targets depend on the batch alone: from a fixed pool that the key only reordered, a script could
+    compute every batch's targets in set-up and look them up in the step (red-team cheat cached_targets_06). The
+    window's batches are drawn from the key as each step fetches one: none equals a batch drawn before, and the
+    same seed and key draw the same batches (the slow script and the learner's train on the same data)."""
+    import torch
+
+    from checker.base.chapters import get_chapter
+    from checker.base.workloads import load_workload_module
+
+    chapter = get_chapter("06_hidden_syncs")
+    cfg = dict(chapter.config("cpu"), seed=3)
+
+    def draws(key):
+        workload = load_workload_module(chapter.dir).build(cfg, torch.device("cpu"))
+        before = [batch for _ in range(3) for batch in workload.batches]  # every batch set-up could see, and more
+        workload.on_window(key)
+        return before, [batch for batch in workload.batches]
+
+    before, window = draws(key=5)
+    assert not hasattr(load_workload_module(chapter.dir).build(cfg, torch.device("cpu")).batches, "batches")
+    seen = {tuple(t.flatten().tolist()) for batch in before for t in batch[1:2]}
+    assert window and not any(tuple(batch[1].flatten().tolist()) in seen for batch in window)
+    _, again = draws(key=5)
+    _, other = draws(key=6)
+    assert all(torch.equal(a, b) for x, y in zip(window, again) for a, b in zip(x, y))
+    assert not all(torch.equal(x[0], y[0]) for x, y in zip(window, other))

@@ -8,6 +8,11 @@ slot. Slot i of an image is trained on that image's object i (a fixed assignment
 
 The loss is the script's (the lab's helpers); this module holds the blocks every variant shares: the model,
 the data, and the held-out evaluation. Nothing here makes the host wait for the device.
+
+The training batches are drawn on the device as each step fetches one (``draw_batch``), from the run's seed during
+warm-up and from the window key once the timed window opens (``KeyedDraws``): no batch of the window exists before
+it, so nothing computed from batches in set-up (the helpers' padded targets, say) can be looked up in a step. A
+fixed list that the key only reordered could be (red-team cheat cached_targets_06).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from checker.base.workloads import KeyedOrder, Workload
+from checker.base.workloads import KeyedDraws, Workload
 
 
 class SlotSegmenter(nn.Module):
@@ -59,27 +64,31 @@ def make_images(count: int, size: int, max_objects: int, num_classes: int, colou
     return images, objects
 
 
-def pack(images: torch.Tensor, objects: list, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """One batch as a collate function packs it: images, flat_masks (T, S, S), flat_classes (T,), n_objects (B,)."""
-    size = images.shape[-1]
-    flat_masks = torch.cat([m for _, m, _ in objects]) if objects else torch.zeros(0, size, size)
-    flat_classes = torch.cat([c for _, _, c in objects]).long()
-    n_objects = torch.tensor([n for n, _, _ in objects], dtype=torch.long)
-    return tuple(t.to(device) for t in (images, flat_masks, flat_classes, n_objects))
+def draw_batch(generator: torch.Generator, batch_size: int, size: int, max_objects: int, num_classes: int,
+               colours: torch.Tensor, objects: int) -> tuple[torch.Tensor, ...]:
+    """One packed batch, drawn where ``colours`` lives (the device) with queued ops only: images, flat_masks (T, S, S),
+    flat_classes (T,), n_objects (B,).
 
-
-def make_batches(count: int, batch_size: int, size: int, max_objects: int, num_classes: int, colours, generator,
-                 device) -> list[tuple[torch.Tensor, ...]]:
-    batches = []
-    for _ in range(count):
-        images, objects = make_images(batch_size, size, max_objects, num_classes, colours, generator)
-        if objects[0][0] == 0:  # every batch holds at least one object (the loss's guard never fires)
-            masks, classes = torch.zeros(1, size, size), torch.zeros(1, dtype=torch.long)
-            masks[0, :size // 2, :size // 2] = 1.0
-            images[0] += colours[0].view(3, 1, 1) * masks[0]
-            objects[0] = (1, masks, classes)
-        batches.append(pack(images, objects, device))
-    return batches
+    Every batch holds ``objects`` objects (T: a number the host knows, so packing reads nothing back; at least one, so
+    the loss's guard never fires), spread at random over the images, at most ``max_objects`` each: how many each
+    image holds is known only on the device. Each object is a rectangle of one class, painted in its class's colour.
+    Matrix products, not scatters, sum the objects into their images: the same result on every run of the same key.
+    """
+    device = colours.device
+    slots = torch.randperm(batch_size * max_objects, generator=generator, device=device)[:objects].sort().values
+    image_of = slots // max_objects  # the objects packed image after image, as a collate function packs them
+    owner = (image_of[None, :] == torch.arange(batch_size, device=device)[:, None]).to(torch.float32)  # (B, T)
+    n_objects = owner.sum(dim=1).long()
+    classes = torch.randint(0, num_classes, (objects,), generator=generator, device=device)
+    corner = torch.randint(0, size - 2, (objects, 2), generator=generator, device=device)
+    extent = torch.randint(2, size // 2 + 1, (objects, 2), generator=generator, device=device)
+    pixels = torch.arange(size, device=device)
+    inside = (pixels >= corner[:, :, None]) & (pixels < (corner + extent)[:, :, None])  # (T, 2, S): x, then y
+    masks = (inside[:, 1, :, None] & inside[:, 0, None, :]).to(torch.float32)  # (T, S, S)
+    images = 0.3 * torch.randn(batch_size, 3, size, size, generator=generator, device=device)
+    painted = colours[classes][:, :, None, None] * masks[:, None]  # (T, 3, S, S)
+    images = images + (owner @ painted.flatten(1)).view_as(images)
+    return images, masks, classes, n_objects
 
 
 def padded_targets(objects: list, max_objects: int, size: int):
@@ -97,8 +106,11 @@ def build(cfg: dict, device: torch.device) -> Workload:
     generator = torch.Generator().manual_seed(seed)
     size, max_objects, num_classes = int(cfg["image_size"]), int(cfg["max_objects"]), int(cfg["num_classes"])
     colours = 1.5 * torch.randn(num_classes, 3, generator=generator)
-    batches = make_batches(int(cfg.get("batches", 16)), int(cfg["batch_size"]), size, max_objects, num_classes,
-                           colours, generator, device)
+    batch_size = int(cfg["batch_size"])
+    objects = max(1, min(int(cfg.get("objects", batch_size * max_objects // 2)), batch_size * max_objects))
+    device_colours = colours.to(device)
+    batches = KeyedDraws(lambda g: draw_batch(g, batch_size, size, max_objects, num_classes, device_colours, objects),
+                         per_pass=int(cfg.get("batches", 16)), seed=seed, device=device)
     eval_images, eval_objects = make_images(int(cfg.get("eval_size", 64)), size, max_objects, num_classes, colours,
                                             generator)
     eval_masks, eval_classes, eval_valid = (t.to(device) for t in padded_targets(eval_objects, max_objects, size))
@@ -113,6 +125,5 @@ def build(cfg: dict, device: torch.device) -> Workload:
         weight = eval_valid.float()
         return float(((bce + ce) * weight).sum() / weight.sum())
 
-    order = KeyedOrder(batches)
-    return Workload(model=model, loss_fn=F.binary_cross_entropy_with_logits, eval_loss=eval_loss, batches=order,
-                    extras={"max_objects": max_objects, "num_classes": num_classes}, on_window=order.set_key)
+    return Workload(model=model, loss_fn=F.binary_cross_entropy_with_logits, eval_loss=eval_loss, batches=batches,
+                    extras={"max_objects": max_objects, "num_classes": num_classes}, on_window=batches.set_key)

@@ -10,7 +10,8 @@ The secrets (see docs/trust.md):
   the data and the held-out batch, so weights trained offline or in an earlier run are of no use;
 * ``window_key`` is sent when the timed window opens, and not before. The harness then re-draws the
   model's last layer from it (:func:`redraw_head`), and batch sources that make their batches lazily draw
-  the window's batches from it (:class:`KeyedOrder`, and :class:`KeyedEpochs` for a DataLoader's samples). The weights the grader gets back can only be right if
+  the window's batches from it (:class:`KeyedOrder`'s order, :class:`KeyedDraws`' batches themselves, and
+  :class:`KeyedEpochs` for a DataLoader's samples). The weights the grader gets back can only be right if
   the training that produced them ran after the window opened.
 """
 
@@ -114,6 +115,33 @@ class KeyedOrder:
                 # .tolist(), not int(tensor): no aten::_local_scalar_dense, which a CPU trace counts as a host sync
                 index = torch.randint(len(self.batches), (1,), generator=self._generator).tolist()[0]
             yield self.batches[index]
+
+
+class KeyedDraws:
+    """A re-iterable of batches each made fresh by ``make(generator)`` as a step fetches it: from the run's seed until
+    the window opens, then from the window key. Each pass yields ``per_pass`` batches; the draw continues across passes.
+
+    Unlike :class:`KeyedOrder`, no batch of the window exists before the window opens, so nothing a script computes
+    from batches in set-up can be reused in a step. ``make`` draws on ``device`` (a generator of that device), with
+    queued ops only: the batch costs the step no wait for the device.
+    """
+
+    def __init__(self, make: Callable[[torch.Generator], Any], per_pass: int, seed: int, device: torch.device):
+        self.make, self.per_pass, self.device = make, int(per_pass), torch.device(device)
+        self.generator = self._generator(seed)
+
+    def _generator(self, seed: int) -> torch.Generator:
+        return torch.Generator(device=self.device).manual_seed(int(seed))
+
+    def __len__(self) -> int:
+        return self.per_pass
+
+    def set_key(self, window_key: int) -> None:
+        self.generator = self._generator(window_key)
+
+    def __iter__(self) -> Iterator:
+        for _ in range(self.per_pass):
+            yield self.make(self.generator)
 
 
 class KeyedEpochs(Sampler):

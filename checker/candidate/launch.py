@@ -45,7 +45,7 @@ def _outcome(script: Path, error: dict | None) -> dict:
         return {"type": "error", **error}
     if session is None:
         return {"type": "error", "error": "the script never called checker.lab.start(...)"}
-    if session._window_s is None:  # the window never closed
+    if not session._window_closed:
         return {"type": "incomplete", "steps_done": session.steps_done, "steps_expected": session.total_steps,
                 "error": f"the script left session.steps() after {session.steps_done} of "
                          f"{session.total_steps} steps"}

@@ -213,16 +213,19 @@ class Session:
         self.extras = self.workload.extras
         self._head_rms = initial_rms(self.model)
         self.steps_done = 0
-        # what the window measured, for a script run on its own: set once every step has run. Under the grader they
-        # stay empty: the grader measures for itself, and a script that could read the harness's stamps could
-        # hand them back as its own measurement (chapter 00 grades one)
+        # what the window measured, for a script run on its own: set once every step has run. Under the grader the
+        # harness reads no clock at all: every moment that counts is a message the grader stamps as it arrives, and
+        # nothing in this process holds a time (a script that could read the harness's stamps, by any name, could
+        # hand them back as its own measurement: chapter 00 grades one)
+        self._keeps_time = _channel() is None
         self.samples = 0
         self.window_s: float | None = None
         self.warmup_s: float | None = None
         self.step_starts_ns: list[int] = []
         self._window_samples = 0
-        self._window_s: float | None = None  # set when the window closes
-        self._window_stamps_ns: list[int] = []
+        self._window_s: float | None = None  # set when the window closes, on its own only
+        self._window_stamps_ns: list[int] = []  # on its own only: under the grader, always empty
+        self._window_closed = False
         self.trace_file: Path | None = None
         self._stepped = False
         self._profiler = None
@@ -260,7 +263,8 @@ class Session:
         batches = iter(source)
         for step in range(self.total_steps):
             if step == 0:
-                self._t_first_step = time.perf_counter_ns()
+                if self._keeps_time:
+                    self._t_first_step = time.perf_counter_ns()
                 self._send({"type": "first_step"})
             if step == self.warmup:
                 self._open_window()
@@ -269,7 +273,7 @@ class Session:
                 self._open_tail()
             if self._window_open or self._tail_open:
                 self._send({"type": "step", "n": step})
-            if self._window_open:
+            if self._window_open and self._keeps_time:
                 self._window_stamps_ns.append(time.perf_counter_ns())
             with marked_range(f"step {step}"):
                 with marked_range("data"):
@@ -294,7 +298,7 @@ class Session:
             self._close_tail()
         else:
             self._close_window()
-        if _channel() is None:
+        if self._keeps_time:
             self.samples, self.window_s, self.step_starts_ns = \
                 self._window_samples, self._window_s, list(self._window_stamps_ns)
 
@@ -376,16 +380,19 @@ class Session:
         if self.workload.on_window is not None:
             self.workload.on_window(window_key)
         self._window_open = True
-        self._t0 = time.perf_counter_ns()
-        # warm-up: first-step costs (torch.compile, cudnn autotuning, allocator growth), outside the window
-        self.warmup_s = (self._t0 - self._t_first_step) / 1e9
+        if self._keeps_time:
+            self._t0 = time.perf_counter_ns()
+            # warm-up: first-step costs (torch.compile, cudnn autotuning, allocator growth), outside the window
+            self.warmup_s = (self._t0 - self._t_first_step) / 1e9
 
     def _close_window(self) -> None:
         self._sync()
-        t1 = time.perf_counter_ns()
-        self._window_stamps_ns.append(t1)
-        self._window_s = (t1 - self._t0) / 1e9
+        if self._keeps_time:
+            t1 = time.perf_counter_ns()
+            self._window_stamps_ns.append(t1)
+            self._window_s = (t1 - self._t0) / 1e9
         self._window_open = False
+        self._window_closed = True
         self._send({"type": "close"})
         if _channel() is not None and self._sample_log is not None:
             import numpy as np
@@ -424,12 +431,17 @@ class Session:
             out = LAUNCH.trace_out or Path(f"{self.chapter.id}.trace.json.gz")
             out.parent.mkdir(parents=True, exist_ok=True)
             self._profiler.export_chrome_trace(str(out))
-            self.trace_file = out
-            self._profiler = None
-            if _channel() is not None:
-                # the trace goes to the grader as soon as it is written, before the script's code runs again: a
-                # file rewritten later is not what the grader reads
-                self._send({"type": "trace"}, out.read_bytes())
+            if _channel() is None:
+                self.trace_file, self._profiler = out, None
+                return
+            # nor are the profiler's recorded events kept in this process (they are the trace's content)
+            self._profiler.profiler, self._profiler = None, None
+            # the trace goes to the grader as soon as it is written, before the script's code runs again: a file
+            # rewritten later is not what the grader reads. Nor is it left for the script to read: on a GPU the
+            # grader's truth about each step's time is this trace's device work (chapter 00's step_time_report)
+            data = out.read_bytes()
+            out.unlink()
+            self._send({"type": "trace"}, data)
 
     def result(self) -> dict[str, Any]:
         """What the run measured, as the script may read it (under the grader: nothing, see ``samples``)."""

@@ -2,7 +2,8 @@
 
 A lab trains a model; it never needs to ask whether a profiler is recording or switch it off, make up profiler
 events, fork, replace PyTorch's own operators, walk the interpreter's frames up into the harness, reach into the
-harness's internals, read the process's own memory map or environment for Nsight's injection libraries, or run
+harness's internals (by attribute, by a string naming one, or by listing the session's attributes), read the
+process's own memory map or environment for Nsight's injection libraries, or run
 code it builds at run time. Each of those is how a script would behave
 one way when observed and another way when not, so the grader refuses such a script (exit 2) and names the
 line. This is a flag, not a proof: code can hide what it does from any scan. The verdict's real defences are
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from pathlib import Path
 
 from checker.base.errors import WorkbookError
@@ -38,7 +40,7 @@ PROBE_ATTRIBUTES = {
     # where the window ends and the traced tail begins is the harness's alone (checker.candidate.session)
     **{name: "reads where the harness's timed window ends" for name in (
         "_window_open", "_window_end", "_window_s", "_window_measured", "_window_samples", "_window_stamps_ns",
-        "_window_sample_ids", "_window_sample_counts",
+        "_window_sample_ids", "_window_sample_counts", "_window_closed",
         "_tail_open", "_tail_steps", "_open_tail", "_close_tail")},
     "_enable_record_function": "switches PyTorch's op recording off",
     "_RecordFunctionFast": "makes up profiler events",
@@ -63,6 +65,54 @@ PROBE_MODULES = {"checker.candidate": "imports the harness's internals", "inspec
                  "importlib": "imports modules by computed names"}
 
 
+# a name in a string reaches what the attribute would (getattr(session, "_window_stamps_ns"), vars(session)[...]):
+# a string that names a private one of them (or is exactly one of the others) is the same probe
+PRIVATE_NAME = re.compile(r"\b_?[A-Za-z_]\w*\b")
+# reflection over the session object itself: every attribute at once, or one picked by a computed name
+REFLECTION = {"vars": "lists the harness's attributes", "dir": "lists the harness's attributes",
+              "getattr": "reads a harness attribute by a computed name",
+              "setattr": "sets a harness attribute by a computed name",
+              "hasattr": "looks for a harness attribute by a computed name"}
+
+
+def _probe_in_string(text: str) -> str | None:
+    """The PROBE_ATTRIBUTES name a string constant names, or None."""
+    if text.strip() in PROBE_ATTRIBUTES:
+        return text.strip()
+    for word in PRIVATE_NAME.findall(text):
+        if word in PROBE_ATTRIBUTES and (word.startswith("_") or word.isupper()):
+            return word
+    return None
+
+
+def _session_names(tree: ast.AST) -> set[str]:
+    """Names bound to the session: ``x = start(...)`` or ``current()``, and plain aliases of those."""
+    names: set[str] = set()
+    assigns = [node for node in ast.walk(tree) if isinstance(node, ast.Assign) and len(node.targets) == 1
+               and isinstance(node.targets[0], ast.Name)]
+    for _ in range(3):  # aliases of aliases
+        for node in assigns:
+            value = node.value
+            called = value.func if isinstance(value, ast.Call) else None
+            called_name = called.attr if isinstance(called, ast.Attribute) else getattr(called, "id", None)
+            if called_name in ("start", "current") or (isinstance(value, ast.Name) and value.id in names):
+                names.add(node.targets[0].id)
+    return names
+
+
+def _reflects_on_session(node: ast.AST, session: set[str]) -> str | None:
+    """What a node does when it reflects over the session object, or None."""
+    if isinstance(node, ast.Attribute) and node.attr == "__dict__" and isinstance(node.value, ast.Name) \
+            and node.value.id in session:
+        return f"lists the harness's attributes ({node.value.id}.__dict__)"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in REFLECTION and node.args \
+            and isinstance(node.args[0], ast.Name) and node.args[0].id in session:
+        computed = len(node.args) > 1 and not isinstance(node.args[1], ast.Constant)
+        if node.func.id in ("vars", "dir") or computed:
+            return f"{REFLECTION[node.func.id]} ({node.func.id}({node.args[0].id}, ...))"
+    return None
+
+
 def _replaces_aten(node: ast.AST) -> bool:
     """A call Library("aten", ...): a script that registers kernels for PyTorch's own operators."""
     if not isinstance(node, ast.Call) or not node.args:
@@ -82,8 +132,11 @@ def findings(source: str, filename: str = "<script>") -> list[str]:
     found: list[tuple[int, str]] = []
     texts = {id(node.value) for node in ast.walk(tree)  # docstrings and other bare strings say, they do not do
              if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    session = _session_names(tree)
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
+        if (reflection := _reflects_on_session(node, session)) is not None:
+            found.append((line, reflection))
         if isinstance(node, ast.Attribute) and node.attr in PROBE_ATTRIBUTES:
             found.append((line, f"{PROBE_ATTRIBUTES[node.attr]} (.{node.attr})"))
         elif isinstance(node, ast.Name) and node.id in PROBE_ATTRIBUTES:
@@ -101,6 +154,9 @@ def findings(source: str, filename: str = "<script>") -> list[str]:
                     if name == module or name.startswith(module + "."):
                         found.append((line, f"{what} (import {name})"))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in texts:
+            if (name := _probe_in_string(node.value)) is not None:
+                found.append((line, f"{PROBE_ATTRIBUTES[name]} ({node.value[:40]!r})"))
+                continue
             for text, what in PROBE_STRINGS.items():
                 if text in node.value:
                     found.append((line, f"{what} ({node.value[:40]!r})"))

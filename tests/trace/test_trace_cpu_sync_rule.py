@@ -16,10 +16,10 @@ torch = pytest.importorskip("torch")
 from checker.trace import load  # noqa: E402
 
 
-def count_syncs(tmp_path, fn) -> int:
+def count_syncs(tmp_path, fn, with_stack: bool = False) -> int:
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with profile(activities=[ProfilerActivity.CPU], with_stack=with_stack) as prof:
         with record_function("step 0"):
             fn()
     path = tmp_path / "trace.json"
@@ -44,7 +44,7 @@ IDIOMS = {
     "t.unique_consecutive()": (lambda: t.unique_consecutive(), 1),
     "repeat_interleave without output_size (two reads on the CPU)": (lambda: torch.repeat_interleave(t.long().clamp(min=0)), 2),
     "repeat_interleave(..., output_size=)": (lambda: torch.repeat_interleave(torch.arange(3), torch.tensor([1, 2, 0]), output_size=3), 0),
-    "t.tolist() (unseen on the CPU)": (lambda: t.tolist(), 0),
+    "t.tolist() (unseen on the CPU without Python frames)": (lambda: t.tolist(), 0),
     "t + 1 (no sync)": (lambda: t + 1, 0),
 }
 
@@ -57,3 +57,42 @@ def test_each_idiom(tmp_path, idiom):
 
 def test_printing_a_tensor_reads_it_several_times(tmp_path):
     assert count_syncs(tmp_path, lambda: print(loss, file=io.StringIO())) >= 2
+
+
+class Wrapped(torch.Tensor):
+    pass
+
+
+# with Python frames (with_stack=True, as the workbook records), the calls that read a tensor into Python without an
+# aten op that reads one are seen: each counts once
+READS_WITH_STACK = {
+    "t.tolist()": (lambda: t.tolist(), 1),
+    "torch.Tensor.tolist(t)": (lambda: torch.Tensor.tolist(t), 1),
+    "a subclass's tolist()": (lambda: t.as_subclass(Wrapped).tolist(), 1),
+    "t.numpy()": (lambda: t.numpy(), 1),
+    "np.asarray(t)": (lambda: __import__("numpy").asarray(t), 1),
+    "t.cpu()": (lambda: t.cpu(), 1),
+    "t.untyped_storage().tolist() (its tolist, and a read per byte)": (lambda: t.untyped_storage().tolist(), 33),
+    "set(t.tolist()) and a list indexed by its values": (lambda: [0] * 9 and set(t.long().clamp(min=0).tolist()), 1),
+    "loss.item() (its aten op, counted once)": (lambda: loss.item(), 1),
+    "t + 1 (no sync)": (lambda: t + 1, 0),
+    "a numpy array's tolist() (no tensor)": (lambda: __import__("numpy").arange(3).tolist(), 0),
+    "a numpy scalar's and a memoryview's tolist()": (lambda: (__import__("numpy").float64(2).tolist(),
+                                                           memoryview(b"ab").tolist()), 0),
+}
+
+
+@pytest.mark.parametrize("idiom", list(READS_WITH_STACK))
+def test_each_python_read_with_stack(tmp_path, idiom):
+    fn, expected = READS_WITH_STACK[idiom]
+    assert count_syncs(tmp_path, fn, with_stack=True) == expected
+
+
+def test_a_read_the_grader_s_own_data_code_makes_is_not_counted(tmp_path):
+    """KeyedOrder (checker/base) draws the window's batch order on the CPU with .tolist(): no sync on a GPU either."""
+    from checker.base.workloads import KeyedOrder
+
+    order = KeyedOrder([t, t])
+    order.set_key(3)
+    assert count_syncs(tmp_path, lambda: list(order), with_stack=True) == 0
+    assert count_syncs(tmp_path, lambda: (list(order), t.tolist()), with_stack=True) == 1

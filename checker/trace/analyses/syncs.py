@@ -23,9 +23,19 @@ Not every such op would sync on a GPU: reading a tensor that lives on the CPU th
 The one a training step always makes is the optimizer reading its step counter (see
 ``cpu_resident_reads``); those are left out.
 
-What a CPU trace cannot show: ``print(loss)`` formats the tensor with several ``.item()`` calls (each one
-counted), while ``.tolist()``, ``.cpu()`` and ``.numpy()`` make no such op on the CPU and go unseen;
-on CUDA each of them is a device-to-host copy and a sync.
+``.tolist()``, ``.numpy()`` and ``.cpu()`` make no such op on the CPU (on CUDA each is a device-to-host copy and a
+sync), and neither do the Python values read from them (a list's indices, a ``set``, ``repeat_interleave``'s
+``output_size``). Their calls are in a trace recorded ``with_stack=True``, as the workbook records it: the Python
+tracer names each C call, ``<built-in method tolist of Tensor object at 0x...>`` (a subclass's and an unbound
+``torch.Tensor.tolist(x)`` alike; ``np.asarray(t)`` reaches ``numpy``; a storage's ``tolist`` is a Python frame of
+torch/storage.py). Each such call counts as a sync (``python_reads``), unless the code that made it is the
+grader's own data code (checker/base, a chapter's workload.py: reads of CPU-made data such as a keyed batch
+order), found as the innermost frame holding the call that is not torch's, the standard library's, an installed
+package's or the harness's step loop (which only runs what the script handed it).
+``print(loss)`` formats the tensor with several ``.item()`` calls (each one counted).
+
+What a CPU trace still cannot show: ``.to("cpu")`` and a ``copy_`` into a CPU tensor (one op whose devices the
+trace does not record), and a ``.cpu()`` of a tensor that is on the CPU on a GPU run too (counted: no sync there).
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from checker.trace.analyses.stack import op_of, where_of
+from checker.trace.analyses.stack import FRAME, is_user_path, op_of, where_of
 from checker.trace.intervals import innermost
 from checker.trace.steps import rows_in_steps
 
@@ -57,6 +67,17 @@ OPTIMIZER_CODE = re.compile(r"(?:^|/)torch/optim/(?:\w+/)*\w+\.py\(\d+\): [\w<>]
 FUSED_OPTIMIZER_OPS = re.compile(r"^aten::_fused_(?:adam|adamw|sgd|adagrad)_?$")
 # optimizers whose step (not capturable, not fused) reads only such CPU scalars with .item()
 CPU_SCALAR_OPTIMIZERS = re.compile(r"^Optimizer\.step#(?:Adam|AdamW|Adamax|NAdam|RAdam|Adagrad)\.step$")
+
+# a Tensor's values read into Python without an aten op that reads one (see the module docstring)
+# (a tensor subclass is named by its own class: any type but numpy's, memoryview and array, whose tolist reads memory
+# the host holds)
+PYTHON_READ = re.compile(r"^<built-in method (?:tolist|numpy|cpu) of (?!numpy\.|memoryview |array\.array )[^<>]+ object"
+                         r" at 0x[0-9a-fA-F]+>$|(?:^|/)torch/storage\.py\(\d+\): (?:tolist|cpu)$")
+# the grader's own code that makes data in the candidate's process: checker/base (KeyedOrder's draw, ...) and a
+# chapter's workload.py. The harness's step loop (checker/candidate) is looked through like a library: what it calls
+# during a step is what the script handed it (a batch source, a DataLoader and its collate_fn)
+GRADER_CODE = re.compile(r"(?:^|/)(?:checker/base/\w+\.py|chapters/[^/]+/workload\.py)\(\d+\): ")
+HARNESS_CODE = re.compile(r"(?:^|/)checker/[\w/]+\.py\(\d+\): ")
 
 # the harness's range around the fetch of each step's batch (checker.candidate.session: `session.steps()`)
 FETCH_RANGE = "data"
@@ -87,7 +108,71 @@ def sync_rows(events: pd.DataFrame) -> np.ndarray:
         return np.sort(rows)
     ops = (events["kind"] == "cpu_op").to_numpy()
     rows = np.flatnonzero(ops & names.isin(list(CPU_SYNC_OPS)).to_numpy())
-    return rows[~cpu_resident_reads(events, rows)]
+    return np.sort(np.concatenate([rows[~cpu_resident_reads(events, rows)], python_reads(events)]))
+
+
+def python_reads(events: pd.DataFrame) -> np.ndarray:
+    """Row numbers of the Python calls that read a tensor's values without an aten op that reads one (``tolist``,
+    ``numpy``, ``cpu``: see the module docstring), made by code that is not the grader's own.
+
+    The code that made a call is the innermost Python frame on its thread holding it that is not torch's, the
+    standard library's or an installed package's (``stack.is_user_path``, with the workbook's own files told apart):
+    ``np.asarray(t)`` in a script is the script's read though torch/_tensor.py's ``__array__`` made the call, a
+    DataLoader's sampler run by the harness's fetch is the script's, which handed the harness that DataLoader.
+A call no such frame holds (a thread's, started
+    from the standard library) counts."""
+    kind = events["kind"].to_numpy()
+    python = kind == "python"
+    if not python.any():
+        return np.zeros(0, dtype=np.int64)
+    names = events["name"]
+    read_names = [n for n in names[python].unique() if PYTHON_READ.search(str(n))]
+    if not read_names:
+        return np.zeros(0, dtype=np.int64)
+    reads = np.flatnonzero(python & names.isin(read_names).to_numpy())
+    frame_origin = {n: _origin(str(n)) for n in names[python].unique()}
+    origin = np.array(names.map(frame_origin).astype(object), dtype=object)
+    # the frames that can decide: the script's (user) and the grader's; a library frame is looked through
+    deciding = python & pd.notna(origin) & (origin != "library")
+    starts, ends = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
+    pids, tids = events["pid"].to_numpy(), events["tid"].to_numpy()
+    keep = np.ones(len(reads), dtype=bool)
+    for key in set(zip(pids[reads].tolist(), tids[reads].tolist())):
+        pool = np.flatnonzero(deciding & (pids == key[0]) & (tids == key[1]))
+        mine = np.flatnonzero((pids[reads] == key[0]) & (tids[reads] == key[1]))
+        for i in mine:
+            row = reads[i]
+            outer = reads[mine]
+            if ((starts[outer] <= starts[row]) & (ends[outer] >= ends[row]) & (outer != row)).any():
+                keep[i] = False  # inside another read: a subclass's tolist() runs the base class's within it
+                continue
+            holding = pool[(starts[pool] <= starts[row]) & (ends[pool] >= ends[row]) & (pool != row)]
+            if len(holding):
+                inner = holding[np.lexsort((-ends[holding], starts[holding]))[-1]]  # the latest start: innermost
+                keep[i] = origin[inner] != "grader"
+    return reads[keep]
+
+
+def _origin(frame_name: str) -> str | None:
+    """A Python frame's code: "grader" (checker/base, a chapter's workload.py), "user", "library" (the harness too),
+    or None (a C call)."""
+    if GRADER_CODE.search(frame_name):
+        return "grader"
+    if HARNESS_CODE.search(frame_name):
+        return "library"
+    match = FRAME.match(frame_name)
+    if not match:
+        return None
+    return "user" if is_user_path(match.group("path")) else "library"
+
+
+def shown_name(name: str) -> str:
+    """A sync's name as a person reads it: a Python read as ``Tensor.tolist()`` (its object's address left out)."""
+    match = re.match(r"^<built-in method (\w+) of ", name) or re.search(r"torch/storage\.py\(\d+\): (\w+)$", name)
+    if match and PYTHON_READ.search(name):
+        owner = "TypedStorage" if "storage.py" in name else "Tensor"
+        return f"{owner}.{match.group(1)}() (no aten op on a CPU; a device-to-host copy and a sync on a GPU)"
+    return name
 
 
 def _called_by_optimizer(events: pd.DataFrame, frames: np.ndarray, python: np.ndarray) -> np.ndarray:
@@ -214,7 +299,7 @@ def host_syncs(events: pd.DataFrame, in_steps: bool, exclude_steps=()) -> pd.Dat
     sub = events.iloc[rows]
     frame = pd.DataFrame({
         "step": sub["step"].to_numpy(),
-        "name": sub["name"].astype(str).to_numpy(),
+        "name": [shown_name(n) for n in sub["name"].astype(str)],
         "start_ns": sub["start_ns"].to_numpy(),
         "dur_ns": (sub["end_ns"] - sub["start_ns"]).to_numpy(),
         "tid": sub["tid"].to_numpy(),
@@ -270,6 +355,10 @@ def window_syncs(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=()) ->
         ops = (events["kind"] == "cpu_op").to_numpy()
         rows = np.flatnonzero(ops & names.isin(list(CPU_SYNC_OPS)).to_numpy())
         resident = cpu_resident_reads(events, rows)
+        reads = python_reads(events)
+        rows, resident = np.concatenate([rows, reads]), np.concatenate([resident, np.zeros(len(reads), dtype=bool)])
+        order = np.argsort(rows, kind="stable")
+        rows, resident = rows[order], resident[order]
     starts = events["start_ns"].to_numpy()
     lo, hi = int(steps["start_ns"].min()), int(steps["end_ns"].max())
     inside = (starts[rows] >= lo) & (starts[rows] <= hi)
@@ -288,7 +377,7 @@ def window_syncs(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=()) ->
     sub = events.iloc[rows]
     frame = pd.DataFrame({
         "step": step,
-        "name": sub["name"].astype(str).to_numpy(),
+        "name": [shown_name(n) for n in sub["name"].astype(str)],
         "start_ns": sub["start_ns"].to_numpy(),
         "dur_ns": (sub["end_ns"] - sub["start_ns"]).to_numpy(),
         "tid": sub["tid"].to_numpy(),

@@ -296,18 +296,7 @@ def host_syncs(events: pd.DataFrame, in_steps: bool, exclude_steps=()) -> pd.Dat
         rows = rows_in_steps(events, rows, exclude_steps)
     if not len(rows):
         return pd.DataFrame({c: pd.Series(dtype=t) for c, t in SYNC_COLUMNS.items()})
-    sub = events.iloc[rows]
-    frame = pd.DataFrame({
-        "step": sub["step"].to_numpy(),
-        "name": [shown_name(n) for n in sub["name"].astype(str)],
-        "start_ns": sub["start_ns"].to_numpy(),
-        "dur_ns": (sub["end_ns"] - sub["start_ns"]).to_numpy(),
-        "tid": sub["tid"].to_numpy(),
-        "op": op_of(events, rows),
-        "where": where_of(events, rows),
-        "in_fetch": in_fetch(events, rows),
-    })
-    return frame.astype(SYNC_COLUMNS)
+    return _sync_frame(events, rows, events["step"].to_numpy()[rows]).astype(SYNC_COLUMNS)
 
 
 def syncs_per_step(syncs: pd.DataFrame, steps: pd.DataFrame, exclude_steps=()) -> pd.DataFrame:
@@ -334,6 +323,22 @@ def sync_sources(syncs: pd.DataFrame) -> pd.DataFrame:
 
 
 WINDOW_SYNC_COLUMNS = dict(SYNC_COLUMNS, between="bool", optimizer_read="bool")  # SYNC_COLUMNS has in_fetch
+
+
+def _sync_frame(events: pd.DataFrame, rows: np.ndarray, step, **more) -> pd.DataFrame:
+    """One row per sync at ``rows`` of ``events``, in step ``step``: the columns every sync table shares, and ``more``."""
+    sub = events.iloc[rows]
+    return pd.DataFrame({
+        "step": step,
+        "name": [shown_name(n) for n in sub["name"].astype(str)],
+        "start_ns": sub["start_ns"].to_numpy(),
+        "dur_ns": (sub["end_ns"] - sub["start_ns"]).to_numpy(),
+        "tid": sub["tid"].to_numpy(),
+        "op": op_of(events, rows),
+        "where": where_of(events, rows),
+        "in_fetch": in_fetch(events, rows),
+        **more,
+    })
 
 
 def window_syncs(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=()) -> pd.DataFrame:
@@ -374,17 +379,5 @@ def window_syncs(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=()) ->
     rows, resident, step, between = rows[keep], resident[keep], step[keep], between[keep]
     if not len(rows):
         return pd.DataFrame({c: pd.Series(dtype=t) for c, t in WINDOW_SYNC_COLUMNS.items()})
-    sub = events.iloc[rows]
-    frame = pd.DataFrame({
-        "step": step,
-        "name": [shown_name(n) for n in sub["name"].astype(str)],
-        "start_ns": sub["start_ns"].to_numpy(),
-        "dur_ns": (sub["end_ns"] - sub["start_ns"]).to_numpy(),
-        "tid": sub["tid"].to_numpy(),
-        "op": op_of(events, rows),
-        "where": where_of(events, rows),
-        "in_fetch": in_fetch(events, rows),
-        "between": between,
-        "optimizer_read": resident,
-    })
+    frame = _sync_frame(events, rows, step, between=between, optimizer_read=resident)
     return frame.astype(WINDOW_SYNC_COLUMNS)

@@ -141,24 +141,10 @@ def private_scratch(keep: tuple[str, ...]) -> bool:  # pragma: no cover - runs i
         if not _mount(None, "/", None, MS_REC | MS_PRIVATE):  # or the mounts below would show in the grader's
             raise OSError("could not make the mounts private")
         handles = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}
-        # the folders leading to each kept one, as they are outside (mode and owner): a run may reach a kept folder
-        # in its private place only as it could outside (a 0700 parent stays closed to it)
-        parents: dict[str, tuple[int, int, int]] = {}
-        for path in keep:
-            place = next((p for p in SCRATCH_PLACES if path.startswith(p + "/")), None)
-            folder = os.path.dirname(path)
-            while place is not None and folder != place and folder.startswith(place + "/"):
-                st = os.stat(folder)
-                parents[folder] = (st.st_mode & 0o7777, st.st_uid, st.st_gid)
-                folder = os.path.dirname(folder)
         for place in SCRATCH_PLACES:
             if os.path.isdir(place) and not os.path.islink(place):
                 if not _mount("tmpfs", place, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777"):
                     raise OSError(f"could not mount a private {place}")
-        for folder, (mode, uid, gid) in sorted(parents.items(), key=lambda item: item[0].count("/")):
-            os.makedirs(folder, exist_ok=True)
-            os.chown(folder, uid, gid)
-            os.chmod(folder, mode)
         for path, handle in sorted(handles.items(), key=lambda item: item[0].count("/")):  # a parent before its child
             if any(path == p or path.startswith(p + "/") for p in SCRATCH_PLACES):
                 os.makedirs(path, mode=0o711, exist_ok=True)

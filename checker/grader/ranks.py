@@ -97,11 +97,8 @@ def _free_port() -> int:
 
 def _lead(chapter, script: Path, device: str, world: int, display: str, kwargs: dict):  # pragma: no cover - forked
     """In the job leader: the job's network namespace, one grader process per rank, their results."""
-    if runs._isolate_network() and sandbox._LIBC.unshare(sandbox.CLONE_NEWNET) == 0:
-        sandbox._loopback_up()
-    runs._NETWORK = False  # the ranks stay in this namespace: they must reach each other's loopback
-    sandbox._SUBREAPER = False  # not inherited across fork: become one again
-    sandbox.become_subreaper()
+    runs.share_network()  # the ranks stay in this namespace: they must reach each other's loopback
+    sandbox.become_subreaper(forked=True)
     port = _free_port()
     children: dict[int, tuple[int, int]] = {}  # pid -> (rank, read end)
     for rank in range(world):
@@ -113,7 +110,7 @@ def _lead(chapter, script: Path, device: str, world: int, display: str, kwargs: 
         pid = os.fork()
         if pid == 0:
             os.close(read)
-            sandbox._SUBREAPER = False
+            sandbox.become_subreaper(forked=True)  # each rank's grader process reaps its own run's descendants
             code = 0
             try:
                 result = ("ok", runs.run_script(chapter, script, device, display=f"{display} (rank {rank})",

@@ -537,6 +537,16 @@ def _private_scratch() -> bool:
     return _SCRATCH
 
 
+def share_network() -> bool:
+    """For a job leader: put this process in a network namespace of its own where runs are isolated, and start its
+    runs there rather than each in its own (the ranks of a job reach each other over its loopback). Whether it made
+    one."""
+    global _NETWORK
+    made = _isolate_network() and sandbox.enter_job_network()
+    _NETWORK = False
+    return made
+
+
 def _isolate_network() -> bool:
     global _NETWORK
     if _NETWORK is None:

@@ -203,10 +203,11 @@ def remove_left(paths: list[str]) -> None:
 _SUBREAPER = False
 
 
-def become_subreaper() -> None:
-    """Make orphaned descendants of this process its children, so that none escapes being killed."""
+def become_subreaper(forked: bool = False) -> None:
+    """Make orphaned descendants of this process its children, so that none escapes being killed. ``forked``: this
+    process was just forked, and a fork does not inherit the setting, whatever the parent's flag says."""
     global _SUBREAPER
-    if not _SUBREAPER and sys.platform.startswith("linux"):
+    if (forked or not _SUBREAPER) and sys.platform.startswith("linux"):
         _LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         _SUBREAPER = True
 
@@ -368,6 +369,15 @@ def preexec(identity: tuple[int, int] | None, limits: Limits, isolate_network: b
 def die_with_parent_process() -> None:  # pragma: no cover - runs in a child
     """This process is killed when its parent ends (PR_SET_PDEATHSIG)."""
     _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def enter_job_network() -> bool:  # pragma: no cover - runs in a forked job leader
+    """This process (and the ranks it forks) in a network namespace of its own with its loopback up: the ranks of
+    one job reach each other, nothing else. False where the kernel refuses a namespace."""
+    if _LIBC.unshare(CLONE_NEWNET) != 0:
+        return False
+    _loopback_up()
+    return True
 
 
 def _loopback_up() -> None:  # pragma: no cover - runs in the forked child

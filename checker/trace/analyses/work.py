@@ -13,19 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from checker.trace.intervals import merge
+from checker.trace.intervals import union_length
 
 WORK_COLUMNS = {"step": "int64", "work": "int64", "step_ns": "int64"}
 BACKWARD_NODE = "autograd::engine::evaluate_function"
-
-
-def _union_ns(starts: np.ndarray, ends: np.ndarray, begin: int | None = None, end: int | None = None) -> int:
-    if not len(starts):
-        return 0
-    if begin is not None:
-        starts, ends = np.clip(starts, begin, end), np.clip(ends, begin, end)
-    s, e = merge(starts, ends)
-    return int((e - s).sum())
 
 
 def step_work(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -40,7 +31,7 @@ def step_work(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         begin, end = int(row.start_ns), int(row.end_ns)
         if len(gpu):
             mine = gpu[gpu["step"] == row.step]
-            work = _union_ns(mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64))
+            work = union_length(mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64))
         else:
             work = int(counts.get(row.step, 0))
         rows.append((int(row.step), int(work), end - begin))

@@ -273,11 +273,11 @@ class Evaluation:
         self.say(f"{what}: {shown}")
         seed, key = secret
         began = time.perf_counter()
-        if script == self.candidate and self.compile_store is not None:
-            kwargs["compile_cache"] = self.compile_store  # the candidate's own runs only
+        world = ranks.world_size(self.cfg)
+        if script == self.candidate and self.compile_store is not None and world == 1:
+            kwargs["compile_cache"] = self.compile_store  # the candidate's own runs only; a job's ranks compile cold
         if self.pair_args and "extra_args" not in kwargs:
             kwargs["extra_args"] = list(self.pair_args)  # the job the fix is for, in both runs of a pair
-        world = ranks.world_size(self.cfg)
         if world > 1:  # a data-parallel chapter: one job of several ranks, each a run of its own
             run = ranks.run_job(self.chapter, script, self.device, world=world, workdir=self.workdir, seed=seed,
                                 window_key=key, display=shown, **kwargs)

@@ -53,6 +53,9 @@ def run_job(chapter, script: Path, device: str, *, world: int, display: str | No
             raise WorkbookError(f"{chapter.id} runs on {world} GPUs and this machine has {torch.cuda.device_count()}: "
                                 "grade it on a machine with enough GPUs, or on the CPU (--device cpu)")
     display = display or str(script)
+    # One compile-cache claim has one place; ranks filling and emptying it at once would remove each other's files
+    # (FileExistsError in the second rank's fill). A job's ranks compile cold.
+    kwargs.pop("compile_cache", None)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the job leader, measured through its result

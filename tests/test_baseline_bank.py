@@ -7,7 +7,8 @@ import pytest
 from checker.grader.baseline import BaselineBank
 from checker.base.chapters import get_chapter
 from checker.base.errors import WorkbookError
-from checker.grader.evaluate import Evaluation, evaluate, speed_of
+from checker.grader.evaluate import Evaluation, evaluate
+from checker.grader.pairs import speed_of
 
 CHAPTER = "01_item_syncs"
 
@@ -48,7 +49,7 @@ def test_with_a_bank_each_candidate_window_is_held_against_the_latest_baseline_w
         bank.add(seconds, 512)
     chapter = get_chapter(CHAPTER)
     ev = Evaluation(chapter, chapter.solution_script, "cpu", bank=bank)
-    assert ev.uses_bank and ev.reference_script == ev.chapter.solution_script
+    assert ev.reference == chapter.solution_script
     pairs = [(FakeRun(4.0), FakeRun(5.0)), (FakeRun(4.0), FakeRun(4.0))]  # (reference, candidate)
     speed = speed_of(pairs, bank)
     assert speed.baseline_windows == (10.0, 11.0) and speed.candidate_windows == (5.0, 4.0) and speed.samples == 512
@@ -59,7 +60,7 @@ def test_with_a_bank_each_candidate_window_is_held_against_the_latest_baseline_w
 def test_without_a_bank_each_pair_is_its_own_comparison():
     chapter = get_chapter(CHAPTER)
     ev = Evaluation(chapter, chapter.solution_script, "cpu")
-    assert not ev.uses_bank and ev.reference_script == ev.chapter.slow_script
+    assert ev.reference == chapter.slow_script
     speed = speed_of([(FakeRun(10.0), FakeRun(5.0)), (FakeRun(12.0), FakeRun(4.0))], None)
     assert speed.ratios == pytest.approx([2.0, 3.0]) and speed.baseline_windows == (10.0, 12.0) and speed.shared is None
 
@@ -67,7 +68,7 @@ def test_without_a_bank_each_pair_is_its_own_comparison():
 def test_chapters_that_read_the_slow_scripts_trace_keep_a_baseline_per_student():
     chapter = get_chapter("04_eager_microops")
     ev = Evaluation(chapter, chapter.solution_script, "cpu", bank=BaselineBank())
-    assert not ev.uses_bank and ev.reference_script == chapter.slow_script
+    assert ev.reference == chapter.slow_script
     assert any("compare counts with its trace" in note for note in ev.notes)
 
 
@@ -87,8 +88,8 @@ def test_students_share_the_speed_never_a_secret(pristine_lab):
         ev = Evaluation(chapter, script, "cpu", bank=bank)
         try:
             reports.append(ev.run_checks("class"))
-            seeds += [run.seed for pair in ev.all_pairs() for run in pair]
-            assert all(ref.script == chapter.solution_script for ref, _ in ev.all_pairs())
+            seeds += [run.seed for pair in ev.made.pairs() for run in pair]
+            assert all(ref.script == chapter.solution_script for ref, _ in ev.made.pairs())
         finally:
             ev.cleanup()
         bank.graded_one()

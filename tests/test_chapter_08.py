@@ -32,8 +32,7 @@ def _evidence(learner=None):
     chapter = get_chapter(CHAPTER)
     ev = Evaluation(chapter, chapter.solution_script, "cpu", only={"triage"}, learner=learner)
     try:
-        ev.make_runs()
-        return ev.collect()
+        return ev.gather(ev.make_runs())
     finally:
         ev.cleanup()
 
@@ -215,11 +214,10 @@ def test_a_self_check_of_a_course_assignment_runs_its_file_and_keeps_the_answer_
     (folder / "assignment.toml").write_text(course.to_toml())
     ev = Evaluation(chapter, folder / "train.py", "cpu", only={"triage"})
     try:
-        ev.make_runs()
-        evidence = ev.collect()
+        evidence = ev.gather(ev.make_runs())
     finally:
         ev.cleanup()
-    assert ev.assignment.codes == course.codes and evidence.diagnosis.learner == "learner-7"
+    assert ev.drawn.assignment.codes == course.codes and evidence.diagnosis.learner == "learner-7"
     result = _judge(evidence, _reference())  # the practice learner's answer does not fit these jobs
     assert result.status == "failed"
     text = " ".join(result.evidence)
@@ -231,7 +229,7 @@ def test_a_self_check_of_a_course_assignment_runs_its_file_and_keeps_the_answer_
 def test_the_answer_for_the_device_checked_wins_over_the_plain_one(tmp_path):
     """A learner who diagnosed on both devices keeps answer.cpu.toml and answer.cuda.toml; the grader reads the one
     for the device it checks on, else answer.toml."""
-    from checker.grader.evaluate import answer_path
+    from checker.grader.assignment import answer_path
 
     (tmp_path / "answer.toml").write_text('device = "cpu"\n')
     assert answer_path(tmp_path, "answer.toml", "cuda") == tmp_path / "answer.toml"

@@ -336,7 +336,7 @@ def test_a_submission_without_the_lab_file_says_what_it_holds_and_a_near_miss(tm
     that differs only in case, what to rename."""
     from checker.base.chapters import get_chapter
     from checker.base.errors import WorkbookError
-    from checker.grader.evaluate import resolve_candidate
+    from checker.grader.precheck import resolve_candidate
 
     chapter = get_chapter("00")
     (tmp_path / "gina").mkdir()

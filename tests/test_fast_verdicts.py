@@ -37,11 +37,11 @@ class Window:
 
 
 def grade_timed(monkeypatch, windows):
-    """Evaluation._timed_runs with each run answered from ``windows`` (baseline, candidate seconds per pair)."""
+    """The timed pairs of up to 3 trials, each run answered from ``windows`` (baseline, candidate seconds per pair)."""
     chapter = get_chapter("01")
     ev = Evaluation(chapter, chapter.solution_script, "cpu")
-    ev.device, ev.cfg = "cuda", chapter.config("cuda")  # judged as on a GPU; nothing here touches one
-    ev.plan = dataclasses.replace(ev.plan, timed_checks=("throughput",))
+    ev.runner.device, ev.runner.cfg = "cuda", chapter.config("cuda")  # judged as on a GPU; nothing here touches one
+    ev.plan = dataclasses.replace(ev.plan, trials=3, traced=False, referee=False, timed_checks=("throughput",))
     answers = iter(windows)
     made = []
 
@@ -49,23 +49,25 @@ def grade_timed(monkeypatch, windows):
         made.append(script)
         return Window(next(answers))
 
-    ev.run = run
-    ev._timed_runs(trials=3)
-    return ev, made
+    ev.runner.run = run
+    try:
+        return ev.make_runs(), made
+    finally:
+        ev.cleanup()
 
 
 def test_a_clear_verdict_costs_one_pair(monkeypatch):
-    ev, made = grade_timed(monkeypatch, [10.0, 5.0, 10.0, 5.0, 10.0, 5.0])  # 2x against 1.3
-    assert len(ev.timed_pairs) == 1 and len(made) == 2
+    runs, made = grade_timed(monkeypatch, [10.0, 5.0, 10.0, 5.0, 10.0, 5.0])  # 2x against 1.3
+    assert len(runs.timed) == 1 and len(made) == 2
 
 
 def test_a_verdict_near_its_threshold_gets_every_pair(monkeypatch):
     # chapter 01's bar is 1.3 on cuda; trial 1: baseline then candidate; trial 2: candidate then baseline;
     # 1.39x (7% over), 1.26x (under), 1.39x
     assert get_chapter("01").check("throughput").threshold_for("cuda") == 1.3
-    ev, made = grade_timed(monkeypatch, [13.9, 10.0, 10.0, 12.6, 13.9, 10.0])
-    assert len(ev.timed_pairs) == 3 and len(made) == 6
-    assert [round(b.window_s / c.window_s, 2) for b, c in ev.timed_pairs] == [1.39, 1.26, 1.39]
+    runs, made = grade_timed(monkeypatch, [13.9, 10.0, 10.0, 12.6, 13.9, 10.0])
+    assert len(runs.timed) == 3 and len(made) == 6
+    assert [round(b.window_s / c.window_s, 2) for b, c in runs.timed] == [1.39, 1.26, 1.39]
 
 
 # -- torch.compile's caches, kept per candidate script ---------------------------------------------------------
@@ -177,7 +179,7 @@ def test_a_cache_copies_regular_files_and_never_follows_a_link(tmp_path):
 
 
 def test_only_the_candidates_runs_get_its_cache(monkeypatch, tmp_path):
-    from checker.grader import evaluate as grader
+    from checker.grader import pairs as grader
 
     monkeypatch.setenv("WORKBOOK_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("WORKBOOK_COMPILE_CACHE", "1")
@@ -190,9 +192,10 @@ def test_only_the_candidates_runs_get_its_cache(monkeypatch, tmp_path):
         return type("Run", (), {"phases_s": {}, "survivors": 0})()
 
     monkeypatch.setattr(grader, "run_script", fake_run_script)
-    ev.run(chapter.slow_script, "baseline", (1, 2))
-    ev.run(chapter.solution_script, "candidate", (1, 2))
-    assert seen[chapter.slow_script] is None and seen[chapter.solution_script] == ev.compile_store is not None
+    ev.runner.run(chapter.slow_script, "baseline", (1, 2))
+    ev.runner.run(chapter.solution_script, "candidate", (1, 2))
+    ev.cleanup()
+    assert seen[chapter.slow_script] is None and seen[chapter.solution_script] == ev.runner.compile_store is not None
 
 
 # -- the traced tail: the first timed pair is the traced pair (chapter.toml's traced_tail) ---------------------
@@ -226,36 +229,38 @@ def test_a_traced_window_traces_every_timed_run_where_chapter_toml_asks():
 def test_with_a_traced_window_every_timed_run_is_traced_and_the_first_pair_is_read(monkeypatch):
     chapter = get_chapter("07")
     ev = Evaluation(chapter, chapter.solution_script, "cpu")
-    ev.device, ev.cfg = "cuda", dict(chapter.config("cuda"), min_trials=2)  # both pairs made
+    ev.runner.device, ev.runner.cfg = "cuda", dict(chapter.config("cuda"), min_trials=2)  # both pairs made
     ev.plan = dataclasses.replace(ev.plan, trials=2, traced=True, tail=0, window=True, timed_checks=("throughput",),
                                   trace_baseline=False)
     made = []
 
     def run(script, what, secret, **kwargs):
         made.append((script, what, kwargs))
-        return Window(10.0 if script == ev.reference_script else 1.0)
+        return Window(10.0 if script == ev.reference else 1.0)
 
-    ev.run = run
-    ev.make_runs()
+    ev.runner.run = run
+    runs = ev.make_runs()
+    ev.cleanup()
     assert len(made) == 4 and all(kwargs == {"trace": "torch"} for _, _, kwargs in made)  # both sides, every pair
-    assert ev.traced is ev.timed_pairs[0] and ev.all_pairs() == ev.timed_pairs
+    assert runs.traced is runs.timed[0] and runs.pairs() == runs.timed
 
 
 def test_with_a_traced_tail_the_first_pair_is_traced_and_no_other_run_is_made(monkeypatch):
     chapter = get_chapter("07")
     ev = Evaluation(chapter, chapter.solution_script, "cpu")
-    ev.device, ev.cfg = "cuda", chapter.config("cuda")
+    ev.runner.device, ev.runner.cfg = "cuda", chapter.config("cuda")
     ev.plan = dataclasses.replace(ev.plan, trials=3, traced=True, tail=10, timed_checks=("throughput",),
                                   trace_baseline=False)  # as on a GPU (on a CPU host_syncs traces the slow script)
     made = []
 
     def run(script, what, secret, **kwargs):
         made.append((script, what, kwargs))
-        return Window(10.0 if script == ev.reference_script else 1.0)  # 10x: one pair decides
+        return Window(10.0 if script == ev.reference else 1.0)  # 10x: one pair decides
 
-    ev.run = run
-    ev.make_runs()
-    assert len(made) == 2 and ev.traced is ev.timed_pairs[0]
+    ev.runner.run = run
+    runs = ev.make_runs()
+    ev.cleanup()
+    assert len(made) == 2 and runs.traced is runs.timed[0]
     (_, _, baseline), (_, what, candidate) = made
     assert candidate == {"trace": "torch", "trace_tail": 10} and baseline == {} and "then traced" in what
-    assert ev.all_pairs() == [ev.timed_pairs[0]]  # its weights are judged once
+    assert runs.pairs() == [runs.timed[0]]  # its weights are judged once

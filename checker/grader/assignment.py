@@ -38,6 +38,7 @@ else:  # pragma: no cover
 
 from checker.base.chapters import Chapter
 from checker.base.errors import WorkbookError
+from checker.base.paths import display_path
 from checker.checks.triage import COURSE_FILE, PRACTICE_LEARNER  # a course file's secret_kind; the public learner
 
 SECRET_ENV = "WORKBOOK_COURSE_SECRET"
@@ -156,3 +157,88 @@ def learner_of(folder: Path, fallback: Path | None) -> str:
         if isinstance(learner, str) and learner.strip():
             return learner.strip()
     return PRACTICE_LEARNER
+
+
+def answer_path(folder: Path, name: str, device: str) -> Path:
+    """The answer file the grader reads: ``answer.<device>.toml`` where one is beside the lab (a diagnosis kept per
+    device: the reference solution has one per device, since shares measured on a CPU are not a GPU's), else
+    ``answer.toml``."""
+    plain = folder / name
+    own = plain.with_name(f"{plain.stem}.{device}{plain.suffix}")
+    return own if own.is_file() else plain
+
+
+@dataclass
+class Drawn:
+    """A diagnosis chapter's part of one check: the learner's jobs, the answer handed in (read as data), the traces
+    it names, and the job the candidate's fix is run as (both runs of each pair get ``pair_args``)."""
+
+    assignment: Assignment
+    answer: dict | None
+    answer_problem: str | None
+    shown: dict
+    fix_job: str
+    notes: list[str]
+
+    @property
+    def pair_args(self) -> list[str]:
+        return ["--set", f"job={self.assignment.codes[self.fix_job]}"]
+
+    @property
+    def pair_cfg(self) -> dict:
+        return {"job": self.assignment.codes[self.fix_job]}
+
+
+def draw_for(chapter: Chapter, candidate: Path, device: str, learner: str | None) -> Drawn:
+    """The learner's jobs from the grader's secret; the answer file beside ``candidate``, read as data; the job the
+    candidate's fix is run as (the answer's [fix] job, else the first job). ``learner``: class grading's (the
+    submission folder's name); None for a learner checking their own work, whose assignment file names them."""
+    from checker.grader.shown_work import read_shown
+
+    folder = candidate.parent
+    own = None
+    notes: list[str] = []
+    self_check = learner is None
+    if self_check:  # a learner checking their own work: the learner id of their assignment file
+        own = from_file(chapter, folder, chapter.lab_script.parent)
+        learner = own.learner if own else learner_of(folder, chapter.lab_script.parent)
+    else:  # class grading: the learner is the submission folder's name
+        notes += _other_learner(folder, learner)
+    assignment = own or draw(chapter, learner)
+    path = answer_path(folder, str(chapter.raw["answer_file"]), device)
+    answer, problem = None, None
+    if not path.is_file():
+        problem = f"no answer file: {display_path(path)} is missing"
+    else:  # an answer that is not TOML is bad input: refused here, in one line, before any run (exit 2)
+        answer = read_toml(path, "the answer")
+    shown = read_shown(answer, path.parent, assignment.codes)  # the traces it names, read as data
+    fix = (answer or {}).get("fix")
+    wanted = fix.get("job") if isinstance(fix, dict) else None
+    fix_job = wanted if wanted in assignment.codes else list(assignment.codes)[0]
+    if own is not None:
+        notes.append(f"assignment: learner {learner!r}, the jobs of your course's assignment file run as given "
+                     "(a self-check: your instructor's grading draws them again from the course secret, and "
+                     f"this feedback leaves out the grader's numbers); the fix runs as job {fix_job}")
+    else:
+        notes.append(f"assignment: learner {learner!r}, drawn from the {assignment.secret_kind} secret"
+                     + (" (set WORKBOOK_COURSE_SECRET to grade a class)"  # class grading chose --practice
+                        if assignment.secret_kind == "practice" and self_check else "")
+                     + f"; the fix runs as job {fix_job}")
+    return Drawn(assignment, answer, problem, shown, fix_job, notes)
+
+
+def _other_learner(folder: Path, learner: str) -> list[str]:
+    """In class grading the learner is the submission folder's name: say so when the assignment file handed in
+    names someone else (an exported folder like alice_smith_1234 would be graded against other jobs)."""
+    handed = folder / ASSIGNMENT_FILE
+    if not handed.is_file():
+        return []
+    try:
+        named = str(read_toml(handed, "the assignment").get("learner") or "").strip()
+    except WorkbookError:
+        return []
+    if not named or named == learner:
+        return []
+    return [f"the {ASSIGNMENT_FILE} handed in names learner {named!r}, but this submission is graded as learner "
+            f"{learner!r} (its folder's name), whose jobs differ: if it is {named!r}'s, rename the folder to "
+            f"{named!r} and grade it again"]

@@ -72,19 +72,19 @@ def shown(command: list[str]) -> str:
     return " ".join(f"'{part}'" if (" " in part or "|" in part or "$" in part) else part for part in command)
 
 
-def profile_kernel(evaluation, target: NcuTarget) -> NcuOutcome:
-    """Run the candidate under ncu for ``target`` (through the evaluation's runner), import the report, probe
-    the copy bandwidth."""
+def profile_kernel(runner, target: NcuTarget) -> NcuOutcome:
+    """Run the candidate under ncu for ``target`` (through the check's runner: checker.grader.pairs.Runner), import
+    the report, probe the copy bandwidth."""
     if target.problem:
         return NcuOutcome(target)
     ncu = find_tool("ncu")
     if ncu is None:
         return NcuOutcome(target, skip=missing_tool("ncu"))
     options = ncu_options(target)
-    command = shown(["ncu", *options, "python", evaluation.candidate.name])
-    evaluation.say(f"Nsight Compute on {target.shown} in step {target.step} (ncu replays it: a minute or two)")
+    command = shown(["ncu", *options, "python", runner.candidate.name])
+    runner.say(f"Nsight Compute on {target.shown} in step {target.step} (ncu replays it: a minute or two)")
     try:
-        run = evaluation.run(evaluation.candidate, "Nsight Compute run", new_secret(),
+        run = runner.run(runner.candidate, "Nsight Compute run", new_secret(),
                               steps=target.step + 2, profiler=("ncu", ncu, options))
     except ScriptError as err:
         problem = ncu_problem(str(err))
@@ -103,7 +103,7 @@ def profile_kernel(evaluation, target: NcuTarget) -> NcuOutcome:
     keep = os.environ.get("WORKBOOK_NCU_OUT")
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
-        stem = f"{evaluation.chapter.id}-{evaluation.candidate.parent.parent.name}"  # e.g. 05_pointwise_chains-solutions
+        stem = f"{runner.chapter.id}-{runner.candidate.parent.parent.name}"  # e.g. 05_pointwise_chains-solutions
         shutil.copy(report, Path(keep) / f"{stem}.ncu-rep")
         (Path(keep) / f"{stem}.csv").write_text(imported.stdout)
     try:

@@ -1,11 +1,15 @@
-"""Before anything runs: does the script compile? A syntax error is reported in about a second, as the
-compiler sees it (file:line:col, the line, a caret), instead of after the baseline's timed run."""
+"""Before anything runs: which script is graded (a variant of the chapter, or the lab file in a submission folder),
+and does it compile? A syntax error is reported in about a second, as the compiler sees it (file:line:col, the
+line, a caret), instead of after the baseline's timed run."""
 
 from __future__ import annotations
 
 import ast
+import errno
+import os
 from pathlib import Path
 
+from checker.base.chapters import Chapter
 from checker.base.errors import WorkbookError
 from checker.base.paths import display_path
 
@@ -96,3 +100,59 @@ def check_chapter(script: Path, chapter_id: str, source: str | None = None) -> N
         raise WorkbookError(f"{display_path(script)}: starts chapter {number}'s workload (start({others[0]!r})), not "
                             f"chapter {chapter_id[:2]}'s: is it chapter {number}'s lab? Grade it as chapter {number} "
                             f"(workbook check {number} / workbook grade {number})")
+
+
+def candidate_paths(chapter: Chapter, submission: Path) -> list[Path]:
+    """Where a submission folder may hold the lab file, in the order the grader looks."""
+    return [submission / chapter.lab_file, submission / chapter.id / chapter.lab_file,
+            submission / "labs" / chapter.id / chapter.lab_file]
+
+
+def resolve_candidate(chapter: Chapter, variant: str = "lab", submission: Path | None = None) -> Path:
+    """The script to grade: a variant of the chapter, or the lab file inside a submission folder."""
+    if submission is None:
+        return chapter.script_for(variant)
+    given = Path(submission).expanduser()
+    try:
+        submission = given.resolve()  # relative to where the command was given
+    except (OSError, RuntimeError):  # Python 3.11 raises RuntimeError on a symlink loop
+        raise WorkbookError(f"--submission {given}: is a symlink loop and cannot be resolved; "
+                            "name the folder itself") from None
+    if not submission.is_dir():
+        if given.is_symlink() and not submission.exists():
+            raise WorkbookError(f"--submission {given}: is a symlink to {submission}, which does not exist; "
+                                "name the folder itself")
+        raise WorkbookError(f"--submission {submission}: "
+                            + ("is a file, not a folder; name the folder that holds the lab" if submission.exists()
+                               else "does not exist; check the path"))
+    tried = candidate_paths(chapter, submission)
+    for path in tried:
+        if path.is_file():
+            return path
+    for path in tried:  # there, but not a file to read: say what it is, not "rename train.py to train.py"
+        problem = _not_a_file(path)
+        if problem:
+            raise WorkbookError(f"--submission {submission}: {path.relative_to(submission)} {problem}")
+    found = sorted(str(p.relative_to(submission)) for p in submission.rglob("*.py"))[:5]
+    near = [name for name in found if Path(name).name.lower() == chapter.lab_file.lower()]
+    raise WorkbookError(f"--submission {submission}: no {chapter.lab_file} in it (looked in "
+                        + ", ".join(str(p.relative_to(submission)) for p in tried) + "); "
+                        + (f"found {', '.join(found)}" if found else "it holds no .py file")
+                        + (f": rename {near[0]} to {chapter.lab_file} (names are case-sensitive)" if near else ""))
+
+
+def _not_a_file(path: Path) -> str | None:
+    """What is at ``path`` when something is there that is not a file to read (None: nothing is there)."""
+    try:
+        path.stat()
+    except FileNotFoundError:
+        if path.is_symlink():
+            return f"is a symlink to {os.readlink(path)}, which does not exist; put the lab file itself there"
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a symlink loop and cannot be resolved; put the lab file itself there"
+        return f"cannot be read ({exc.strerror})"
+    if path.is_dir():
+        return "is a folder, not a file; the lab must be a file of that name"
+    return None if path.is_file() else "is not a regular file (a FIFO, a socket or a device); put the lab file there"

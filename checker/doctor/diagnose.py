@@ -50,8 +50,6 @@ def chapter_ref(number: str) -> dict:
 def diagnose(trace, record: dict, device: str) -> dict:
     """The diagnosis of one recorded job (see the module's docstring)."""
     s = trace.summary()
-    if record.get("script_dir"):
-        SEARCH_DIRS[1:] = [record["script_dir"]]
     rules = dict(get_chapter("08").check("triage").threshold_for(device))
     m = measure(trace, device)
     wall, rule = decide(m, device, rules)
@@ -61,9 +59,9 @@ def diagnose(trace, record: dict, device: str) -> dict:
     findings += _data(s, record, device, wall)
     if on_gpu:
         findings += _copies(trace, s, record)
-        findings += _gpu_work(trace, s, m, wall)
+        findings += _gpu_work(trace, s, m, wall, record.get("script_dir") or "")
     else:
-        findings += _cpu_ops(trace, s, m, wall)
+        findings += _cpu_ops(trace, s, m, wall, record.get("script_dir") or "")
     findings += _optimizers(record, on_gpu)
     findings.sort(key=lambda f: -f["cost"])
     ranked = [f for f in findings if f["cost"] >= MINOR]
@@ -98,27 +96,25 @@ def _functions(path: str) -> tuple[tuple[int, int, str], ...]:
                  if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
-# where the user's files are looked for: a trace names a file as Python knew it, often relative to the script's
-# folder (sys.path[0]) rather than the working folder; diagnose() adds the script's folder
-SEARCH_DIRS: list[str] = [""]
-
-
-def _locate(path: str) -> str:
-    for folder in SEARCH_DIRS:
+def _locate(path: str, script_dir: str) -> str:
+    """Where the user's file is: a trace names a file as Python knew it, often relative to the script's folder
+    (sys.path[0]) rather than the working folder."""
+    for folder in ("", script_dir):
         candidate = os.path.join(folder, path)
         if os.path.isfile(candidate):
             return candidate
     return path
 
 
-def function_span(where: str | None) -> tuple[str, str, int, int] | None:
-    """(path, innermost function name or '<module>', its first line, its last line) for a 'path:line'."""
+def function_span(where: str | None, script_dir: str = "") -> tuple[str, str, int, int] | None:
+    """(path, innermost function name or '<module>', its first line, its last line) for a 'path:line' (a relative
+    path is looked for in the working folder, then in ``script_dir``)."""
     if not where or ":" not in where:
         return None
     path, _, line = where.rpartition(":")
     if not line.isdigit():
         return None
-    path = _locate(path)
+    path = _locate(path, script_dir)
     holding = [(hi - lo, name, lo, hi) for lo, hi, name in _functions(path) if lo <= int(line) <= hi]
     if not holding:
         return path, "<module>", 0, 0
@@ -126,16 +122,16 @@ def function_span(where: str | None) -> tuple[str, str, int, int] | None:
     return path, name, lo, hi
 
 
-def enclosing_function(where: str | None) -> tuple[str, str] | None:
+def enclosing_function(where: str | None, script_dir: str = "") -> tuple[str, str] | None:
     """('path', innermost function name or '<module>') for a 'path:line'."""
-    span = function_span(where)
+    span = function_span(where, script_dir)
     return (os.path.realpath(span[0]), span[1]) if span else None
 
 
-def _in_function(where: str | None) -> str:
+def _in_function(where: str | None, script_dir: str) -> str:
     """' in compute_loss (lines 31-35)': a sync an operator makes (`x[mask]`) is given the line of the last call
     before it, so its function's lines are said too."""
-    span = function_span(where)
+    span = function_span(where, script_dir)
     if not span or span[1] == "<module>":
         return ""
     return f" in {span[1]} ({span[0]}:{span[2]}-{span[3]})"
@@ -144,11 +140,12 @@ def _in_function(where: str | None) -> str:
 def _syncs(s: dict, record: dict, on_gpu: bool) -> list[dict]:
     if not s["host_syncs_in_steps"]:
         return []
-    loop = enclosing_function(record.get("anchor_where"))
+    script_dir = record.get("script_dir") or ""
+    loop = enclosing_function(record.get("anchor_where"), script_dir)
     groups: dict[str, list[dict]] = {"01": [], "06": []}
     for src in s["sync_sources"]:
         shape = src["op"] in SHAPE_SYNC_OPS or src["name"] in SHAPE_SYNC_OPS
-        hidden = loop is not None and src["where"] is not None and enclosing_function(src["where"]) != loop
+        hidden = loop is not None and src["where"] is not None and enclosing_function(src["where"], script_dir) != loop
         groups["06" if shape or hidden else "01"].append(src)
     steps = max(s["steps"], 1)
     total = sum(src["count"] for src in s["sync_sources"]) or 1
@@ -166,7 +163,7 @@ def _syncs(s: dict, record: dict, on_gpu: bool) -> list[dict]:
             cost = CPU_SYNC_RANK * (0.5 + 0.5 * share)
             basis = "estimated: on a CPU a sync waits for nothing; on a GPU each one empties the queue"
         lines = [f"{src['where'] or '(no line of yours: a library or a frame the trace lacks)'}: "
-                 f"{src['count'] / steps:g} per step ({src['op'] or src['name']}){_in_function(src['where'])}"
+                 f"{src['count'] / steps:g} per step ({src['op'] or src['name']}){_in_function(src['where'], script_dir)}"
                  for src in sources[:5]]
         every = [src for src in sources if src["count"] >= steps]
         some = "" if every else " (not every step: a logging interval may be fine, chapter 01 allows one read per interval)"
@@ -240,7 +237,7 @@ def _copies(trace, s: dict, record: dict) -> list[dict]:
 
 
 # ---- launches and kernels on a GPU (chapters 04, 05, 07) --------------------------------------------------
-def _gpu_work(trace, s: dict, m: dict, wall: str | None) -> list[dict]:
+def _gpu_work(trace, s: dict, m: dict, wall: str | None, script_dir: str) -> list[dict]:
     out = []
     idle = s["gpu_idle_fraction"]
     if idle is None:
@@ -258,7 +255,7 @@ def _gpu_work(trace, s: dict, m: dict, wall: str | None) -> list[dict]:
             f"{s['launches_per_step']:g} kernel launches per step", launch_cost,
             "measured: GPU idle time the host's syncs, copies and data waits do not explain",
             {"gpu_idle_fraction": idle, "launches_per_step": s["launches_per_step"],
-             "kernels_per_step": s["kernels_per_step"]}, _busiest_lines(trace, s),
+             "kernels_per_step": s["kernels_per_step"]}, _busiest_lines(trace, s, script_dir),
             "fewer, larger launches: torch.compile the model, a foreach or fused optimizer, CUDA graphs "
             "(mode='reduce-overhead')", confirmed=True))
     busy = 1.0 - idle
@@ -285,7 +282,7 @@ def _gpu_work(trace, s: dict, m: dict, wall: str | None) -> list[dict]:
     return out
 
 
-def _busiest_lines(trace, s: dict, limit: int = 5) -> list[str]:
+def _busiest_lines(trace, s: dict, script_dir: str, limit: int = 5) -> list[str]:
     """The user's lines that issue the most top-level ops per step (each one at least one launch on a GPU)."""
     ops = top_level_aten_ops(trace.events)
     if ops.empty or not trace.has_python_frames:
@@ -298,7 +295,7 @@ def _busiest_lines(trace, s: dict, limit: int = 5) -> list[str]:
     # with the function's lines, and its busiest line
     per_function: dict[str, dict[str, int]] = {}
     for where in wheres:
-        span = function_span(where)
+        span = function_span(where, script_dir)
         if span is None:
             key = "(no line of yours: library code)"
         elif span[1] == "<module>":
@@ -319,7 +316,7 @@ def _busiest_lines(trace, s: dict, limit: int = 5) -> list[str]:
 
 
 # ---- ops on a CPU (chapters 04 and 05, estimated) -------------------------------------------------------
-def _cpu_ops(trace, s: dict, m: dict, wall: str | None) -> list[dict]:
+def _cpu_ops(trace, s: dict, m: dict, wall: str | None, script_dir: str) -> list[dict]:
     out = []
     per_op = m.get("host_ms_per_op")
     ops = m.get("ops_per_step") or 0
@@ -331,7 +328,8 @@ def _cpu_ops(trace, s: dict, m: dict, wall: str | None) -> list[dict]:
                 "04", "launches", f"{ops:g} ops per step at {per_op * 1000:.1f} us each: on a GPU each is at least "
                 "one kernel launch", cost, f"estimated: a CPU has no launches; dispatch (~{CPU_DISPATCH_MS * 1000:g} "
                 "us an op) over the time per op", {"ops_per_step": ops, "host_ms_per_op": per_op},
-                _busiest_lines(trace, s), "fewer, larger ops: torch.compile, a foreach or fused optimizer, "
+                _busiest_lines(trace, s, script_dir),
+                "fewer, larger ops: torch.compile, a foreach or fused optimizer, "
                 "built-in fused layers (nn.LayerNorm, F.scaled_dot_product_attention)", confirmed=False))
     top = trace.get_top_ops(limit=None)
     if len(top):

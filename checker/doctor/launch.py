@@ -102,7 +102,7 @@ class Recorder:
             return loader_init(loader, *args, **kwargs)
 
         def start_iter(it, loader, *args, **kwargs):
-            recorder._saw_loader(loader)
+            recorder.saw_loader(loader)
             return iter_init(it, loader, *args, **kwargs)
 
         def fetch(it):
@@ -123,7 +123,7 @@ class Recorder:
         _BaseDataLoaderIter.__init__ = start_iter
         _BaseDataLoaderIter.__next__ = fetch
 
-    def _saw_loader(self, loader) -> None:
+    def saw_loader(self, loader) -> None:
         key = id(loader)
         if any(entry["id"] == key for entry in self.loaders):
             return

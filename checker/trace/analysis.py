@@ -92,7 +92,7 @@ class TraceAnalysis:
     def has_python_frames(self) -> bool:
         return bool((self.events["kind"] == "python").any())
 
-    def _windows(self) -> pd.DataFrame:
+    def windows(self) -> pd.DataFrame:
         """The steps, or one window over the whole trace (step -1) when it has none."""
         if self.has_steps:
             return self._steps
@@ -225,7 +225,7 @@ class TraceAnalysis:
 
     def get_host_syncs_per_step(self, exclude_steps=()) -> pd.DataFrame:
         """One row per step, steps without syncs included: step, host_syncs, sync_ns."""
-        return syncs.syncs_per_step(self.get_host_syncs(exclude_steps), self._windows(), exclude_steps)
+        return syncs.syncs_per_step(self.get_host_syncs(exclude_steps), self.windows(), exclude_steps)
 
     def get_sync_sources(self, exclude_steps=()) -> pd.DataFrame:
         """Host syncs grouped by what made them: name, op, where, count, sync_ns; most frequent first."""
@@ -259,7 +259,7 @@ class TraceAnalysis:
     def _idle(self) -> pd.DataFrame:
         if self.gpu_clock_skew:  # GPU time stamps off from the host's: the GPU's busy time in a step is unknown
             return gpu_idle.empty_idle()
-        return gpu_idle.gpu_idle(self.events, self._windows())
+        return gpu_idle.gpu_idle(self.events, self.windows())
 
     def get_gpu_idle(self, exclude_steps=()) -> pd.DataFrame:
         """One row per step: window_ns, busy_ns, idle_ns, idle_host_wait_ns, idle_other_ns, idle_fraction.
@@ -272,7 +272,7 @@ class TraceAnalysis:
     def get_kernels_per_step(self, exclude_steps=()) -> pd.DataFrame:
         """One row per step: kernels, launches, kernel_ns, memcpys, memsets."""
         if not self.has_steps:
-            return kernels.per_step(self.events, self._windows(), whole_trace=True)
+            return kernels.per_step(self.events, self.windows(), whole_trace=True)
         return kernels.per_step(self.events, self._steps, exclude_steps)
 
     def get_top_kernels(self, limit: int = 10, exclude_steps=()) -> pd.DataFrame:

@@ -57,7 +57,7 @@ def build_summary(trace, exclude_steps=frozenset()) -> dict:
         raise TraceError(f"{trace.source}: every one of its {trace.step_count} steps is a logging step, so no step "
                          "is left to count; check --log-every")
     counted = max(len(steps), 1)
-    window_ns = float(steps["dur_ns"].sum()) if trace.has_steps else float(trace._windows()["dur_ns"].sum())
+    window_ns = float(steps["dur_ns"].sum()) if trace.has_steps else float(trace.windows()["dur_ns"].sum())
     notes = []
     if not trace.has_steps:
         notes.append(f"no step ranges matched {trace.step_pattern.pattern}: counts are over the whole trace")

@@ -32,7 +32,7 @@ def _window(trace, max_steps: int) -> tuple[int, int]:
         steps = steps.head(max_steps)
         lo, hi = int(steps["start_ns"].min()), int(steps["end_ns"].max())
     else:
-        windows = trace._windows()
+        windows = trace.windows()
         lo, hi = int(windows["start_ns"].iloc[0]), int(windows["end_ns"].iloc[0])
     events = trace.events
     launched = events[(events["kind"] == "cuda_api") & (events["start_ns"] >= lo) & (events["start_ns"] < hi)]

@@ -317,6 +317,33 @@ def test_matmul_flops_reads_recorded_shapes():
     assert matmul_flops("aten::mm", [[4, 3], [3, 8]]) == 2 * 4 * 3 * 8
     assert matmul_flops("aten::bmm", [[2, 4, 3], [2, 3, 8]]) == 2 * 2 * 4 * 3 * 8
     assert matmul_flops("aten::mm", [[4], []]) is None
+    # the same products written as matrix-vector and rank-one ones count too (a sample at a time through torch.mv)
+    assert matmul_flops("aten::mv", [[4, 3], [3]]) == 2 * 4 * 3
+    assert matmul_flops("aten::addmv_", [[4], [4, 3], [3], [], []]) == 2 * 4 * 3
+    assert matmul_flops("aten::outer", [[4], [3]]) == matmul_flops("aten::ger", [[4], [3]]) == 2 * 4 * 3
+    assert matmul_flops("aten::addr", [[4, 3], [4], [3], [], []]) == 2 * 4 * 3
+    assert matmul_flops("aten::baddbmm", [[2, 4, 8], [2, 4, 3], [2, 3, 8], [], []]) == 2 * 2 * 4 * 3 * 8
+    assert matmul_flops("aten::dot", [[5], [5]]) == 10
+
+
+def test_a_product_inside_another_counts_once(tmp_path):
+    """torch.mv runs aten::addmv_ inside aten::mv, its backward aten::outer inside aten::ger: each product's FLOPs
+    count once, in a real trace."""
+    import torch
+
+    from checker.trace import load
+    from checker.trace.analyses.collectives import _inside_other
+
+    W, x = torch.randn(64, 32, requires_grad=True), torch.randn(32)
+    with torch.profiler.profile(record_shapes=True) as prof:
+        torch.mv(W, x).sum().backward()
+    path = tmp_path / "mv.json"
+    prof.export_chrome_trace(str(path))
+    found = load(path).meta["matmuls"]
+    starts, ends = np.asarray(found["start_ns"]), np.asarray(found["start_ns"]) + np.asarray(found["dur_ns"])
+    kept = ~_inside_other(starts, ends, np.asarray(found["tid"]))
+    assert len(found["flops"]) == 4  # mv, addmv_ inside it; ger, outer inside it
+    assert sorted(np.asarray(found["flops"])[kept]) == [2 * 64 * 32, 2 * 64 * 32]
 
 
 def _op(name, start, end, tid=1):

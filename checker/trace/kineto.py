@@ -52,25 +52,40 @@ from checker.trace.errors import TraceError
 from checker.trace.events import (COPY_KINDS, DTYPES, KINDS, MEM_KINDS, MISSING, categorical, copy_kind_of,
                                   finish, mem_kind_of, nullable)
 
-# ops whose recorded input shapes are kept (``metadata["op_shapes"]``): a model's matrix multiplies, whose shapes
-# are its sizes (chapter 08 recognizes a learner's trace as one job's by them)
-SHAPED_OPS = frozenset({"aten::addmm", "aten::mm", "aten::bmm"})
+# ops whose recorded input shapes are kept (``metadata["op_shapes"]``): a model's matrix and vector products,
+# whose shapes are its sizes (chapter 08 recognizes a learner's trace as one job's by them) and whose FLOPs are
+# the work a rank did (chapter 09). A product can be written many ways (torch.mv, torch.outer, baddbmm): all count.
+SHAPED_OPS = frozenset({"aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::mv",
+                        "aten::addmv", "aten::addmv_", "aten::dot", "aten::vdot", "aten::outer", "aten::ger",
+                        "aten::addr", "aten::addr_"})
 
 
 def matmul_flops(name: str, dims: list) -> int | None:
-    """2*m*k*n of a recorded matrix multiply (aten::addmm: bias, input, weight; aten::mm; aten::bmm, times the
-    batch); None where its recorded shapes are not those of one."""
+    """2*m*k*n of a recorded matrix (or matrix-vector, vector) product: aten::addmm (bias, input, weight), mm, bmm
+    and baddbmm/addbmm (times the batch), mv/addmv (k = n = 1 ...), dot, outer/ger/addr (an m x n product of
+    rank one); None where its recorded shapes are not those of one."""
     def shape(d, rank):
         return d if type(d) is list and len(d) == rank and all(type(x) is int and x >= 0 for x in d) else None
-    if name == "aten::addmm" and len(dims) >= 3:
-        a, b = shape(dims[1], 2), shape(dims[2], 2)
+    first = 1 if name in ("aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::addmv", "aten::addmv_",
+                          "aten::addr", "aten::addr_") else 0
+    if len(dims) < first + 2:
+        return None
+    x, y = dims[first], dims[first + 1]
+    if name in ("aten::addmm", "aten::mm"):
+        a, b = shape(x, 2), shape(y, 2)
         return 2 * a[0] * a[1] * b[1] if a and b else None
-    if name == "aten::mm" and len(dims) >= 2:
-        a, b = shape(dims[0], 2), shape(dims[1], 2)
-        return 2 * a[0] * a[1] * b[1] if a and b else None
-    if name == "aten::bmm" and len(dims) >= 2:
-        a, b = shape(dims[0], 3), shape(dims[1], 3)
+    if name in ("aten::bmm", "aten::baddbmm", "aten::addbmm"):
+        a, b = shape(x, 3), shape(y, 3)
         return 2 * a[0] * a[1] * a[2] * b[2] if a and b else None
+    if name in ("aten::mv", "aten::addmv", "aten::addmv_"):
+        a, b = shape(x, 2), shape(y, 1)
+        return 2 * a[0] * a[1] if a and b else None
+    if name in ("aten::dot", "aten::vdot"):
+        a = shape(x, 1)
+        return 2 * a[0] if a else None
+    if name in ("aten::outer", "aten::ger", "aten::addr", "aten::addr_"):
+        a, b = shape(x, 1), shape(y, 1)
+        return 2 * a[0] * b[0] if a and b else None
     return None
 
 
@@ -146,7 +161,7 @@ class _Columns:
         self.odd: dict[str, int] = {}  # what was missing or odd, counted for the warnings
         self.first: dict[str, str] = {}  # an example of each
         self.shapes: dict[str, int] = {}  # "aten::addmm [[n],[m,k],[k,n],[],[]]" -> calls (SHAPED_OPS, recorded shapes)
-        self.matmuls: dict[str, list] = {"ts": [], "tid": [], "flops": []}  # each shaped matmul: when, thread, FLOPs
+        self.matmuls: dict[str, list] = {"ts": [], "dur": [], "tid": [], "flops": []}  # each shaped matmul: when, thread, FLOPs
     def add_batch(self, events: list) -> None:
         """Keep the complete ('X') events of known categories; drop the rest."""
         names, cat_code, sparse_cats = self.names, _CAT_CODE, _SPARSE_CATS
@@ -195,7 +210,7 @@ class _Columns:
             if cat in sparse_cats:
                 self._sparse(cat, kind, name, pid, tid, e.get("args") or {})
             elif kind == _CPU_OP and name in SHAPED_OPS:
-                self._shape(name, e.get("args"), e.get("ts"), tid)
+                self._shape(name, e.get("args"), e.get("ts"), tid, e.get("dur"))
             elif kind == _PYTHON:
                 args = e.get("args")
                 caller = args.get("CallFrom") if args else None
@@ -207,7 +222,7 @@ class _Columns:
             pid_append(pid)
             tid_append(tid)
 
-    def _shape(self, name: str, args, ts=None, tid=0) -> None:
+    def _shape(self, name: str, args, ts=None, tid=0, dur=None) -> None:
         """The input shapes of a matrix multiply, where the trace recorded them (record_shapes=True), counted; and
         each one's FLOPs, start and thread (``metadata["matmuls"]``: the work a rank's steps did, measured)."""
         dims = args.get("Input Dims") if type(args) is dict else None
@@ -217,6 +232,7 @@ class _Columns:
             flops = matmul_flops(name, dims)
             if flops is not None and type(ts) in (int, float) and math.isfinite(ts):
                 self.matmuls["ts"].append(float(ts))
+                self.matmuls["dur"].append(float(dur) if type(dur) in (int, float) and math.isfinite(dur) else 0.0)
                 self.matmuls["tid"].append(int(tid))
                 self.matmuls["flops"].append(flops)
 
@@ -553,6 +569,7 @@ def read_kineto(stream: IO[str], label: str) -> tuple[pd.DataFrame, dict]:
     meta["warnings"] = warnings
     meta["op_shapes"] = dict(columns.shapes)
     meta["matmuls"] = {"start_ns": [int(round(t * 1000.0)) for t in columns.matmuls["ts"]],
+                       "dur_ns": [int(round(d * 1000.0)) for d in columns.matmuls["dur"]],
                        "tid": columns.matmuls["tid"], "flops": columns.matmuls["flops"]}
     return events, meta
 

@@ -301,6 +301,10 @@ def matmul_work(trace) -> pd.DataFrame:
     starts = np.asarray(found["start_ns"], dtype=np.int64)
     tids = np.asarray(found["tid"], dtype=np.int64)
     flops = np.asarray(found["flops"], dtype=np.float64)
+    ends = starts + np.asarray(found.get("dur_ns") or np.zeros(len(starts)), dtype=np.int64)
+    # a product inside another (aten::mv runs aten::addmv_, aten::ger runs aten::outer) is that one's work: once
+    nested = _inside_other(starts, ends, tids)
+    starts, tids, flops = starts[~nested], tids[~nested], flops[~nested]
     events = trace.events
     nodes = events[(events["kind"] == "cpu_op") & events["name"].str.contains(BACKWARD_ANY)]
     backward = _inside(starts, tids, nodes[["start_ns", "end_ns", "tid"]])
@@ -309,6 +313,19 @@ def matmul_work(trace) -> pd.DataFrame:
         here = (starts >= row.start_ns) & (starts < row.end_ns)
         rows.append((int(row.step), float(flops[here].sum()), float(flops[here & backward].sum())))
     return pd.DataFrame(rows, columns=columns)
+
+
+def _inside_other(starts: np.ndarray, ends: np.ndarray, tids: np.ndarray) -> np.ndarray:
+    """Which of these intervals lie inside an earlier-starting (or equal-starting, longer) one of the same thread."""
+    inside = np.zeros(len(starts), dtype=bool)
+    for tid in np.unique(tids):
+        index = np.flatnonzero(tids == tid)
+        order = index[np.lexsort((-ends[index], starts[index]))]  # by start, the longest first
+        reach = np.maximum.accumulate(ends[order])
+        # an interval is nested when an interval before it in this order reaches at least to its end
+        before = np.concatenate([[np.iinfo(np.int64).min], reach[:-1]])
+        inside[order] = before >= ends[order]
+    return inside
 
 
 def backward_flops_per_sample(in_features: int, width: int, layers: int, classes: int) -> float:

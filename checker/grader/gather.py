@@ -25,12 +25,14 @@ class _Traces:
     def __init__(self, runner: Runner, tool: str, keep: Path | None, excuse_data_wait: bool):
         self.runner, self.tool, self.keep, self.excuse_data_wait = runner, tool, keep, excuse_data_wait
 
-    def load(self, role: str, run: RunResult):
-        """A run's trace when it lines up with the steps the grader stamped, else the TraceMismatch that says why."""
+    def load(self, role: str, run: RunResult, keep: bool = True):
+        """A run's trace when it lines up with the steps the grader stamped, else the TraceMismatch that says why.
+        ``keep``: False for a trace that is the grader's own reference (an assigned job's: a diagnosis must rest on
+        the learner's own traces, so the grader's are never handed out)."""
         from checker.trace import load
 
         chapter, cfg, trace_file = self.runner.chapter, self.runner.cfg, run.trace_file
-        if self.keep is not None and trace_file is not None:
+        if self.keep is not None and trace_file is not None and keep:
             self.keep.mkdir(parents=True, exist_ok=True)
             suffix = "".join(trace_file.suffixes[-2:]) if trace_file.name.endswith(".gz") else trace_file.suffix
             shutil.copy(trace_file, self.keep / f"{chapter.id}-{role}-{self.tool}{suffix}")
@@ -93,7 +95,7 @@ def _diagnosis(runner: Runner, made: Made, drawn: Drawn | None, loader: _Traces)
     shapes_of = load_workload_module(runner.chapter.dir).job_matmuls  # how a trace is recognized as one job's
     assignment = drawn.assignment
     jobs = {job: JobRun(code=assignment.codes[job], design=assignment.designs[job],
-                        trace=loader.load(f"job-{job}", run), step_ms=tuple(run.step_ms),
+                        trace=loader.load(f"job-{job}", run, keep=False), step_ms=tuple(run.step_ms),
                         matmuls=shapes_of(assignment.codes[job], runner.device))
             for job, run in made.jobs.items()}
     return Diagnosis(learner=assignment.learner, secret_kind=assignment.secret_kind, jobs=jobs, answer=drawn.answer,

@@ -563,3 +563,38 @@ def test_chapter_06s_window_batches_do_not_exist_before_the_window():
     _, other = draws(key=6)
     assert all(torch.equal(a, b) for x, y in zip(window, again) for a, b in zip(x, y))
     assert not all(torch.equal(x[0], y[0]) for x, y in zip(window, other))
+
+
+def test_work_done_by_another_process_under_the_run_is_out_of_the_traces_sight():
+    """A trace records the training process only: where other processes under a traced run used more than a sliver
+    of CPU in its window (a helper that reads values for it), the trace is not the record of the window's work,
+    except in a chapter whose lesson is loader workers, whose own checks judge them."""
+    from types import SimpleNamespace
+
+    from checker.grader.collect import elsewhere, OTHER_PROCESS_FLOOR_NS
+
+    helper = SimpleNamespace(window_cpu_ns=(248_000_000, 6_700_000))
+    assert "other processes under the run ran 6.7 ms" in elsewhere(helper, loader_workers=False)
+    assert elsewhere(helper, loader_workers=True) is None
+    assert elsewhere(SimpleNamespace(window_cpu_ns=(900_000_000, 0)), loader_workers=False) is None
+    assert elsewhere(SimpleNamespace(window_cpu_ns=(10_000_000, OTHER_PROCESS_FLOOR_NS)), loader_workers=False) is None
+    assert elsewhere(SimpleNamespace(window_cpu_ns=None), loader_workers=False) is None  # nsys: the tool's process
+
+
+def test_the_grader_reads_the_cpu_time_of_every_process_under_a_run():
+    import os
+    import subprocess
+    import sys
+
+    from checker.grader.sandbox import cpu_of_run
+
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                              "while time.process_time() - t < 0.2: pass\nprint('done', flush=True)\n"
+                              "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout.readline().strip() == b"done"
+        own, others = cpu_of_run(os.getpid())
+        assert others >= 150_000_000 and own > 0  # the child's 0.2 s of CPU, counted as another process's
+    finally:
+        child.kill()
+        child.wait()

@@ -26,6 +26,12 @@ REFEREE_TIMEOUT_S = 600
 # lab and solution 55% to 88%; the eager step run with recording switched off, in a forked process or in numpy,
 # 3% at most.
 OP_COVERAGE_FLOOR = 0.15
+# On a CPU, in a chapter without loader workers: the most CPU time other processes under a traced run may use in
+# its window, as a share of the training process's and at least. Every chapter's solution and lab: 0.0 ms (no
+# process under them, or idle ones); a spawned helper that read 3 values per step for the training process
+# (evidence/redteam/2026-11-27-session42-fresh.md, chapter 06): 6.7 ms, 2.7% of the training process's 248 ms.
+OTHER_PROCESS_SHARE = 0.005
+OTHER_PROCESS_FLOOR_NS = 1_000_000
 # Python calls that are training, not PyTorch's own machinery: a model's forward, an optimizer, the chapter's
 # workload. Inside an aten op they mean the op was replaced to run the step (autograd's anomaly mode and
 # activation checkpointing run their own Python inside ops: traceback.py, torch/utils/checkpoint.py).
@@ -70,7 +76,25 @@ def trace_problem(trace, run: RunResult, first_step: int, trace_steps: int, devi
     if idle:
         return (f"shows no work in step(s) {', '.join(map(str, idle[:8]))}: the training ran somewhere the trace "
                 "does not show it")
-    return hidden_work(events, steps, excuse_data_wait, script=getattr(run, "copy", None)) if device == "cpu" else None
+    if device != "cpu":
+        return None
+    return elsewhere(run, excuse_data_wait) or hidden_work(events, steps, excuse_data_wait,
+                                                           script=getattr(run, "copy", None))
+
+
+def elsewhere(run: RunResult, loader_workers: bool) -> str | None:
+    """Why work of the window was done by another process under the run (a trace records the run's own process
+    only), or None. A chapter about loading data has loader workers of its own; there the loader's checks judge
+    them. ``window_cpu_ns`` is the grader's reading of every process's CPU time (checker.grader.sandbox)."""
+    if loader_workers or not getattr(run, "window_cpu_ns", None):
+        return None
+    own, others = run.window_cpu_ns
+    if others <= max(OTHER_PROCESS_SHARE * own, OTHER_PROCESS_FLOOR_NS):
+        return None
+    return (f"does not record all of the window's work: other processes under the run ran "
+            f"{others / 1e6:.1f} ms on a CPU in the timed window ({others / max(own, 1):.1%} of the training process's "
+            f"{own / 1e6:.0f} ms). A trace records the training process only: what they computed (a value read, a "
+            "step's work) is out of its sight. Train and read your values in the script's own process")
 
 
 def covered_share(starts: np.ndarray, ends: np.ndarray, begin: int, end: int) -> float:

@@ -70,6 +70,8 @@ class RunResult:
     steps: int = 0  # steps the run made, warm-up included
     workers_at_first_step: set[int] = field(default_factory=set)  # processes under the run, by pid
     workers_at_close: set[int] = field(default_factory=set)
+    # CPU ns in the timed window: the run's own process, and every other process under it (sandbox.cpu_of_run)
+    window_cpu_ns: tuple[int, int] | None = None
     survivors: int = 0  # processes the run left behind, killed by the grader
     output_tail: str = ""
     reports: dict[str, float] = field(default_factory=dict)  # numbers the run claimed (session.report): untrusted
@@ -170,6 +172,8 @@ class _Run:
         self.pid: int | None = None
         self.workers_at_first_step: set[int] = set()
         self.workers_at_close: set[int] = set()
+        self.cpu_at_open: tuple[int, int] | None = None
+        self.cpu_at_close: tuple[int, int] | None = None
         self.reports: dict[str, float] = {}
         self.sample_ids: bytes | None = None
         self.sample_counts: list[int] = []
@@ -196,6 +200,7 @@ class _Run:
             self.ctl = os.open(self.folder.path / "ctl", os.O_RDWR)
             self._answer({"seed": self.seed})
         elif kind == "open":
+            self.cpu_at_open = sandbox.cpu_of_run(self.pid)
             self._answer({"window_key": self.window_key})
         elif kind == "step":
             in_tail = "tail" in self.clock and "tail_close" not in self.clock
@@ -220,6 +225,7 @@ class _Run:
                 raise self.broken(f"closed the window after step {self.expected_step - 1}, not {self.total_steps - 1}")
             self.step_stamps.append(now)
             self.workers_at_close = sandbox.descendants(self.pid)
+            self.cpu_at_close = sandbox.cpu_of_run(self.pid)
         elif kind == "weights":
             self.weights = payload
         elif kind == "samples":
@@ -480,6 +486,9 @@ def run_script(
         steps=total_steps,
         workers_at_first_step=run.workers_at_first_step,
         workers_at_close=run.workers_at_close,
+        # under nsys or ncu the run's process is the tool's, the script's a process below it: not split here
+        window_cpu_ns=(tuple(b - a for a, b in zip(run.cpu_at_open, run.cpu_at_close))
+                       if run.cpu_at_open and run.cpu_at_close and stop_at_done else None),
         survivors=survivors,
         output_tail=output[-4000:],
         reports=dict(run.reports),

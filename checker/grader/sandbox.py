@@ -409,6 +409,36 @@ def _parents() -> dict[int, int]:
     return table
 
 
+def _cpu_ns(pid: int) -> tuple[int, int]:
+    """(ns ``pid``'s threads ran on a CPU, ns of its children that ended and were waited for), 0 where it is gone."""
+    own = 0
+    try:
+        for task in os.scandir(f"/proc/{pid}/task"):  # every thread of the process (a schedstat is one thread's)
+            try:
+                with open(f"{task.path}/schedstat", "rb") as handle:
+                    own += int(handle.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        ended = (int(fields[14]) + int(fields[15])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")  # cutime, cstime
+    except (OSError, ValueError, IndexError):
+        return 0, 0
+    return own, ended
+
+
+def cpu_of_run(pid: int) -> tuple[int, int]:
+    """(ns the run's own process ran, ns every other process under it ran): the live ones' time and what ended
+    ones left in their parents' accounts. Read at a window's open and close, their difference says how much work
+    was done in the window by processes that no trace of the run's own process records."""
+    own, ended = _cpu_ns(pid)
+    others = ended
+    for child in descendants(pid):
+        ran, left = _cpu_ns(child)
+        others += ran + left
+    return own, others
+
+
 def descendants(pid: int) -> set[int]:
     """Every process below ``pid`` (children, their children, ...), now."""
     table = _parents()

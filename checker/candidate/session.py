@@ -91,9 +91,20 @@ def _export_path() -> list[tuple[str, Any, str, Any]]:
 _EXPORT_PATH = _export_path()
 
 
+def _original(shown: str):
+    """The object ``shown`` names on the export path as it was at import (the harness calls these, never what a
+    lookup on an object finds now)."""
+    return next(original for name, _owner, _attr, original in _EXPORT_PATH if name == shown)
+
+
 def _replaced_on_export_path(profiler) -> list[str]:
-    """What of ``_EXPORT_PATH`` is no longer what it was, and a profiler result that is not torch's own."""
+    """What of ``_EXPORT_PATH`` is no longer what it was, a profiler result that is not torch's own, and a method
+    of the export path set on the profiler objects themselves (an instance attribute shadows its class's)."""
     replaced = [shown for shown, owner, name, original in _EXPORT_PATH if getattr(owner, name, None) is not original]
+    names = {name for _shown, _owner, name, _original in _EXPORT_PATH}
+    for shown, obj in (("the profiler", profiler), ("the profiler's profiler", getattr(profiler, "profiler", None))):
+        shadowed = sorted(names & set(getattr(obj, "__dict__", {}) or {}))
+        replaced += [f"{shown}'s own {name}" for name in shadowed]
     results = getattr(getattr(profiler, "profiler", None), "kineto_results", None)
     kind = getattr(torch._C._autograd, "_ProfilerResult", None)
     if results is not None and kind is not None and type(results) is not kind:
@@ -427,10 +438,11 @@ class Session:
                 self._profiler = None
                 self._send({"type": "replaced", "what": replaced[:5]})
                 return
-            self._profiler.__exit__(None, None, None)
+            # torch's own methods, as they were at import: not what a lookup on this object finds now
+            _original("torch.profiler.profile.__exit__")(self._profiler, None, None, None)
             out = LAUNCH.trace_out or Path(f"{self.chapter.id}.trace.json.gz")
             out.parent.mkdir(parents=True, exist_ok=True)
-            self._profiler.export_chrome_trace(str(out))
+            _original("torch.profiler.profile.export_chrome_trace")(self._profiler, str(out))
             if _channel() is None:
                 self.trace_file, self._profiler = out, None
                 return
@@ -439,7 +451,7 @@ class Session:
             # the trace goes to the grader as soon as it is written, before the script's code runs again: a file
             # rewritten later is not what the grader reads. Nor is it left for the script to read: on a GPU the
             # grader's truth about each step's time is this trace's device work (chapter 00's step_time_report)
-            data = out.read_bytes()
+            data = _original("pathlib.Path.read_bytes")(out)
             out.unlink()
             self._send({"type": "trace"}, data)
 

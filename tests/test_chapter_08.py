@@ -150,13 +150,14 @@ def test_rules_on_a_gpu_partition_every_job():
     assert wall == "kernel" and "rule 3" in rule and "60%" in rule
 
 
-def test_a_gpu_trace_that_gives_no_gpu_idle_time_decides_no_wall_and_passes_no_answer(tmp_path):
+def test_a_gpu_trace_that_gives_no_gpu_idle_time_decides_no_wall_and_passes_no_answer(tmp_path, monkeypatch):
     """On a GPU every job's wall is decided by its trace; a trace whose GPU time stamps are off from the host's
     gives no GPU idle time, and "kernel" (the CPU's unconfirmed answer) is not taken as right there: it fails,
-    saying why."""
+    saying why. (The answer names that same trace as the learner's own, taken as one here.)"""
     from types import SimpleNamespace
 
     from checker.base.chapters import get_chapter
+    from checker.checks import triage as triage_module
     from checker.checks.triage import triage
     from checker.trace import load
 
@@ -169,7 +170,8 @@ def test_a_gpu_trace_that_gives_no_gpu_idle_time_decides_no_wall_and_passes_no_a
               "jobs": {"a": {"wall": "kernel", "data_wait": 0.0, "ops_per_step": 1, "gpu_idle": 0.0,
                              "top_kernel_share": 0.5}}}
     diagnosis = SimpleNamespace(answer=answer, answer_problem=None, jobs=jobs, secret_kind="practice", fix_job="a",
-                                learner=None)
+                                learner=None, shown={"a": skewed})
+    monkeypatch.setattr(triage_module, "shown_problem", lambda *args: None)
     outcome = triage(SimpleNamespace(device="cuda", diagnosis=diagnosis), get_chapter(CHAPTER).check("triage"))
     assert outcome.status == "failed"
     assert any("decides no wall" in line and "clock skew" in line for line in outcome.evidence), outcome.evidence
@@ -192,7 +194,10 @@ def test_unanswered_lab_fails_end_to_end(pristine_lab, tmp_path):
     assert code == 1, err[-2000:]
     triage = next(c for c in report["checks"] if c["name"] == "triage")
     assert triage["status"] == "failed"
-    assert any("wall = ''" in line for line in triage["evidence"]), triage["evidence"]
+    # each job's first want is a trace of the learner's own; nothing else of a job is compared without one
+    assert all(any(line.startswith(f"job {job}: trace = ''") for line in triage["evidence"]) for job in "abc"), \
+        triage["evidence"]
+    assert not any("grader measured" in line or "decides" in line for line in triage["evidence"]), triage["evidence"]
 
 
 def test_a_self_check_of_a_course_assignment_runs_its_file_and_keeps_the_answer_hidden(tmp_path, monkeypatch):

@@ -5,7 +5,7 @@ then made in the training process, inside the step. Which code made them is no e
 dataset's code under any name); what it called is: preparing a sample cannot do without its primitives, named
 per chapter in ``preparing_calls`` (a crop's pad and a flip as aten ops, a JPEG decoder's C call). The trace of the
 training process is read for them (``TraceAnalysis.get_sample_preparations``); each grows to the frame that
-made that one sample, and the check counts those frames per traced step (logging steps excepted) against the
+made that one sample, and the check counts those frames per traced step against the
 threshold: how many samples a step may still prepare in the training process. It comes after loader_settings:
 without workers, the training process preparing every sample is that check's failure, not this one's.
 """
@@ -24,16 +24,15 @@ def samples_in_workers(evidence, spec):
     if not calls:
         raise ValueError(f"check {spec.name}: give it preparing_calls = '<regex>' in chapter.toml")
     trace = evidence.trace()
-    steps = trace.get_steps()
-    log_steps = {int(s) for s in steps["step"] if evidence.is_log_step(int(s))}
-    counted = len(steps) - len(log_steps & {int(s) for s in steps["step"]})
+    # every traced step counts, logging steps too: a logging step may read values for its log, never make samples
+    # (samples made there ahead of the next steps are still made in the training process)
+    counted = len(trace.get_steps())
     if counted <= 0:
-        return result(spec, FAILED, threshold=threshold, evidence=["the trace holds no training steps outside logging steps"])
-    made = trace.get_sample_preparations(calls, exclude_steps=log_steps)
+        return result(spec, FAILED, threshold=threshold, evidence=["the trace holds no training steps"])
+    made = trace.get_sample_preparations(calls)
     samples = made.drop_duplicates(["step", "tid", "start_ns", "end_ns"])
     per_step = len(samples) / counted
-    measured = {"samples_prepared_per_step": round(per_step, 2), "preparing_calls": len(made), "steps": counted,
-                "logging_steps_excluded": sorted(log_steps)}
+    measured = {"samples_prepared_per_step": round(per_step, 2), "preparing_calls": len(made), "steps": counted}
     if samples.empty:
         lines = [f"no sample prepared in the training process's {counted} traced steps (no call of {calls})"]
     else:

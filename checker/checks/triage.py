@@ -223,34 +223,40 @@ def triage(evidence, spec):
                 wrong.append(problem)
             else:
                 mine = measure(shown_traces[job], device)
+        if mine is None:
+            # an answer for a job rests on a trace of the learner's own: without one nothing of it is compared
+            # with the grader's measurement, so that no feedback (a wall or a number said wrong) tells the answer
+            problems.append(f"job {job}: " + "; ".join(wrong or ["no answer"]) + " (its wall and numbers are "
+                            "compared with the grader's once the answer names a trace of your own of this job)")
+            if hide:
+                if self_check:
+                    measured_jobs[job] = {"right": False}
+                lines.append(f"job {job}: not right yet")
+            continue
         # the grader's numbers and wall for a job are feedback on a reading of the learner's own trace of it: shown
         # (to the practice learner) only beside one, never instead of one
-        hide_job = hide or mine is None
         shown = ", ".join(f"{k} {m[k]:g}" for k in EVIDENCE[device] if m.get(k) is not None)
-        if not hide_job:
+        if not hide:
             lines.append(f"job {job}: measured {shown}; {rule.split('; kernel-bound by elimination')[0]} -> "
                          f"{wall or 'kernel-bound by elimination, unconfirmed on a CPU'}")
-        elif not hide:
-            lines.append(f"job {job}: the grader's numbers and wall are shown once your answer names a trace of "
-                         "your own of this job (`workbook profile 08 --tool torch --run --job " + job + "`)")
         if claimed not in WALLS:
             wrong.append(f"wall = {given.get('wall', '')!r}: name one of {', '.join(WALLS)}")
         elif wall is not None and claimed != wall:
-            wrong.append(f"wall = {claimed!r} is not the wall the grader's measurement decides" if hide_job
+            wrong.append(f"wall = {claimed!r} is not the wall the grader's measurement decides" if hide
                          else f"wall = {claimed!r}, but the grader's measurement decides {wall!r}")
         elif wall is None and device == "cuda":  # a GPU's trace decides every job: one that does not is unjudged
             wrong.append(f"the grader's trace of this job decides no wall ({rule})")
         elif wall is None:
             unconfirmed.append(job)
             if claimed != "kernel":
-                wrong.append(f"wall = {claimed!r} is not the wall the grader's measurement decides" if hide_job
+                wrong.append(f"wall = {claimed!r} is not the wall the grader's measurement decides" if hide
                              else f"wall = {claimed!r}, but the grader measured that rule false")
         for name in EVIDENCE[device]:
             if name not in given:
                 wrong.append(f"{name} is missing (the grader measured {m[name]:g})" if m.get(name) is not None
-                             and not hide_job else f"{name} is missing")
+                             and not hide else f"{name} is missing")
                 continue
-            why = within(name, given[name], m.get(name), tolerance, hide_job)
+            why = within(name, given[name], m.get(name), tolerance, hide)
             if why:
                 wrong.append(why)
             elif mine is not None and (why := read_off(name, given[name], mine.get(name), reading)):

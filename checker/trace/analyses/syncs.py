@@ -32,7 +32,9 @@ torch/storage.py). Each such call counts as a sync (``python_reads``), unless th
 grader's own data code (checker/base, a chapter's workload.py: reads of CPU-made data such as a keyed batch
 order), found as the innermost frame holding the call that is not torch's, the standard library's, an installed
 package's or the harness's step loop (which only runs what the script handed it).
-``print(loss)`` formats the tensor with several ``.item()`` calls (each one counted).
+``print(loss)`` formats the tensor with several ``.item()`` calls (each one counted). A tensor handed to another
+library by DLPack (``np.from_dlpack(t)``, ``torch.utils.dlpack.to_dlpack``) is read there: its C call
+(``_to_dlpack``) counts too.
 
 What a CPU trace still cannot show: ``.to("cpu")`` and a ``copy_`` into a CPU tensor (one op whose devices the
 trace does not record), and a ``.cpu()`` of a tensor that is on the CPU on a GPU run too (counted: no sync there).
@@ -72,7 +74,8 @@ CPU_SCALAR_OPTIMIZERS = re.compile(r"^Optimizer\.step#(?:Adam|AdamW|Adamax|NAdam
 # (a tensor subclass is named by its own class: any type but numpy's, memoryview and array, whose tolist reads memory
 # the host holds)
 PYTHON_READ = re.compile(r"^<built-in method (?:tolist|numpy|cpu) of (?!numpy\.|memoryview |array\.array )[^<>]+ object"
-                         r" at 0x[0-9a-fA-F]+>$|(?:^|/)torch/storage\.py\(\d+\): (?:tolist|cpu)$")
+                         r" at 0x[0-9a-fA-F]+>$|(?:^|/)torch/storage\.py\(\d+\): (?:tolist|cpu)$"
+                         r"|^<built-in function _to_dlpack(?:_versioned)?>$")  # a tensor handed over by DLPack
 # the grader's own code that makes data in the candidate's process: checker/base (KeyedOrder's draw, ...) and a
 # chapter's workload.py. The harness's step loop (checker/candidate) is looked through like a library: what it calls
 # during a step is what the script handed it (a batch source, a DataLoader and its collate_fn)

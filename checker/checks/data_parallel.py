@@ -24,10 +24,14 @@ from checker.checks import FAILED, PASSED, RUN, TRACE, check, result
 from checker.checks.evidence import TraceMismatch
 from checker.trace.analyses.collectives import allreduce_rounds as _rounds
 from checker.trace.analyses.collectives import (backward_flops_per_sample, bucket_launches, extra_work,
-                                                matmul_work, overlap_share, rank_waits, straggler_summary,
+                                                forward_flops_per_sample, matmul_work, overlap_share, rank_waits, straggler_summary,
                                                 work_per_step)
 
 ROWS_TOLERANCE = 0.1  # measured training rows per step against global_batch / world_size: duplicated work is 2x
+# a rank's matrix products in a median step (forward and backward) against what training its share needs: an
+# evaluation or a metric computed in every step, on every rank alike (so that no rank waits for another), is work
+# beyond training that no straggler shows. The solution's 1.0 (its evaluation is in logging steps only)
+EXTRA_WORK_TOLERANCE = 0.25
 WEIGHT_GAP = 1e-6  # ranks that apply one all-reduced gradient end identical; this leaves room for nothing else
 
 
@@ -44,18 +48,23 @@ def rank_traces(evidence, role: str = "candidate") -> list:
     return found
 
 
-def trained_rows(evidence) -> tuple[list, list[str]]:
+def trained_rows(evidence) -> tuple[list, list]:
     """Each rank's training rows per step (median over its traced steps), measured from its trace: the FLOPs of
-    the matrix multiplies of its backward passes over the model's backward FLOPs per sample (the shapes the
-    profiler recorded, chapter.toml's record_shapes). None for a rank whose trace recorded no shapes."""
+    the matrix products of its backward passes over the model's backward FLOPs per sample (the shapes the
+    profiler recorded, chapter.toml's record_shapes); and the rows all its matrix products (forward, backward and
+    any other) would train, over forward and backward FLOPs per sample. None for a rank whose trace recorded no
+    shapes."""
     cfg = evidence.cfg
     per_sample = backward_flops_per_sample(int(cfg["in_features"]), int(cfg["width"]), int(cfg["layers"]),
                                            int(cfg["classes"]))
-    rows = []
+    whole = per_sample + forward_flops_per_sample(int(cfg["in_features"]), int(cfg["width"]), int(cfg["layers"]),
+                                                  int(cfg["classes"]))
+    rows, totals = [], []
     for trace in rank_traces(evidence):
         work = matmul_work(trace)
         rows.append(round(float(work["backward_flops"].median()) / per_sample, 2) if len(work) else None)
-    return rows, []
+        totals.append(round(float(work["matmul_flops"].median()) / whole, 2) if len(work) else None)
+    return rows, totals
 
 
 @check("rank_work", needs=(RUN, TRACE), after=("same_work",), key="duplicated_share", fmt="{:.0%}")
@@ -108,9 +117,16 @@ def rank_work(evidence, spec):
     # the verdict on each rank's work is measured, not reported: the rows its backward passes' matrix products
     # processed per step (its trace, shapes recorded). The sample log is written in the rank's own process: it can
     # be made to look right, so it cannot pass a rank; a log that shows samples read twice or never fails one.
-    rows, _ = trained_rows(evidence)
+    rows, totals = trained_rows(evidence)
     share = global_batch / max(int(evidence.cfg.get("world_size") or len(rows)), 1)
-    measured.update(trained_rows_per_step=rows, expected_rows_per_step=share)
+    measured.update(trained_rows_per_step=rows, expected_rows_per_step=share, computed_rows_per_step=totals)
+    beyond = [(rank, t) for rank, t in enumerate(totals) if t is not None and t > (1 + EXTRA_WORK_TOLERANCE) * share]
+    if beyond:
+        said = ", ".join(f"rank {rank} {t / share:.1f}x" for rank, t in beyond)
+        lines.append(f"the ranks' matrix products in a median step were {said} what training their share of "
+                     f"{share:g} rows needs (forward and backward, from their traces; allowed "
+                     f"{1 + EXTRA_WORK_TOLERANCE:g}x): work beyond training in every step, an evaluation or a metric, "
+                     "slows every rank; keep it for logging steps")
     if any(r is None for r in rows):
         lines.append("a rank's trace recorded no matrix multiply with its shapes in its steps: its training work "
                      "could not be measured")

@@ -328,6 +328,12 @@ def _inside_other(starts: np.ndarray, ends: np.ndarray, tids: np.ndarray) -> np.
     return inside
 
 
+def forward_flops_per_sample(in_features: int, width: int, layers: int, classes: int) -> float:
+    """The forward pass's matrix-multiply FLOPs per sample of chapter 09's MLP: every layer's 2 * in * out."""
+    dims = [(in_features, width)] + [(width, width)] * (layers - 1) + [(width, classes)]
+    return float(sum(2 * i * o for i, o in dims))
+
+
 def backward_flops_per_sample(in_features: int, width: int, layers: int, classes: int) -> float:
     """The backward pass's matrix-multiply FLOPs per sample of chapter 09's MLP (``layers`` linear layers of
     ``width``, then a head): every layer's weight gradient, and the input gradient of every layer but the first

@@ -209,10 +209,12 @@ def test_rank_work_fails_ranks_that_read_the_same_samples(monkeypatch):
     assert "DistributedSampler" in " ".join(outcome.evidence)  # the sample log explains the measured failure
 
 
-def test_rank_work_takes_the_sample_log_as_explanation_not_verdict():
-    # reads repeat across ranks, but each rank's trace shows it trained its own share: the log alone fails nothing
+def test_rank_work_fails_a_sample_log_that_shows_reads_repeated():
+    # each rank's trace shows rows of its own share (a count the rank can route around: a product the grader does not
+    # count), but its own sample log shows every sample read twice: a log can be forged to look right, not wrong
     outcome = _judge(_job([[[0, 1, 2, 3]], [[0, 1, 2, 3]]]))
-    assert outcome.status == PASSED and outcome.measured["duplicated_share"] == 0.5
+    assert outcome.status == FAILED and outcome.measured["duplicated_share"] == 0.5
+    assert "read by 2.0 ranks" in " ".join(outcome.evidence)
 
 
 def test_rank_work_fails_a_sampler_that_leaves_samples_out_of_a_step(monkeypatch):

@@ -89,10 +89,20 @@ def test_each_python_read_with_stack(tmp_path, idiom):
 
 
 def test_a_read_the_grader_s_own_data_code_makes_is_not_counted(tmp_path):
-    """KeyedOrder (checker/base) draws the window's batch order on the CPU with .tolist(): no sync on a GPU either."""
+    """KeyedOrder (checker/base) draws the window's batch order on the CPU with .tolist(): no sync on a GPU either,
+    where the harness runs it, fetching a batch (a `data` range). Called from the step's body, the grader's code
+    reads for the script: a tensor handed to a workload function that reads its argument is the script's read."""
+    from torch.profiler import record_function
+
     from checker.base.workloads import KeyedOrder
 
     order = KeyedOrder([t, t])
     order.set_key(3)
-    assert count_syncs(tmp_path, lambda: list(order), with_stack=True) == 0
-    assert count_syncs(tmp_path, lambda: (list(order), t.tolist()), with_stack=True) == 1
+
+    def fetched():
+        with record_function("data"):
+            return list(order)
+
+    assert count_syncs(tmp_path, fetched, with_stack=True) == 0
+    assert count_syncs(tmp_path, lambda: (fetched(), t.tolist()), with_stack=True) == 1
+    assert count_syncs(tmp_path, lambda: list(order), with_stack=True) == 2  # in the step's body: the script's

@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 
 from checker.trace.analyses.gpu_idle import GPU_WORK
+from checker.trace.analyses.syncs import DATA_RANGE
 from checker.trace.intervals import merge
 
-DATA_RANGE = "data"
 LOADER_NEXT = re.compile(r"DataLoader.*__next__")
 WAIT_COLUMNS = {"step": "int64", "step_ns": "int64", "data_wait_ns": "int64", "data_wait_fraction": float,
                 "source": object}

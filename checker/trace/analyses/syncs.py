@@ -80,6 +80,7 @@ PYTHON_READ = re.compile(r"^<built-in method (?:tolist|numpy|cpu) of (?!numpy\.|
 # chapter's workload.py. The harness's step loop (checker/candidate) is looked through like a library: what it calls
 # during a step is what the script handed it (a batch source, a DataLoader and its collate_fn)
 GRADER_CODE = re.compile(r"(?:^|/)(?:checker/base/\w+\.py|chapters/[^/]+/workload\.py)\(\d+\): ")
+DATA_RANGE = "data"  # the harness's range around fetching a batch (checker.trace.analyses.dataloader's too)
 HARNESS_CODE = re.compile(r"(?:^|/)checker/[\w/]+\.py\(\d+\): ")
 
 # the harness's range around the fetch of each step's batch (checker.candidate.session: `session.steps()`)
@@ -140,6 +141,10 @@ A call no such frame holds (a thread's, started
     starts, ends = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
     pids, tids = events["pid"].to_numpy(), events["tid"].to_numpy()
     keep = np.ones(len(reads), dtype=bool)
+    data = (kind == "range") & (names == DATA_RANGE).to_numpy()
+    in_data = np.zeros(len(reads), dtype=bool)
+    for at in np.flatnonzero(data):
+        in_data |= (pids[reads] == pids[at]) & (starts[reads] >= starts[at]) & (ends[reads] <= ends[at])
     for key in set(zip(pids[reads].tolist(), tids[reads].tolist())):
         pool = np.flatnonzero(deciding & (pids == key[0]) & (tids == key[1]))
         mine = np.flatnonzero((pids[reads] == key[0]) & (tids[reads] == key[1]))
@@ -152,7 +157,10 @@ A call no such frame holds (a thread's, started
             holding = pool[(starts[pool] <= starts[row]) & (ends[pool] >= ends[row]) & (pool != row)]
             if len(holding):
                 inner = holding[np.lexsort((-ends[holding], starts[holding]))[-1]]  # the latest start: innermost
-                keep[i] = origin[inner] != "grader"
+                # the grader's data code is excused where the harness runs it: fetching a batch (a `data` range).
+                # Called from the step's body, it reads for the script (a tensor handed to a workload function
+                # that happens to read its argument)
+                keep[i] = origin[inner] != "grader" or not in_data[i]
     return reads[keep]
 
 

@@ -35,6 +35,19 @@ ELEMENTWISE_ATEN = frozenset(
 )
 
 
+# What a top-level aten op may be without passing over a tensor's memory: a view or its metadata, a matrix or
+# vector product (its own check's business: launches, FLOPs), an allocation, a random draw's set-up. On a CPU every
+# other top-level op in a step counts as a pass (``pass_aten_ops``): a chain written with ops not in the list above
+# (torch._foreach_* on one-tensor lists, var_mean, a product with a ones vector) is still one pass per op.
+NOT_A_PASS = frozenset(
+    "detach alias view _unsafe_view reshape expand expand_as as_strided permute t transpose unsqueeze squeeze "
+    "slice select narrow split split_with_sizes chunk unbind unflatten flatten resolve_neg resolve_conj "
+    "broadcast_tensors _reshape_alias lift_fresh mm addmm bmm baddbmm addbmm matmul linear mv addmv dot vdot outer "
+    "ger addr einsum tensordot empty empty_like empty_strided new_empty new_empty_strided randint scalar_tensor "
+    "_local_scalar_dense item is_nonzero set_ result_type".split()
+)
+
+
 @dataclass
 class StepCount:
     """One count over the steps of one trace."""
@@ -92,6 +105,12 @@ def aten_base_name(name: str) -> str:
     """'aten::add_' -> 'add': in-place and out-of-place forms are the same pass over memory."""
     base = name.split("::", 1)[-1]
     return base[:-1] if base.endswith("_") and not base.startswith("_") else base
+
+
+def pass_aten_ops(events: pd.DataFrame) -> pd.DataFrame:
+    """Top-level aten ops that pass over a tensor's memory: every one but ``NOT_A_PASS``'s."""
+    ops = top_level_aten_ops(events)
+    return ops[ops["name"].astype(str).map(lambda n: aten_base_name(n) not in NOT_A_PASS).astype(bool)]
 
 
 def elementwise_aten_ops(events: pd.DataFrame) -> pd.DataFrame:
@@ -153,7 +172,8 @@ def count_launches(trace, device: str) -> StepCount:
 
 
 def count_elementwise(trace, device: str) -> StepCount:
-    """Elementwise, normalization and reduction kernels per step (CUDA), or such top-level aten ops (CPU)."""
+    """Elementwise, normalization and reduction kernels per step (CUDA), or top-level aten ops that pass over memory
+    (CPU: every one but views, matrix products and allocations, ``NOT_A_PASS``)."""
     steps = step_numbers(trace)
     events = trace.events
     if device == "cuda":
@@ -165,8 +185,8 @@ def count_elementwise(trace, device: str) -> StepCount:
                 float((kernels["end_ns"] - kernels["start_ns"]).sum()) / 1e6 / len(steps), 3)
         names = kernels["name"].map(short_kernel_name)
         return StepCount("elementwise kernels", len(kernels), len(steps), _top(names, len(steps)), extra)
-    ops = _in_steps(elementwise_aten_ops(events), steps)
-    return StepCount("elementwise aten ops", len(ops), len(steps), _top(ops["name"], len(steps)))
+    ops = _in_steps(pass_aten_ops(events), steps)
+    return StepCount("aten ops passing over memory", len(ops), len(steps), _top(ops["name"], len(steps)))
 
 
 def launched_from_step_thread(trace, kernels: pd.DataFrame) -> pd.Series | None:

@@ -598,3 +598,25 @@ def test_the_grader_reads_the_cpu_time_of_every_process_under_a_run():
     finally:
         child.kill()
         child.wait()
+
+
+def test_every_traced_cpu_step_stores_gradients_into_every_trainable_tensor_of_the_model():
+    """A step run in another process, a decoy backward left in the traced one (its node count is its own median),
+    stores gradients into none of the model's tensors: on a CPU trace each window step must store one into every
+    trainable tensor the referee's model has."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from checker.checks.same_work import steps_trained
+
+    def evidence(leaves):
+        work = pd.DataFrame({"step": [5, 6, 7], "work": [40, 40, 40], "step_ns": [1, 1, 1], "leaves": leaves})
+        trace = SimpleNamespace(get_step_work=lambda: work, has_cuda=False)
+        pair = (SimpleNamespace(), SimpleNamespace(trace_first_step=5, steps=8))
+        return SimpleNamespace(traces={"candidate": trace}, candidate_run=pair[1], traced=pair, pairs=[pair],
+                               verdicts={0: {"candidate": {"parameters": 24}, "baseline": {"parameters": 24}}})
+
+    assert steps_trained(evidence([24, 24, 48]))["line"] is None  # two backward passes in a step: 48
+    decoy = steps_trained(evidence([1, 1, 1]))
+    assert "fewer than the model's 24 trainable tensors" in decoy["line"] and decoy["measured"]["parameters"] == 24

@@ -290,4 +290,27 @@ def steps_trained(evidence) -> dict | None:
         line = (f"work differs: {len(idle)} of {len(work)} window steps did less than {STEP_WORK_FLOOR:.0%} of the "
                 f"median step's work (step {shown}): every window step must train on its batch (forward, backward, "
                 "optimizer step)")
+    # on a CPU trace a step's work is a count of backward nodes, which a step of a model's own can be measured
+    # against: every trainable tensor of the chapter's model gets its gradient in the traced process in every step
+    # (a step run elsewhere, a decoy backward left here, stores gradients into none of them)
+    parameters = _parameters(evidence)
+    if parameters and not found.has_cuda and line is None:
+        few = work[work["leaves"] < parameters]
+        measured.update(parameters=parameters, least_gradients_stored=int(work["leaves"].min()))
+        if len(few):
+            shown = ", ".join(f"{int(r.step)} ({int(r.leaves)})" for r in few.head(6).itertuples())
+            line = (f"work differs: in {len(few)} of {len(work)} window steps the traced process stored gradients into "
+                    f"fewer than the model's {parameters} trainable tensors (step {shown}): every window step must "
+                    "run the model's backward here, in the script's own process")
     return {"measured": measured, "line": line}
+
+
+def _parameters(evidence) -> int | None:
+    """The chapter's model's trainable tensors, as the referee built it for the traced pair's candidate."""
+    traced = getattr(evidence, "traced", None)
+    if traced is None or not evidence.verdicts:
+        return None
+    index = next((i for i, pair in enumerate(evidence.pairs) if pair is traced), None)
+    judged = evidence.verdicts.get(index) if index is not None else None
+    count = ((judged or {}).get("candidate") or {}).get("parameters")
+    return int(count) if isinstance(count, int) and count > 0 else None

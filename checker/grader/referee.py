@@ -90,7 +90,8 @@ def judge(job: dict[str, Any]) -> dict[str, Any]:
             initial = {k: v.detach().clone() for k, v in workload.model.state_dict().items()}
             built[seed] = (workload, initial, initial_rms(workload.model))
         workload, initial, rms = built[seed]
-        result: dict[str, Any] = {}
+        # the model's trainable tensors: each gets its gradient once per backward pass (checker.checks.same_work)
+        result: dict[str, Any] = {"parameters": sum(1 for p in workload.model.parameters() if p.requires_grad)}
         try:
             state = _load(Path(run["weights"]))
             workload.model.load_state_dict(state, strict=True)

@@ -15,18 +15,20 @@ import pandas as pd
 
 from checker.trace.intervals import union_length
 
-WORK_COLUMNS = {"step": "int64", "work": "int64", "step_ns": "int64"}
+WORK_COLUMNS = {"step": "int64", "work": "int64", "step_ns": "int64", "leaves": "int64"}
 BACKWARD_NODE = "autograd::engine::evaluate_function"
+LEAF_NODE = BACKWARD_NODE + ": torch::autograd::AccumulateGrad"  # a gradient stored into a trainable tensor
 
 
 def step_work(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """One row per step: step, work (GPU kernel ns, or on a CPU trace backward nodes run), step_ns (the range's
-    length)."""
+    length), leaves (gradients stored into trainable tensors: AccumulateGrad nodes run, on any thread)."""
     rows = []
     gpu = events[events["device"].notna() & events["kind"].isin(["kernel", "memcpy", "memset"]) & events["step"].notna()]
     backward = events[(events["kind"] == "cpu_op") & events["step"].notna()
                       & events["name"].astype(str).str.startswith(BACKWARD_NODE)]
     counts = backward.groupby("step").size()
+    leaves = backward[backward["name"].astype(str) == LEAF_NODE].groupby("step").size()
     for row in steps.itertuples():
         begin, end = int(row.start_ns), int(row.end_ns)
         if len(gpu):
@@ -34,5 +36,5 @@ def step_work(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
             work = union_length(mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64))
         else:
             work = int(counts.get(row.step, 0))
-        rows.append((int(row.step), int(work), end - begin))
+        rows.append((int(row.step), int(work), end - begin, int(leaves.get(row.step, 0))))
     return pd.DataFrame(rows, columns=list(WORK_COLUMNS)).astype(WORK_COLUMNS)

@@ -34,7 +34,8 @@ def samples_in_workers(evidence, spec):
     per_step = len(samples) / counted
     measured = {"samples_prepared_per_step": round(per_step, 2), "preparing_calls": len(made), "steps": counted}
     if samples.empty:
-        lines = [f"no sample prepared in the training process's {counted} traced steps (no call of {calls})"]
+        lines = [f"no sample prepared in the training process's {counted} traced steps (no call that prepares one: "
+                 "a decoder, a crop or a flip, as chapter.toml's preparing_calls names them)"]
     else:
         top = samples["frame"].value_counts()
         calls_seen = made["call"].str.replace(r" at 0x[0-9a-f]+", "", regex=True).value_counts()

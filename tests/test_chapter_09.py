@@ -326,6 +326,9 @@ def test_matmul_flops_reads_recorded_shapes():
     assert matmul_flops("aten::addr", [[4, 3], [4], [3], [], []]) == 2 * 4 * 3
     assert matmul_flops("aten::baddbmm", [[2, 4, 8], [2, 4, 3], [2, 3, 8], [], []]) == 2 * 2 * 4 * 3 * 8
     assert matmul_flops("aten::dot", [[5], [5]]) == 10
+    # a convolution is a product too (a 1x1 conv1d is a Linear layer): 2 * batch * out * in * kernel * positions
+    assert matmul_flops("aten::conv1d", [[4, 8, 16], [6, 8, 1], [], [], [], [], []]) == 2 * 4 * 6 * 8 * 16
+    assert matmul_flops("aten::convolution_backward", [[4, 6, 16], [4, 8, 16], [6, 8, 1], [], []]) == 2 * 2 * 4 * 6 * 8 * 16
 
 
 def test_a_product_inside_another_counts_once(tmp_path):

@@ -57,7 +57,8 @@ from checker.trace.events import (COPY_KINDS, DTYPES, KINDS, MEM_KINDS, MISSING,
 # the work a rank did (chapter 09). A product can be written many ways (torch.mv, torch.outer, baddbmm): all count.
 SHAPED_OPS = frozenset({"aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::mv",
                         "aten::addmv", "aten::addmv_", "aten::dot", "aten::vdot", "aten::outer", "aten::ger",
-                        "aten::addr", "aten::addr_"})
+                        "aten::addr", "aten::addr_", "aten::conv1d", "aten::conv2d", "aten::conv3d",
+                        "aten::convolution", "aten::_convolution", "aten::convolution_backward"})
 
 
 def matmul_flops(name: str, dims: list) -> int | None:
@@ -86,7 +87,26 @@ def matmul_flops(name: str, dims: list) -> int | None:
     if name in ("aten::outer", "aten::ger", "aten::addr", "aten::addr_"):
         a, b = shape(x, 1), shape(y, 1)
         return 2 * a[0] * b[0] if a and b else None
+    if name == "aten::convolution_backward" and len(dims) >= 3:  # grad_output, input, weight: both gradients
+        return _conv_flops(dims[0], dims[2], 2)
+    if name in ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution"):
+        return _conv_flops(x, y, 1)  # input, weight; its output's size taken as its input's (stride 1)
     return None
+
+
+def _conv_flops(image, weight, passes: int) -> int | None:
+    """2 * batch * out channels * (in channels x kernel) * positions, ``passes`` times: a convolution as the matrix
+    product it is (positions: the spatial size of ``image``)."""
+    if not (type(image) is list and type(weight) is list and len(image) == len(weight) >= 3
+            and all(type(v) is int and v >= 0 for v in image + weight)):
+        return None
+    positions = 1
+    for size in image[2:]:
+        positions *= size
+    per_output = 1
+    for size in weight[1:]:
+        per_output *= size
+    return passes * 2 * image[0] * weight[0] * per_output * positions
 
 
 CHUNK_CHARS = 1 << 22  # characters decoded per batch

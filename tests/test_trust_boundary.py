@@ -620,3 +620,35 @@ def test_every_traced_cpu_step_stores_gradients_into_every_trainable_tensor_of_t
     assert steps_trained(evidence([24, 24, 48]))["line"] is None  # two backward passes in a step: 48
     decoy = steps_trained(evidence([1, 1, 1]))
     assert "fewer than the model's 24 trainable tensors" in decoy["line"] and decoy["measured"]["parameters"] == 24
+
+
+def test_operators_run_with_op_recording_switched_off_make_a_cpu_trace_unbelieved(tmp_path):
+    """An operator called from Python always runs an aten op the profiler records inside its call; calls that hold
+    none ran with recording switched off (here through a computed name, past the source scan). math's own `log`
+    is no operator of torch's."""
+    import math
+
+    import torch
+    from torch.profiler import profile, record_function
+
+    from checker.grader.collect import unrecorded_operators
+    from checker.trace import load
+
+    switch = getattr(torch.autograd, "_enable_record" + "_function")
+    x = torch.randn(64, 64)
+
+    def traced(hide: bool):
+        with profile(with_stack=True) as prof:
+            with record_function("step 0"):
+                if hide:
+                    switch(False)
+                for _ in range(4):
+                    torch.sigmoid(x).mul(x).add(x)
+                    math.log(2.0)
+                switch(True)
+        path = tmp_path / f"trace-{hide}.json"
+        prof.export_chrome_trace(str(path))
+        return load(path).events
+
+    assert unrecorded_operators(traced(hide=False)) is None
+    assert "recorded no op" in unrecorded_operators(traced(hide=True))

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from checker.base.chapters import Chapter
 from checker.base.errors import WorkbookError
@@ -36,6 +37,19 @@ OTHER_PROCESS_FLOOR_NS = 1_000_000
 # workload. Inside an aten op they mean the op was replaced to run the step (autograd's anomaly mode and
 # activation checkpointing run their own Python inside ops: traceback.py, torch/utils/checkpoint.py).
 TRAINING_CODE = r"(torch/nn/modules/|torch/optim/|chapters/)"
+# Python's calls of PyTorch operators, as its tracer names them, and the operators whose call always runs an aten op
+# of the same name (elementwise and normalization ops, products): one of them holding no recorded op ran with op
+# recording switched off. A few are allowed (a call too short for the clocks to order).
+# (a method of torch's functions' type or of a Tensor, or one of torch.nn.functional's C functions, whose names,
+# unlike math's `log` or `exp`, are torch's alone)
+OPERATOR_CALL = (r"^<built-in method (\w+) of (?:type|Tensor) object at 0x[0-9a-fA-F]+>$"
+                 r"|^<built-in function (gelu|silu|linear|mse_loss|cross_entropy_loss|nll_loss|softplus|leaky_relu)>$")
+RECORDED_OPERATORS = frozenset(
+    "add sub mul div neg reciprocal sigmoid tanh relu gelu silu rsqrt sqrt exp log pow where clamp lerp addcmul "
+    "addcdiv layer_norm softmax log_softmax mse_loss cross_entropy_loss nll_loss mm addmm bmm matmul linear mv "
+    "erf var_mean softplus leaky_relu".split()
+)
+UNRECORDED_ALLOWED = 2
 
 
 def trace_problem(trace, run: RunResult, first_step: int, trace_steps: int, device: str,
@@ -138,6 +152,9 @@ def hidden_work(events, steps, excuse_data_wait: bool = False, script: Path | No
                 f"steps; a step that trains in PyTorch shows at least {OP_COVERAGE_FLOOR:.0%}): the rest ran where the "
                 "profiler could not see it (recording switched off, another process, or code outside PyTorch), so "
                 "its counts are not the step's")
+    unrecorded = unrecorded_operators(events)
+    if unrecorded:
+        return unrecorded
     python = events[events["step"].notna() & (events["kind"] == "python")]
     training = TRAINING_CODE if script is None else f"(?:{TRAINING_CODE}|{re.escape(str(script))}\\()"
     python = python[python["name"].astype(str).str.match(training)]
@@ -156,6 +173,35 @@ def hidden_work(events, steps, excuse_data_wait: bool = False, script: Path | No
                     f"an optimizer or the workload inside it, in step {int(op['step'])}): an aten op runs no training "
                     "code unless it was replaced, here to run the step where the count of ops cannot see it")
     return None
+
+
+def unrecorded_operators(events: pd.DataFrame) -> str | None:
+    """Why ops ran in the steps with the profiler's op recording switched off, or None. The Python tracer names each
+    call of a PyTorch operator from Python (``<built-in method sigmoid of type object ...>``, ``<built-in function
+    gelu>``); such a call always dispatches an aten op of its name, which the profiler records inside it, unless
+    recording was switched off around it (``torch.autograd._enable_record_function(False)``, by any name)."""
+    python = events[events["step"].notna() & (events["kind"] == "python")]
+    if python.empty:
+        return None
+    called = python["name"].astype(str).str.extract(OPERATOR_CALL, expand=True).bfill(axis=1).iloc[:, 0]
+    calls = python[called.isin(RECORDED_OPERATORS).to_numpy()]
+    if calls.empty:
+        return None
+    ops = events[events["step"].notna() & (events["kind"] == "cpu_op")]
+    empty, first = 0, None
+    for tid, group in calls.groupby("tid"):
+        op_starts = np.sort(ops[ops["tid"] == tid]["start_ns"].to_numpy(np.int64))
+        starts, ends = group["start_ns"].to_numpy(np.int64), group["end_ns"].to_numpy(np.int64)
+        held = np.searchsorted(op_starts, ends, side="right") - np.searchsorted(op_starts, starts, side="left")
+        empty += int((held == 0).sum())
+        if first is None and (held == 0).any():
+            first = group.iloc[int(np.argmax(held == 0))]
+    if empty <= UNRECORDED_ALLOWED:
+        return None
+    return (f"holds {empty} call(s) of PyTorch operators from Python that recorded no op (the first: "
+            f"{str(first['name']).split(' at 0x')[0]} in step {int(first['step'])}): an operator called from Python "
+            "always runs an aten op the profiler records, unless op recording was switched off around it, so the "
+            "trace's counts are not the step's")
 
 
 def ask_referee(chapter: Chapter, device: str, pairs: list[tuple[RunResult, RunResult]],

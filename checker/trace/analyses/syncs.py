@@ -75,7 +75,10 @@ CPU_SCALAR_OPTIMIZERS = re.compile(r"^Optimizer\.step#(?:Adam|AdamW|Adamax|NAdam
 # the host holds)
 PYTHON_READ = re.compile(r"^<built-in method (?:tolist|numpy|cpu) of (?!numpy\.|memoryview |array\.array )[^<>]+ object"
                          r" at 0x[0-9a-fA-F]+>$|(?:^|/)torch/storage\.py\(\d+\): (?:tolist|cpu)$"
-                         r"|^<built-in function _to_dlpack(?:_versioned)?>$")  # a tensor handed over by DLPack
+                         r"|^<built-in function _to_dlpack(?:_versioned)?>$"  # a tensor handed over by DLPack
+                         # its memory's address (read by ctypes), or the tensor written out (torch.save to a buffer)
+                         r"|^<built-in method data_ptr of (?!numpy\.)[^<>]+ object at 0x[0-9a-fA-F]+>$"
+                         r"|(?:^|/)torch/serialization\.py\(\d+\): save$")
 # the grader's own code that makes data in the candidate's process: checker/base (KeyedOrder's draw, ...) and a
 # chapter's workload.py. The harness's step loop (checker/candidate) is looked through like a library: what it calls
 # during a step is what the script handed it (a batch source, a DataLoader and its collate_fn)
@@ -179,6 +182,10 @@ def _origin(frame_name: str) -> str | None:
 
 def shown_name(name: str) -> str:
     """A sync's name as a person reads it: a Python read as ``Tensor.tolist()`` (its object's address left out)."""
+    if PYTHON_READ.search(name) and ("data_ptr" in name or "serialization.py" in name or "_to_dlpack" in name):
+        what = ("Tensor.data_ptr()" if "data_ptr" in name else "torch.save()" if "serialization.py" in name
+                else "a DLPack hand-over")
+        return f"{what} (a tensor's memory read outside PyTorch's ops; on a GPU a device-to-host copy and a sync)"
     match = re.match(r"^<built-in method (\w+) of ", name) or re.search(r"torch/storage\.py\(\d+\): (\w+)$", name)
     if match and PYTHON_READ.search(name):
         owner = "TypedStorage" if "storage.py" in name else "Tensor"

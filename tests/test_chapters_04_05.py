@@ -283,7 +283,7 @@ def test_solution_passes_on_cpu(graded, chapter):
 @pytest.mark.slow
 @pytest.mark.parametrize("chapter, check, unit", [
     ("04", "launches_per_step", "top-level aten ops"),
-    ("05", "elementwise_kernels", "elementwise aten ops"),
+    ("05", "elementwise_kernels", "aten ops passing over memory"),
 ])
 def test_unmodified_lab_fails_on_cpu_with_evidence(graded, chapter, check, unit):
     proc, report = _graded(graded, chapter, "lab")

@@ -312,9 +312,14 @@ def probe_command() -> list[str]:
 
 
 def import_places() -> list[str]:
-    """The folders a run reads its code from (the checkout, site-packages): bound back into a run's private scratch
-    places where they live under one (a checkout in /tmp)."""
-    return _import_paths()
+    """The folders a run reads its code from (the checkout, site-packages) and the interpreter it runs (a virtual
+    environment's folder, its pyvenv.cfg with it): bound back into a run's private scratch places where they live
+    under one (a checkout or an environment in /tmp)."""
+    places = _import_paths()
+    for place in (sys.prefix, os.path.dirname(sys.executable)):
+        if place and os.path.isdir(place) and place not in places:
+            places.append(place)
+    return places
 
 
 def _import_paths() -> list[str]:

@@ -28,9 +28,9 @@ REFEREE_TIMEOUT_S = 600
 # 3% at most.
 OP_COVERAGE_FLOOR = 0.15
 # On a CPU, in a chapter without loader workers: the most CPU time other processes under a traced run may use in
-# its window, as a share of the training process's and at least. Every chapter's solution and lab: 0.0 ms (no
-# process under them, or idle ones); a spawned helper that read 3 values per step for the training process
-# (evidence/redteam/2026-11-27-session42-fresh.md, chapter 06): 6.7 ms, 2.7% of the training process's 248 ms.
+# its window, as a share of the training process's and at least (evidence/history/2026-11-27-cpu-session42-other-
+# processes.md): chapters 04's and 06's solutions 0.0 ms (no process under them); a spawned helper that read three
+# values per step for the training process 4.2 ms (7.6%), one that ran the whole step 22.0 ms (50%).
 OTHER_PROCESS_SHARE = 0.005
 OTHER_PROCESS_FLOOR_NS = 1_000_000
 # Python calls that are training, not PyTorch's own machinery: a model's forward, an optimizer, the chapter's

@@ -78,8 +78,8 @@ class Runner:
         seed, key = secret
         began = time.perf_counter()
         world = ranks.world_size(self.cfg)
-        if script == self.candidate and self.compile_store is not None and world == 1:
-            kwargs["compile_cache"] = self.compile_store  # the candidate's own runs only; a job's ranks compile cold
+        if script == self.candidate and self.compile_store is not None:
+            kwargs["compile_cache"] = self.compile_store  # the candidate's own runs only (ranks.run_job: cold)
         if self.pair_args and "extra_args" not in kwargs:
             kwargs["extra_args"] = list(self.pair_args)  # the job the fix is for, in both runs of a pair
         if world > 1:  # a data-parallel chapter: one job of several ranks, each a run of its own
@@ -89,7 +89,7 @@ class Runner:
             run = run_script(self.chapter, script, self.device, workdir=self.workdir, seed=seed, window_key=key,
                              display=shown, **kwargs)
         self.timing("run", what, began, script=shown, trace=kwargs.get("trace") or kwargs.get("profiler") and "ncu",
-                    compile_cache="compile_cache" in kwargs, phases=run.phases_s, forked=getattr(run, "forked", False))
+                    compile_cache="compile_cache" in kwargs and world == 1, phases=run.phases_s, forked=getattr(run, "forked", False))
         refused = forkserver.refused()
         if refused and not any(note.startswith("fork server") for note in self.notes):
             self.notes.append(f"fork server not used, each run imported torch itself: {refused}")

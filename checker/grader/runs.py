@@ -155,8 +155,11 @@ class _Protocol:
 
 class _Run:
     def __init__(self, chapter: Chapter, script: Path, device: str, total_steps: int, warmup: int, seed: int,
-                 window_key: int, folder: sandbox.RunFolder, display: str, tail: int = 0):
+                 window_key: int, folder: sandbox.RunFolder, display: str, tail: int = 0, watch_cpu: bool = False):
         self.chapter, self.script, self.device, self.display = chapter, script, device, display
+        # read every process's CPU time under the run at the window's open and close: only where a check uses it
+        # (a CPU run traced by torch.profiler: checker.grader.collect.elsewhere), never in a timed GPU run
+        self.watch_cpu = watch_cpu
         self.total_steps, self.warmup = total_steps, warmup
         self.tail = tail  # steps traced after the window (--trace-tail)
         self.tail_stamps: list[int] = []
@@ -200,8 +203,9 @@ class _Run:
             self.ctl = os.open(self.folder.path / "ctl", os.O_RDWR)
             self._answer({"seed": self.seed})
         elif kind == "open":
-            self.cpu_at_open = sandbox.cpu_of_run(self.pid)
             self._answer({"window_key": self.window_key})
+            if self.watch_cpu:  # after the answer: the run's window is not held up by the reading
+                self.cpu_at_open = sandbox.cpu_of_run(self.pid)
         elif kind == "step":
             in_tail = "tail" in self.clock and "tail_close" not in self.clock
             if (not in_tail and ("open" not in self.clock or "close" in self.clock)) \
@@ -225,7 +229,8 @@ class _Run:
                 raise self.broken(f"closed the window after step {self.expected_step - 1}, not {self.total_steps - 1}")
             self.step_stamps.append(now)
             self.workers_at_close = sandbox.descendants(self.pid)
-            self.cpu_at_close = sandbox.cpu_of_run(self.pid)
+            if self.watch_cpu:
+                self.cpu_at_close = sandbox.cpu_of_run(self.pid, self.workers_at_close)
         elif kind == "weights":
             self.weights = payload
         elif kind == "samples":
@@ -351,7 +356,8 @@ def run_script(
     # (not a rank of a job: checker.grader.ranks starts its ranks in the job's own network namespace)
     server = forkserver.server() if trace != "nsys" and profiler is None and extra_env is None else None
     known_children = sandbox.descendants(os.getpid())
-    run = _Run(chapter, script, device, total_steps, warmup, seed, window_key, folder, display, tail=traced_after)
+    run = _Run(chapter, script, device, total_steps, warmup, seed, window_key, folder, display, tail=traced_after,
+               watch_cpu=device == "cpu" and trace == "torch")
     protocol = _Protocol(run)
     evt = os.open(folder.path / "evt", os.O_RDWR | os.O_NONBLOCK)  # RDWR: never an EOF before the run connects
     tail: deque[bytes] = deque()
@@ -486,9 +492,8 @@ def run_script(
         steps=total_steps,
         workers_at_first_step=run.workers_at_first_step,
         workers_at_close=run.workers_at_close,
-        # under nsys or ncu the run's process is the tool's, the script's a process below it: not split here
         window_cpu_ns=(tuple(b - a for a, b in zip(run.cpu_at_open, run.cpu_at_close))
-                       if run.cpu_at_open and run.cpu_at_close and stop_at_done else None),
+                       if run.cpu_at_open and run.cpu_at_close else None),
         survivors=survivors,
         output_tail=output[-4000:],
         reports=dict(run.reports),

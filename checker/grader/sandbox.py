@@ -432,13 +432,14 @@ def _cpu_ns(pid: int) -> tuple[int, int]:
     return own, ended
 
 
-def cpu_of_run(pid: int) -> tuple[int, int]:
+def cpu_of_run(pid: int, below: set[int] | None = None) -> tuple[int, int]:
     """(ns the run's own process ran, ns every other process under it ran): the live ones' time and what ended
     ones left in their parents' accounts. Read at a window's open and close, their difference says how much work
-    was done in the window by processes that no trace of the run's own process records."""
+    was done in the window by processes that no trace of the run's own process records. ``below``: the processes
+    under ``pid``, where the caller has just listed them (``descendants``)."""
     own, ended = _cpu_ns(pid)
     others = ended
-    for child in descendants(pid):
+    for child in descendants(pid) if below is None else below:
         ran, left = _cpu_ns(child)
         others += ran + left
     return own, others

@@ -6,7 +6,8 @@
 # Claims it checks: on each chapter's slow script doctor names that chapter (its first finding, or for 07 several
 # chapters, for 08 each practice job's designed wall); on its solution no finding of that chapter remains.
 # Writes $OUT/doctor-<chapter>-<variant>.json (each doctor --json), $OUT/doctor-verify.json (GPU, driver, torch,
-# date, one row per run with the verdict) and $OUT/doctor-verify.md.
+# date, one row per run with the verdict) and $OUT/doctor-verify.md; the per-run files are packed into
+# $OUT/doctor-runs.tar.gz at the end (a device call brings back 8 files).
 set -u
 OUT=${OUT:-/tmp/workbook-out}
 mkdir -p "$OUT"
@@ -18,8 +19,10 @@ export PYTHONUNBUFFERED=1
 CHAPTERS=${CHAPTERS:-"01_item_syncs 02_pageable_copies 03_dataloader_workers 04_eager_microops 05_pointwise_chains 06_hidden_syncs 07_capstone_ladder"}
 # chapter 08's practice codes whose design is each wall on cuda (chapters/08_triage/workload.py job_settings)
 JOBS08=${JOBS08:-"overhead:0 data:1 kernel:5"}
+DEADLINE=${DEADLINE:-100000}   # seconds of this script after which no run starts (a device call has 10 minutes)
 run() {  # name script args...
   local name=$1; shift
+  if [ "$SECONDS" -ge "$DEADLINE" ]; then echo "$name skipped: past DEADLINE"; return; fi
   local t0=$(date +%s)
   timeout 540 python3 -m checker doctor --device cuda --json --warmup "${WARMUP:-5}" --steps "${STEPS:-5}" -- python3 "$@" \
     > "$OUT/doctor-$name.json" 2> "$OUT/doctor-$name.err"
@@ -83,3 +86,5 @@ lines += [f"| {r['run']} | {r.get('claim', '')} | {'yes' if r['ok'] else 'NO'} |
 (out / "doctor-verify.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
+# a device call brings back 8 files: the per-run files travel packed, the summary beside them
+tar -C "$OUT" -czf "$OUT/doctor-runs.tar.gz" --remove-files $(cd "$OUT" && ls doctor-*.json doctor-*.err | grep -v '^doctor-verify')

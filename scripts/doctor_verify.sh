@@ -29,11 +29,11 @@ run() {  # name script args...
   echo "$name rc=$? $(( $(date +%s) - t0 ))s"
 }
 for c in $CHAPTERS; do
-  run "$c-slow" "chapters/$c/slow.py" --steps 40
-  run "$c-solution" "solutions/$c/train.py" --steps 40
+  run "$c-slow" "chapters/$c/slow.py" --steps 80
+  run "$c-solution" "solutions/$c/train.py" --steps 80
 done
 for j in $JOBS08; do
-  run "08_triage-slow-${j%%:*}" chapters/08_triage/slow.py --set "job=${j##*:}" --steps 40
+  run "08_triage-slow-${j%%:*}" chapters/08_triage/slow.py --set "job=${j##*:}" --steps 80
 done
 python3 - "$OUT" <<'PY'
 import datetime, json, subprocess, sys

@@ -113,6 +113,8 @@ for step in range({steps}):
     (TRAIN.format(steps=20, before="if step == 4: raise ValueError('bad batch')", after=""),
      "job.py:7 after 4 optimizer steps: ValueError: bad batch"),
     ("import torch\nprint(torch.ones(2).sum())\n", "without calling an optimizer's step()"),
+    ("import sys\nsys.exit('--steps 5: give --steps 11 or more')\n",
+     "exited with status 1 before any optimizer step (--steps 5: give --steps 11 or more)"),
 ])
 def test_a_job_that_gives_no_steps_gets_one_line_and_a_failing_exit(capsys, tmp_path, body, said):
     code, out, err = doctor(capsys, write(tmp_path, body))

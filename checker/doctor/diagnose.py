@@ -156,8 +156,12 @@ def _syncs(s: dict, record: dict, on_gpu: bool) -> list[dict]:
         count = sum(src["count"] for src in sources)
         share = count / total
         if on_gpu:
-            cost = ((s["host_sync_ms_per_step"] or 0) / (s["step_ms_mean"] or 1)
-                    + (s["data_wait_after_sync_fraction"] or 0)) * share
+            # the host's wait in them, and the GPU idle that began in them (the queue ran dry until the host, back
+            # from the sync, launched again), data waits included
+            drained = s.get("gpu_idle_after_sync_fraction")
+            if drained is None:
+                drained = s["data_wait_after_sync_fraction"] or 0
+            cost = ((s["host_sync_ms_per_step"] or 0) / (s["step_ms_mean"] or 1) + drained) * share
             basis = "measured: the time the host waited in these syncs, and the GPU idle they caused"
         else:
             cost = CPU_SYNC_RANK * (0.5 + 0.5 * share)
@@ -248,6 +252,8 @@ def _gpu_work(trace, s: dict, m: dict, wall: str | None, script_dir: str) -> lis
     explained += (s["host_sync_ms_per_step"] or 0) / (s["step_ms_mean"] or 1)
     explained += (s["pageable_copy_cpu_ms_per_step"] or 0) / (s["step_ms_mean"] or 1)
     explained += (s["data_wait_fraction"] or 0) * (s["data_wait_gpu_idle_fraction"] or 0)
+    # the GPU idle that began in a host sync is the sync's (counted there); its data-wait part is counted above
+    explained += max(0.0, (s.get("gpu_idle_after_sync_fraction") or 0) - (s["data_wait_after_sync_fraction"] or 0))
     launch_cost = max(0.0, idle - explained)
     if wall == "overhead" or launch_cost >= 0.1:
         out.append(_finding(

@@ -138,6 +138,10 @@ def refusal(record: dict, target: Target) -> str | None:
                 "traceback is in the doctor's folder: --out to keep it)")
     if status == "interrupted":
         return f"{target.shown} was interrupted after {done} optimizer steps"
+    if not opts and status == "exited" and record.get("exit_code"):
+        said = f" ({record['exit_message']})" if record.get("exit_message") else " (its own message is above)"
+        return (f"{target.shown} exited with status {record['exit_code']} before any optimizer step{said}: doctor "
+                "recorded nothing; run it alone and mend what it says")
     if not opts:
         tail = " and exited" if status == "exited" else ""
         return (f"{target.shown} ran to its end{tail} without calling an optimizer's step(): doctor finds training "

@@ -259,11 +259,12 @@ class TraceAnalysis:
     def _idle(self) -> pd.DataFrame:
         if self.gpu_clock_skew:  # GPU time stamps off from the host's: the GPU's busy time in a step is unknown
             return gpu_idle.empty_idle()
-        return gpu_idle.gpu_idle(self.events, self.windows())
+        return gpu_idle.gpu_idle(self.events, self.windows(), self._all_syncs)
 
     def get_gpu_idle(self, exclude_steps=()) -> pd.DataFrame:
-        """One row per step: window_ns, busy_ns, idle_ns, idle_host_wait_ns, idle_other_ns, idle_fraction.
-        Empty for a trace without GPU work."""
+        """One row per step: window_ns, busy_ns, idle_ns, idle_host_wait_ns, idle_other_ns, idle_after_sync_ns
+        (of the host wait, what began while the host sat in a host sync), idle_fraction. Empty for a trace without
+        GPU work."""
         idle = self._idle
         if exclude_steps:
             idle = idle[~idle["step"].isin([int(s) for s in exclude_steps])]

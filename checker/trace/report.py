@@ -15,7 +15,9 @@ when the trace marks none, which ``steps_found`` and the notes say):
   ``pinned_h2d_copies`` (int)
 - ``kernels_per_step`` (float), ``launches_per_step`` (float), ``kernel_families``: [{"family", "share",
   "count"}], ``top_kernels``: [{"name", "family", "count", "total_ms", "share"}]
-- ``gpu_idle_fraction`` (float | null: null without GPU work), ``gpu_idle_host_wait_fraction``
+- ``gpu_idle_fraction`` (float | null: null without GPU work), ``gpu_idle_host_wait_fraction``,
+  ``gpu_idle_after_sync_fraction`` (the step time the GPU sat idle in gaps that began while the host was in a host
+  sync: the queue ran dry there, and the GPU waited for the host's next launch)
 - ``data_wait_fraction`` (float | null: null without data ranges), ``data_wait_gpu_idle_fraction`` (of that
   wait, the share the GPU had nothing to run; null without GPU work or data ranges),
   ``data_wait_after_sync_fraction`` (the step time the GPU sat idle in data waits that began while the host
@@ -97,10 +99,11 @@ def build_summary(trace, exclude_steps=frozenset()) -> dict:
     top_ops = trace.get_top_ops(limit=15, exclude_steps=ex)
     top_ops_by_count = trace.get_top_ops(limit=15, exclude_steps=ex, sort_by="count")
 
-    idle_fraction = host_wait_fraction = None
+    idle_fraction = host_wait_fraction = idle_after_sync_fraction = None
     if len(idle) and idle["window_ns"].sum() > 0:
         idle_fraction = idle["idle_ns"].sum() / idle["window_ns"].sum()
         host_wait_fraction = idle["idle_host_wait_ns"].sum() / idle["window_ns"].sum()
+        idle_after_sync_fraction = idle["idle_after_sync_ns"].sum() / idle["window_ns"].sum()
     data_fraction = data_idle_fraction = after_sync_fraction = None
     if len(wait) and (wait["source"] != "none").any() and wait["step_ns"].sum() > 0:
         data_fraction = wait["data_wait_ns"].sum() / wait["step_ns"].sum()
@@ -141,6 +144,7 @@ def build_summary(trace, exclude_steps=frozenset()) -> dict:
                          "total_ms": _num(r.total_ns / 1e6), "share": _num(r.share)} for r in top.itertuples(index=False)],
         "gpu_idle_fraction": _num(idle_fraction),
         "gpu_idle_host_wait_fraction": _num(host_wait_fraction),
+        "gpu_idle_after_sync_fraction": _num(idle_after_sync_fraction),
         "data_wait_fraction": _num(data_fraction),
         "data_wait_gpu_idle_fraction": _num(data_idle_fraction),
         "data_wait_after_sync_fraction": _num(after_sync_fraction),

@@ -156,7 +156,24 @@ def test_gpu_idle_splits_waiting_on_the_host_from_other_idle_time():
     idle = analysis(rows).get_gpu_idle()
     assert idle.iloc[0].to_dict() == {"step": 0, "window_ns": 1000, "busy_ns": 400, "idle_ns": 600,
                                       "idle_host_wait_ns": 50 + 200 + 200, "idle_other_ns": 50 + 100,
-                                      "idle_fraction": 0.6}
+                                      "idle_after_sync_ns": 0, "idle_fraction": 0.6}
+
+
+def test_gpu_idle_that_began_in_a_host_sync_is_the_syncs():
+    us = 1000  # times in microseconds: the clocks' slack (20 us) is far below these gaps
+    rows = [host("range", "step 0", 0, 1000 * us),
+            host("cuda_api", "cudaLaunchKernel", 10 * us, 11 * us, correlation=1),
+            gpu("kernel", "A", 20 * us, 300 * us, 1),
+            host("cuda_api", "cudaStreamSynchronize", 100 * us, 301 * us),   # the queue runs dry in it
+            host("cuda_api", "cudaLaunchKernel", 500 * us, 501 * us, correlation=2),  # the host back 200 us later
+            gpu("kernel", "B", 510 * us, 600 * us, 2),
+            host("cuda_api", "cudaLaunchKernel", 550 * us, 551 * us, correlation=3),  # queued while B ran: no wait
+            gpu("kernel", "C", 600 * us, 700 * us, 3),
+            host("cuda_api", "cudaLaunchKernel", 800 * us, 801 * us, correlation=4),  # a gap no sync began
+            gpu("kernel", "D", 810 * us, 1000 * us, 4)]
+    idle = analysis(rows).get_gpu_idle().iloc[0]
+    assert idle["idle_host_wait_ns"] == (10 + 200 + 100) * us  # before A's launch, after the sync, before D's
+    assert idle["idle_after_sync_ns"] == 200 * us  # from A's end, in the sync, to B's launch
 
 
 def test_overlapping_gpu_work_counts_once():

@@ -179,3 +179,25 @@ def test_data_range_is_the_data_loader_wait(loaded, program):
     wait = loaded(cpu_trace_path(program)).get_data_wait()
     assert len(wait) == 7 and (wait["source"] == "data range").all()
     assert (wait["data_wait_ns"] > 0).all() and (wait["data_wait_ns"] < wait["step_ns"]).all()
+
+
+@need(gpu_trace_path("mask_any", "kineto"))
+def test_doctor_gives_the_idle_a_sync_drained_to_the_sync_not_to_the_launches(loaded):
+    """On an H100's trace of boolean-mask indexing (a hidden sync per step), the GPU idle that began while the
+    host sat in a sync is counted once: in the sync finding's cost, and out of the launch finding's."""
+    from checker.doctor.diagnose import diagnose
+
+    trace = loaded(gpu_trace_path("mask_any", "kineto"))
+    s = trace.summary()
+    assert s["gpu_idle_after_sync_fraction"] > 0.05  # the program's syncs leave the queue dry
+    result = diagnose(trace, {}, "cuda")
+    findings: dict[str, float] = {}
+    for f in result["findings"] + result["also_seen"]:  # the syncs of chapters 01 and 06 split one cost
+        findings[f["key"]] = findings.get(f["key"], 0.0) + f["cost"]
+    host = s["host_sync_ms_per_step"] / s["step_ms_mean"]
+    assert findings["host_syncs"] == pytest.approx(host + s["gpu_idle_after_sync_fraction"], abs=2e-4)
+    copies = (s["pageable_copy_cpu_ms_per_step"] or 0) / s["step_ms_mean"]
+    data = (s["data_wait_fraction"] or 0) * (s["data_wait_gpu_idle_fraction"] or 0)
+    drained_outside_data = s["gpu_idle_after_sync_fraction"] - (s["data_wait_after_sync_fraction"] or 0)
+    assert findings["launches"] == pytest.approx(
+        s["gpu_idle_fraction"] - host - copies - data - drained_outside_data, abs=2e-4)

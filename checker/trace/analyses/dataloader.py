@@ -17,7 +17,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from checker.trace.analyses.gpu_idle import GPU_WORK
+from checker.trace.analyses.gpu_idle import GPU_WORK, in_a_sync
 from checker.trace.analyses.syncs import DATA_RANGE
 from checker.trace.intervals import merge
 
@@ -129,8 +129,6 @@ def sample_preparations(events: pd.DataFrame, steps: pd.DataFrame, calls: str) -
     return pd.DataFrame(rows, columns=list(PREP_COLUMNS)).astype(PREP_COLUMNS)
 
 
-# how far a GPU's end time and a host call's may disagree in one trace (the two clocks are aligned, not one)
-CLOCK_SLACK_NS = 20_000
 IDLE_COLUMNS = {"step": "int64", "data_wait_ns": "int64", "gpu_idle_ns": "int64", "after_sync_ns": "int64"}
 
 
@@ -176,7 +174,7 @@ def data_wait_gpu_idle(events: pd.DataFrame, steps: pd.DataFrame, syncs: pd.Data
                     gap_end = min(int(busy_s[k]), d1) if k < b else d1
                     if gap_end > cursor:
                         idle += gap_end - cursor
-                        if gap_opened is not None and _in_a_sync(gap_opened, sync_s, sync_e):
+                        if gap_opened is not None and in_a_sync(gap_opened, sync_s, sync_e):
                             after_sync += gap_end - cursor
                     if k < b:
                         cursor = max(cursor, int(busy_e[k]))
@@ -184,9 +182,3 @@ def data_wait_gpu_idle(events: pd.DataFrame, steps: pd.DataFrame, syncs: pd.Data
         out.append((step, wait, idle, after_sync))
     return pd.DataFrame(out, columns=list(IDLE_COLUMNS)).astype(IDLE_COLUMNS)
 
-
-def _in_a_sync(t: int, sync_s: np.ndarray, sync_e: np.ndarray) -> bool:
-    """Whether the host was inside a host sync when the GPU ran out of work at t (with the clocks' slack)."""
-    if not len(sync_s):
-        return False
-    return bool(((sync_s <= t + CLOCK_SLACK_NS) & (sync_e >= t - CLOCK_SLACK_NS)).any())

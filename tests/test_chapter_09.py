@@ -376,3 +376,60 @@ def test_extra_work_counts_matmul_flops_when_op_counts_match():
     waiting = {"ops_per_step": 100, "matmul_mflops": 30.0, "compute_kernel_ms": None, "unseen_host_ms": None}
     assert any("matrix-multiply" in line for line in extra_work(late, waiting, 10.0))
     assert not extra_work(waiting | {"matmul_mflops": 31.0}, waiting, 10.0)
+
+
+def test_the_speed_of_a_job_on_a_gpu_is_reported_with_its_scaling_against_one_rank():
+    """Where throughput is graded (a GPU), the plan adds one run of the candidate as a single rank; a CPU, which
+    grades no speed here, and a one-rank chapter add none."""
+    from checker.grader.plan import make_plan
+
+    assert make_plan(CHAPTER, "cuda").one_rank
+    assert not make_plan(CHAPTER, "cpu").one_rank
+    assert not make_plan(get_chapter("01"), "cuda").one_rank
+
+
+def test_the_one_rank_run_keeps_the_per_rank_batch_and_its_failure_is_a_note_not_a_verdict():
+    from checker.grader import pairs
+    from checker.grader.plan import make_plan
+    from checker.grader.runs import ScriptError
+
+    calls, notes = [], []
+
+    def run(script, what, secret, **kwargs):
+        calls.append((script, kwargs))
+        if len(calls) > 1:
+            raise ScriptError("rank 0 ended with status 1")
+        return SimpleNamespace(samples_per_s=100.0)
+
+    runner = SimpleNamespace(cfg=CHAPTER.config("cuda"), candidate=Path("train.py"), run=run, notes=notes,
+                             chapter=CHAPTER)
+    maker = pairs._Maker(runner, make_plan(CHAPTER, "cuda"), "torch", CHAPTER.slow_script, None, {}, {})
+    maker.one_rank_run()
+    share = CHAPTER.config("cuda")["global_batch"] // CHAPTER.config("cuda")["world_size"]
+    assert calls[0][0] == Path("train.py") and calls[0][1] == {"world": 1, "extra_args": ["--set", f"global_batch={share}"]}
+    assert maker.made.one_rank.samples_per_s == 100.0
+    maker.made.one_rank = None
+    maker.one_rank_run()
+    assert maker.made.one_rank is None and "scaling efficiency not measured" in notes[0]
+
+
+def test_scaling_efficiency_is_the_jobs_speed_over_world_times_one_ranks():
+    from checker.checks.throughput import _scaling
+
+    evidence = SimpleNamespace(one_rank=SimpleNamespace(samples_per_s=1000.0), cfg={"world_size": 2})
+    measured = {"candidate_samples_per_s": 1500.0}
+    lines = _scaling(evidence, measured)
+    assert measured["scaling_efficiency"] == 0.75 and measured["one_rank_samples_per_s"] == 1000.0
+    assert "75% of 2x (reported, not graded)" in lines[0]
+    assert _scaling(SimpleNamespace(one_rank=None, cfg={"world_size": 2}), {}) == []
+
+
+@pytest.mark.slow
+def test_a_data_parallel_script_runs_as_one_rank_with_plain_python():
+    """No torchrun: the harness holds a process group of one, so DDP and DistributedSampler work as on two ranks
+    (what a learner tries first, and the run scaling is measured against)."""
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, str(root / "solutions" / "09_data_parallel" / "train.py"), "--device", "cpu",
+                           "--set", "global_batch=32"], capture_output=True, text=True, timeout=300, cwd=root)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "samples/s" in done.stdout

@@ -316,7 +316,7 @@ class Session:
     def finish(self) -> dict[str, Any]:
         """Print and return what this process measured; under the grader, which measures for itself, nothing."""
         result = self.result()
-        if self.world_size > 1 and torch.distributed.is_initialized():
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()  # every rank reaches here: no collective is left waiting
         if _channel() is not None:
             print(f"{self.chapter.id}: {self.steps_done} steps run; the grader measures them")
@@ -506,6 +506,19 @@ def _join_group(device: str) -> str:
     return device
 
 
+def _one_rank_group(device: str) -> None:
+    """A data-parallel chapter's script run as one rank (plain ``python train.py``, or the grader's one-rank run
+    that scaling is measured against) gets a process group of one, held in this process: DistributedDataParallel
+    and DistributedSampler work as they do on several ranks, and no collective waits for anyone."""
+    import torch.distributed as dist
+
+    if dist.is_initialized() or world_from_env()[1] > 1:
+        return
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    kwargs = {"device_id": torch.device(device)} if backend == "nccl" else {}
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **kwargs)
+
+
 def start(chapter_id: str, argv: list[str] | None = None) -> Session:
     """Build the chapter's workload for this run (``--steps``, ``--device``, ``--set key=value``)."""
     global _CURRENT
@@ -528,5 +541,7 @@ def start(chapter_id: str, argv: list[str] | None = None) -> Session:
         raise SystemExit(problem + " (or a smaller --warmup)")
     if LAUNCH is not None and LAUNCH.seed is not None:
         cfg["seed"] = LAUNCH.seed  # the grader's seed for this run, whatever the command line said
+    if int(cfg.get("world_size", 1)) > 1:
+        _one_rank_group(device)
     _CURRENT = Session(chapter_id, device, cfg)
     return _CURRENT

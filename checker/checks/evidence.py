@@ -107,6 +107,7 @@ class Evidence:
     ncu: Mapping[str, NcuOutcome] = field(default_factory=dict)  # by check name
     reference: str = "baseline"       # what the candidate is compared with: "baseline" or "reference solution"
     diagnosis: Diagnosis | None = None  # a chapter that grades a diagnosis (chapter 08): the jobs as measured
+    one_rank: Any = None              # a data-parallel candidate run as one rank of the same per-rank batch (a RunResult)
 
     def __post_init__(self):
         for name in ("cfg", "verdicts", "traces", "ncu"):

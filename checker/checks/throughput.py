@@ -60,8 +60,23 @@ def throughput(evidence, spec):
         f"{measured['candidate_samples_per_s']:,.0f} vs {measured['baseline_samples_per_s']:,.0f} samples/s: "
         f"{speedup:.2f}x ({_trials(ratios)}), threshold {threshold:.2f}x"
     )
+    lines = [line] + _scaling(evidence, measured)
     status = PASSED if speedup >= threshold else FAILED
-    return result(spec, status, measured=measured, threshold=threshold, evidence=[line])
+    return result(spec, status, measured=measured, threshold=threshold, evidence=lines)
+
+
+def _scaling(evidence, measured: dict) -> list[str]:
+    """A data-parallel job's scaling efficiency, reported beside its speed (not graded): its samples/s against
+    ``world`` times what the same script reaches as one rank of the same per-rank batch."""
+    one = evidence.one_rank
+    world = int(evidence.cfg.get("world_size", 1))
+    if one is None or not one.samples_per_s or world < 2:
+        return []
+    efficiency = measured["candidate_samples_per_s"] / (world * one.samples_per_s)
+    measured["one_rank_samples_per_s"] = round(one.samples_per_s, 1)
+    measured["scaling_efficiency"] = round(efficiency, 3)
+    return [f"scaling: {world} ranks at {measured['candidate_samples_per_s']:,.0f} samples/s, one rank of the same "
+            f"per-rank batch at {one.samples_per_s:,.0f}: {efficiency:.0%} of {world}x (reported, not graded)"]
 
 
 def _trials(ratios) -> str:

@@ -84,6 +84,7 @@ def gather(runner: Runner, made: Made, plan: Plan, tool: str, *, reference: str,
         chapter=chapter, device=device, trace_tool=tool, candidate=runner.candidate, cfg=runner.cfg,
         timed=tuple(made.timed), traced=made.traced, speed=made.speed() if made.timed else None, verdicts=verdicts,
         traces=traces, ncu=ncu, reference=reference, diagnosis=_diagnosis(runner, made, drawn, loader),
+        one_rank=made.one_rank,
     )
 
 

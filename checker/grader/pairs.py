@@ -33,7 +33,7 @@ from checker.grader import forkserver, ranks
 from checker.grader.baseline import BaselineBank
 from checker.grader.collect import ask_referee
 from checker.grader.plan import Plan
-from checker.grader.runs import RunResult, describe_phases, new_secret, run_script
+from checker.grader.runs import IncompleteWork, RunResult, ScriptError, describe_phases, new_secret, run_script
 
 Pair = tuple[RunResult, RunResult]  # (baseline, candidate), one secret
 
@@ -72,17 +72,18 @@ class Runner:
         self.timings.append({"kind": kind, "what": what, "start_s": round(began - self.started, 2),
                              "wall_s": round(time.perf_counter() - began, 2), **extra})
 
-    def run(self, script: Path, what: str, secret: tuple[int, int], **kwargs) -> RunResult:
+    def run(self, script: Path, what: str, secret: tuple[int, int], world: int | None = None, **kwargs) -> RunResult:
+        """One run of ``script``; a data-parallel chapter's is a job of the chapter's ranks, or of ``world``."""
         shown = display_path(script)
         self.say(f"{what}: {shown}")
         seed, key = secret
         began = time.perf_counter()
-        world = ranks.world_size(self.cfg)
+        world = ranks.world_size(self.cfg) if world is None else world
         if script == self.candidate and self.compile_store is not None:
             kwargs["compile_cache"] = self.compile_store  # the candidate's own runs only (ranks.run_job: cold)
         if self.pair_args and "extra_args" not in kwargs:
             kwargs["extra_args"] = list(self.pair_args)  # the job the fix is for, in both runs of a pair
-        if world > 1:  # a data-parallel chapter: one job of several ranks, each a run of its own
+        if world > 1 or ranks.world_size(self.cfg) > 1:  # a data-parallel chapter: a job of ranks, each a run
             run = ranks.run_job(self.chapter, script, self.device, world=world, workdir=self.workdir, seed=seed,
                                 window_key=key, display=shown, **kwargs)
         else:
@@ -107,6 +108,7 @@ class Made:
     timed: list[Pair] = field(default_factory=list)
     traced: Pair | None = None
     jobs: dict[str, RunResult] = field(default_factory=dict)  # an assigned job's traced run, by job
+    one_rank: RunResult | None = None  # a data-parallel candidate run as one rank of the same per-rank batch
     bank: BaselineBank | None = None  # where the timed pairs' baseline speed is a grading worker's
 
     def pairs(self) -> list[Pair]:
@@ -178,7 +180,20 @@ class _Maker:
             self.traced_runs()
         if self.plan.jobs:
             self.job_runs()
+        if self.plan.one_rank:
+            self.one_rank_run()
         return self.made
+
+    def one_rank_run(self) -> None:
+        """The candidate as a job of one rank, its global batch one rank's share of the chapter's: what its ranks
+        would reach with nothing to share, for the scaling efficiency the speed is reported with."""
+        world = ranks.world_size(self.cfg)
+        share = int(self.cfg["global_batch"]) // world
+        try:
+            self.made.one_rank = self.runner.run(self.runner.candidate, "one rank of the same per-rank batch",
+                                                 new_secret(), world=1, extra_args=["--set", f"global_batch={share}"])
+        except (ScriptError, IncompleteWork) as exc:  # reported beside the speed, never graded: said, not fatal
+            self.runner.notes.append(f"scaling efficiency not measured: the candidate as one rank failed ({exc})")
 
     def job_runs(self) -> None:
         """Each job of the learner's assignment, run by the grader as the chapter's own slow script with the

@@ -45,6 +45,7 @@ class Plan:
     jobs: bool = False                  # every job of the learner's assignment, traced by the grader (chapter 08)
     tail: int = 0                       # > 0: the first timed pair is the traced pair, this many steps traced after
     window: bool = False                # every timed run traced over its window; the first timed pair is the traced pair
+    one_rank: bool = False              # a data-parallel job's candidate also run as one rank (scaling efficiency)
 
     @property
     def timed(self) -> bool:
@@ -67,6 +68,8 @@ class Plan:
             parts.append("Nsight Compute")
         if self.jobs:
             parts.append("a traced run of every assigned job")
+        if self.one_rank:
+            parts.append("one run of a single rank")
         return ", ".join(parts) or "no runs"
 
 
@@ -114,4 +117,4 @@ def make_plan(chapter: Chapter, device: str, only: set[str] | None = None, with_
     return Plan(selected=selected, skipped=skipped, trials=trials, traced=traced,
                 trace_baseline=trace_baseline, slow_trace=BASELINE_TRACE in wanted, referee=VERDICTS in wanted, ncu=ncu,
                 timed_checks=tuple(name for name in selected if TIMED in needs[name]), jobs=JOBS in wanted, tail=tail,
-                window=window)
+                window=window, one_rank=bool(trials) and int(cfg.get("world_size", 1)) > 1)

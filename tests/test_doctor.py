@@ -6,7 +6,6 @@ Then the jobs it must refuse with one line, and the chapters' own slow scripts a
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 from pathlib import Path
 

@@ -7,7 +7,6 @@ import json
 import re
 import threading
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest

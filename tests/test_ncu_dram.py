@@ -12,7 +12,6 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from checker.base.chapters import get_chapter
 from checker.checks import FAILED
 from checker.checks import ncu_dram as ncu
 from checker.trace.analyses.counts import hottest_kernels

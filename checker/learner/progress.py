@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from checker.base.errors import WorkbookError
-from checker.base.paths import repo_root, state_dir
+from checker.base.paths import state_dir
 
 NOT_STARTED, FAILING, PASSED = "not started", "failing", "passed"
 

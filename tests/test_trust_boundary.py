@@ -652,3 +652,42 @@ def test_operators_run_with_op_recording_switched_off_make_a_cpu_trace_unbelieve
 
     assert unrecorded_operators(traced(hide=False)) is None
     assert "recorded no op" in unrecorded_operators(traced(hide=True))
+
+
+@pytest.mark.slow
+def test_grading_workers_run_their_submissions_as_users_of_their_own(tmp_path, monkeypatch):
+    """Several workers grading at once: each runs its students' code as a user id of its own, which no user of the
+    system holds, so that one student's run cannot signal another's (kill -1 as a shared user would end every
+    run of every worker), trace it, or use up the process cap they would share."""
+    from checker.grading.classroom import plan_slots
+
+    if not sandbox.running_as_root():
+        pytest.skip("the grader drops runs to another user only when it runs as root")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    slots = plan_slots(CHAPTER, "cuda", None, None, ["H100", "H100"])
+    mine, other = (int(slot.env[sandbox.RUN_UID_ENV]) for slot in slots)
+    assert mine != other and mine != sandbox.run_identity()[0]
+    import pwd
+    for uid in (mine, other):
+        with pytest.raises(KeyError):
+            pwd.getpwuid(uid)
+    # a process of the other worker's user, and a run of this worker's that tries to signal it
+    neighbour = subprocess.Popen(["sleep", "60"], preexec_fn=sandbox.preexec((other, sandbox.run_identity()[1]), sandbox.Limits(), False))
+    try:
+        monkeypatch.setenv(sandbox.RUN_UID_ENV, str(mine))
+        monkeypatch.setattr(sandbox, "_IDENTITY", None)
+        assert sandbox.run_identity()[0] == mine
+        body = f"""
+            import os
+            try:
+                os.kill({neighbour.pid}, 0)
+                said = "reached"
+            except PermissionError:
+                said = "refused"
+            raise SystemExit(f"uid {{os.getuid()}}: the neighbour's process {{said}}")
+        """
+        with pytest.raises(ScriptError, match=f"uid {mine}: the neighbour's process refused"):
+            run(script(tmp_path, body))
+    finally:
+        neighbour.kill()
+        neighbour.wait()

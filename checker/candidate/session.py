@@ -515,8 +515,7 @@ def _one_rank_group(device: str) -> None:
     if dist.is_initialized() or world_from_env()[1] > 1:
         return
     backend = "nccl" if device.startswith("cuda") else "gloo"
-    kwargs = {"device_id": torch.device(device)} if backend == "nccl" else {}
-    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **kwargs)
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
 
 
 def start(chapter_id: str, argv: list[str] | None = None) -> Session:

@@ -44,6 +44,11 @@ from typing import Callable
 from checker.base.paths import repo_root
 
 UNPRIVILEGED_USER = "nobody"
+# A grading worker's own user id for the runs it starts, where several workers grade at once (set by
+# checker.grading.classroom.plan_slots); ids from SLOT_UID_BASE up that no user of the system holds (Debian keeps
+# 65000-65533 unassigned)
+RUN_UID_ENV = "WORKBOOK_RUN_UID"
+SLOT_UID_BASE = 65100
 CLONE_NEWNET = 0x40000000
 CLONE_NEWNS = 0x00020000
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
@@ -77,7 +82,28 @@ def isolation() -> tuple[tuple[int, int] | None, str]:
     return _IDENTITY
 
 
+def worker_uids(count: int) -> list[int]:
+    """``count`` user ids, none held by a user of this system, one per grading worker."""
+    uids, uid = [], SLOT_UID_BASE
+    while len(uids) < count:
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            uids.append(uid)
+        uid += 1
+    return uids
+
+
 def _find_identity() -> tuple[tuple[int, int] | None, str]:
+    own = os.environ.get(RUN_UID_ENV, "")
+    if own.isdigit() and running_as_root() and os.environ.get("WORKBOOK_RUN_AS_ROOT") != "1":
+        found = _nobody_identity(int(own), f"user id {own}, this grading worker's own (no other worker's runs share it)")
+        if found[0] is not None:
+            return found
+    return _nobody_identity()
+
+
+def _nobody_identity(uid: int | None = None, who: str | None = None) -> tuple[tuple[int, int] | None, str]:
     if not running_as_root():
         return None, (f"runs as the grader's own user ({pwd.getpwuid(os.geteuid()).pw_name}): changes to the "
                       "checkout or the Python environment are detected, not prevented")
@@ -87,7 +113,8 @@ def _find_identity() -> tuple[tuple[int, int] | None, str]:
         entry = pwd.getpwnam(UNPRIVILEGED_USER)
     except KeyError:
         return None, f"runs as root: this system has no user '{UNPRIVILEGED_USER}' to drop to"
-    identity = (entry.pw_uid, entry.pw_gid)
+    identity = (entry.pw_uid if uid is None else uid, entry.pw_gid)
+    who = who or f"user '{UNPRIVILEGED_USER}'"
     try:
         probe = subprocess.run(probe_command(), capture_output=True, cwd="/",
                                preexec_fn=preexec(identity, Limits(), False), timeout=120,
@@ -97,9 +124,9 @@ def _find_identity() -> tuple[tuple[int, int] | None, str]:
         failed, said = True, str(err)
     if failed:
         last = (said.strip().splitlines() or ["no output"])[-1]
-        return None, (f"runs as root: user '{UNPRIVILEGED_USER}' cannot run this Python and the checkout ({last[:160]}); "
+        return None, (f"runs as root: {who} cannot run this Python and the checkout ({last[:160]}); "
                       "install them where other users can read them for the runs to drop privileges")
-    return identity, f"runs as user '{UNPRIVILEGED_USER}', which cannot write the checkout or the Python environment"
+    return identity, f"runs as {who}, which cannot write the checkout or the Python environment"
 
 
 def network_isolation_available() -> bool:
@@ -279,7 +306,9 @@ def clean_environment() -> dict[str, str]:
 def environment(folder: RunFolder) -> dict[str, str]:
     env = clean_environment()
     home, tmp = folder.path / "home", folder.path / "tmp"
-    env.update(HOME=str(home), TMPDIR=str(tmp), XDG_CACHE_HOME=str(home / ".cache"), PYTHONUNBUFFERED="1",
+    # USER and LOGNAME: getpass.getuser() answers from them, also for a worker's own user id, which no user holds
+    env.update(USER="workbook-run", LOGNAME="workbook-run",
+               HOME=str(home), TMPDIR=str(tmp), XDG_CACHE_HOME=str(home / ".cache"), PYTHONUNBUFFERED="1",
                WORKBOOK_ROOT=str(repo_root()), PYTHONDONTWRITEBYTECODE="1",
                # torch.compile's caches in the run's own folder (a kept compile cache, where there is one, replaces
                # them): a run forked from the fork server would otherwise reach for the server's HOME, which the

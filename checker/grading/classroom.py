@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from checker.base.errors import WorkbookError
+from checker.grader import sandbox
 from checker.grading import ledger as ledger_mod
 from checker.grading.files import remove_partial_files
 from checker.grading.gradebook import FEEDBACK_DIR, GRADEBOOK_NAME, PENDING, Summary, current_record, rebuild
@@ -87,6 +88,16 @@ CPUS_ENV = "WORKBOOK_CPUS"  # the CPUs a GPU worker's grading (and every run it 
 
 
 def plan_slots(chapter, device: str, gpus: str | None, workers: int | None, gpu_names: list[str]) -> list[Slot]:
+    """The workers' slots (``_slots``), each with a user id of its own for its runs where several grade at once
+    and the grader is root: one student's run cannot signal, trace or outnumber (its process cap) another's."""
+    slots = _slots(chapter, device, gpus, workers, gpu_names)
+    if len(slots) > 1 and sandbox.running_as_root():
+        for slot, uid in zip(slots, sandbox.worker_uids(len(slots))):
+            slot.env[sandbox.RUN_UID_ENV] = str(uid)
+    return slots
+
+
+def _slots(chapter, device: str, gpus: str | None, workers: int | None, gpu_names: list[str]) -> list[Slot]:
     """One slot per GPU on CUDA (``--gpus``, default all visible); on the CPU, ``--workers`` slots (default 1).
 
     A data-parallel chapter's job runs ``world_size`` ranks (chapter.toml): on CUDA a slot is then that many GPUs,

@@ -150,7 +150,9 @@ def test_two_optimizers_a_step_ends_at_the_one_that_steps_least(capsys, tmp_path
 
 
 @pytest.mark.parametrize("command, said", [
-    (["torchrun", "--nproc_per_node=2", "train.py"], "`torchrun` is not supported by doctor yet"),
+    (["torchrun", "--nproc_per_node=2", "-m", "pkg.train"], "doctor runs torchrun with a script file"),
+    (["torchrun", "--nproc_per_node=2", "no_such_script.py"], "no_such_script.py: no such script"),
+    (["accelerate", "launch", "train.py"], "`accelerate launch` is not supported by doctor yet"),
     (["python", "-c", "print(1)"], "`python -c` is not supported"),
     (["bash", "train.sh"], "neither python nor a .py file"),
     ([], "give the job to run after --"),
@@ -159,6 +161,32 @@ def test_two_optimizers_a_step_ends_at_the_one_that_steps_least(capsys, tmp_path
 def test_commands_doctor_cannot_run_are_refused_in_one_line(command, said):
     with pytest.raises(WorkbookError, match=said.replace("(", r"\(").replace(")", r"\)").replace("`", "`")):
         parse_target(command)
+
+
+def test_torchrun_and_its_options_are_the_launcher_of_the_script():
+    script = str(ROOT / "labs" / "09_data_parallel" / "train.py")
+    target = parse_target(["torchrun", "--standalone", "--nproc-per-node", "2", script, "--steps", "14"])
+    assert target.launcher == ["torchrun", "--standalone", "--nproc-per-node", "2"]
+    assert target.program == [script, "--steps", "14"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["labs", "solutions"])
+def test_a_torchrun_job_is_diagnosed_rank_by_rank(capsys, variant):
+    """Every rank runs under the launcher; chapter 09's lab shows its straggler and an all-reduce per micro-batch
+    side by side, its solution neither."""
+    script = str(ROOT / variant / "09_data_parallel" / "train.py")
+    code = main(["doctor", "--device", "cpu", "--json", "--", "torchrun", "--standalone", "--nproc-per-node", "2",
+                 script, "--device", "cpu", "--steps", "14"])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-2000:]
+    d = json.loads(out)
+    assert len(d["ranks"]["ranks"]) == 2
+    found = {f["key"] for f in d["findings"] + d["also_seen"] if f["chapter"]["number"] == "09"}
+    if variant == "labs":
+        assert found == {"straggler", "allreduce_rounds"} and d["ranks"]["straggler"] == 0
+    else:
+        assert not found and d["ranks"]["straggler"] is None
 
 
 def test_a_python_with_options_and_a_module_are_understood():

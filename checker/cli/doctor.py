@@ -37,7 +37,8 @@ def add_doctor_parser(sub) -> argparse.ArgumentParser:
                    help="keep the trace and the launcher's record in DIR (default: a temporary folder, removed)")
     p.add_argument("--timeout", type=float, default=1800, metavar="S",
                    help="stop the job after S seconds if it has not reached the steps (default 1800)")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the job: python train.py ARGS, python -m pkg ARGS")
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="-- then the job: python train.py ARGS, python -m pkg ARGS, torchrun --nproc-per-node N train.py ARGS")
     return p
 
 
@@ -63,7 +64,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             raise WorkbookError(why)
         if recorded.trace is None:
             raise WorkbookError(f"{target.shown}: the recorded steps left no trace in {out}")
-        diagnosis = analyse(recorded.trace, recorded.record, device)
+        diagnosis = analyse(recorded.trace, recorded.record, device, recorded.rank_traces)
         diagnosis["job"] = target.shown
         if args.timeline:
             from checker.trace import load
@@ -76,17 +77,22 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             shutil.rmtree(out, ignore_errors=True)
 
 
-def analyse(trace_path: Path, record: dict, device: str) -> dict:
-    from checker.doctor.diagnose import diagnose
+def analyse(trace_path: Path, record: dict, device: str, rank_traces: list[Path] = ()) -> dict:
+    """The diagnosis of rank 0's (or the one process's) recorded steps; a torchrun job's ranks side by side."""
+    from checker.doctor.diagnose import add_ranks, diagnose
     from checker.trace import TraceError, load
 
     try:
         trace = load(trace_path, step_regex=record["step_pattern"])
+        others = [load(path, step_regex=record["step_pattern"]) for path in rank_traces[1:]]
     except TraceError as err:
         raise WorkbookError(f"the recorded trace cannot be read: {err}") from None
     if not trace.has_steps:
         raise WorkbookError("the recorded trace holds no step ranges: the profiler did not see the steps")
-    return diagnose(trace, record, device)
+    diagnosis = diagnose(trace, record, device)
+    if others:
+        add_ranks(diagnosis, [trace, *others])
+    return diagnosis
 
 
 def render(d: dict) -> str:
@@ -108,6 +114,10 @@ def render(d: dict) -> str:
         lines.append(f"   fix: {f['fix']}")
     for f in d["also_seen"]:
         lines.append(f"also seen (under 2% of the step): {f['title']} [chapter {f['chapter']['number']}]")
+    if d.get("ranks"):
+        from checker.trace.ranks import render_ranks
+
+        lines.append(render_ranks(d["ranks"]))
     lines += [f"Note: {n}" for n in d["notes"]]
     lines += [f"Warning: {w}" for w in d["warnings"]]
     return "\n".join(lines)

@@ -419,3 +419,37 @@ def _finding(number: str, key: str, title: str, cost: float, basis: str, numbers
              fix: str, confirmed: bool) -> dict:
     return {"key": key, "chapter": chapter_ref(number), "title": title, "cost": round(float(cost), 4),
             "basis": basis, "numbers": numbers, "lines": lines, "fix": fix, "confirmed": confirmed}
+
+
+# ---- a torchrun job's ranks (chapter 09) -----------------------------------------------------------------
+def add_ranks(d: dict, traces: list) -> None:
+    """A job of several ranks: chapter 09's analyses of every rank's recorded steps side by side (``d["ranks"]``),
+    and as findings the straggler (a rank that does more per step while another waits for it in the all-reduces)
+    and the all-reduce rounds beyond one per optimizer step (accumulation without ``no_sync()``)."""
+    from checker.trace.ranks import ranks_summary
+
+    summary = ranks_summary(traces)
+    d["ranks"] = summary
+    found = []
+    share = summary["worst_wait_share"] or 0.0
+    if summary["straggler"] is not None:
+        found.append(_finding(
+            "09", "straggler", f"rank {summary['straggler']} does more per step, and rank {summary['waiting_rank']} "
+            f"waits for it {share:.0%} of its step inside the all-reduces", share,
+            "measured: each all-reduce's time beyond the same all-reduce's shortest on any rank",
+            {"worst_wait_share": share, "late_rank_did_more": summary["late_rank_did_more"]}, [],
+            "give every rank the same work per step: log, compute metrics and evaluate on rank 0 only at logging "
+            "intervals (the other ranks wait for it in the next all-reduce)", confirmed=True))
+    first = summary["ranks"][0]
+    rounds, step_ms = first["allreduce_rounds"] or 0, first["step_ms"]
+    if rounds > 1 and step_ms:
+        extra = (first["allreduce_ms"] or 0) / step_ms * (1 - 1 / rounds)
+        found.append(_finding(
+            "09", "allreduce_rounds", f"{rounds:g} rounds of all-reduces per optimizer step: the gradients are summed "
+            "across ranks after every micro-batch", extra, "measured: rank 0's all-reduce time beyond one round",
+            {"allreduce_rounds": rounds, "allreduce_ms_per_step": first["allreduce_ms"]}, [],
+            "wrap every micro-batch's forward and backward but the last in `model.no_sync()`", confirmed=True))
+    for f in found:
+        (d["findings"] if f["cost"] >= MINOR else d["also_seen"]).append(f)
+    d["findings"].sort(key=lambda f: -f["cost"])
+    d["chapters"] = list(dict.fromkeys(f["chapter"]["number"] for f in d["findings"]))

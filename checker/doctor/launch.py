@@ -300,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     target = args.target[1:] if args.target[:1] == ["--"] else args.target
     if not target:
         parser.error("give the script to run: -- train.py ARGS, or -- -m module ARGS")
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:  # a rank of a torchrun job: a folder of its own
+        args.out = args.out / f"rank{int(os.environ.get('RANK', '0') or 0)}"
+        args.out.mkdir(parents=True, exist_ok=True)
     recorder = Recorder(args.out, max(args.warmup, 0), max(args.steps, 1), args.device, args.tool)
     recorder.install()
     module = target[1] if target[0] == "-m" and len(target) > 1 else None

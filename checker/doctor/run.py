@@ -12,7 +12,7 @@ import re
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from checker.base.errors import WorkbookError
@@ -21,17 +21,29 @@ from checker.base.tools import require_tool
 
 _KINETO_NOISE = re.compile(r"^(?:USDT:|ERROR:\S+ \S+ \d+:\d+ DeviceProperties\.cpp:\d+\] gpuGetDeviceCount|"
                            r"STAGE:|\[W\d+ .*CUPTIActivityProfiler)")
-LAUNCHERS_LATER = {"torchrun": "torchrun", "accelerate": "accelerate launch", "deepspeed": "deepspeed"}
+LAUNCHERS_LATER = {"accelerate": "accelerate launch", "deepspeed": "deepspeed"}
 
 
 @dataclass
 class Target:
     interpreter: list[str]   # python and its own options (-u, -O, -X ...)
     program: list[str]       # [script.py, args...] or ["-m", module, args...]
+    launcher: list[str] = field(default_factory=list)  # torchrun and its options: every rank runs the launcher
 
     @property
     def shown(self) -> str:
-        return shlex.join(self.program)
+        return shlex.join(self.launcher + self.program)
+
+
+def _torchrun_target(command: list[str]) -> Target:
+    """`torchrun [OPTIONS] train.py ARGS`: torchrun's options are everything before the first .py file."""
+    script = next((i for i, word in enumerate(command) if word.endswith(".py")), None)
+    if script is None or any(word in ("-m", "--module", "--no-python", "--no_python") for word in command[1:script]):
+        raise WorkbookError("doctor runs torchrun with a script file: `workbook doctor -- torchrun --nproc-per-node 2 "
+                            "train.py ARGS` (not -m or --no-python)")
+    if not Path(command[script]).is_file():
+        raise WorkbookError(f"{command[script]}: no such script (doctor runs it from {os.getcwd()})")
+    return Target([sys.executable], command[script:], launcher=command[:script])
 
 
 def parse_target(command: list[str]) -> Target:
@@ -41,6 +53,8 @@ def parse_target(command: list[str]) -> Target:
     if not command:
         raise WorkbookError("give the job to run after --, e.g. `workbook doctor -- python train.py --epochs 1`")
     first = Path(command[0]).name
+    if first == "torchrun":
+        return _torchrun_target(command)
     if first in LAUNCHERS_LATER:
         raise WorkbookError(f"`{LAUNCHERS_LATER[first]}` is not supported by doctor yet: run one process of the job "
                             "(`workbook doctor -- python train.py ...`, one GPU)")
@@ -72,14 +86,20 @@ class Recorded:
     record: dict
     trace: Path | None
     returncode: int
+    rank_traces: list[Path] = field(default_factory=list)  # a torchrun job's: every rank's trace, rank 0 first
 
 
 def record_job(target: Target, out: Path, *, warmup: int, steps: int, device: str, tool: str,
                timeout_s: float | None) -> Recorded:
     """Run the job under the launcher; its record says what happened (a missing record: the job was killed)."""
     out.mkdir(parents=True, exist_ok=True)
-    launcher = [*target.interpreter, "-m", "checker.doctor.launch", "--out", str(out), "--warmup", str(warmup),
-                "--steps", str(steps), "--device", device, "--tool", tool, "--", *target.program]
+    options = ["--out", str(out), "--warmup", str(warmup), "--steps", str(steps), "--device", device, "--tool", tool,
+               "--", *target.program]
+    launcher = [*target.interpreter, "-m", "checker.doctor.launch", *options]
+    if target.launcher:  # torchrun runs the launcher as each rank's module, each rank recording into out/rank<R>
+        if tool == "nsys":
+            raise WorkbookError("--tool nsys with torchrun is not supported yet: record the ranks with --tool torch")
+        launcher = [*target.launcher, "-m", "checker.doctor.launch", *options]
     argv = launcher
     if tool == "nsys":
         nsys = require_tool("nsys", "workbook doctor --tool nsys", "use --tool torch")
@@ -110,6 +130,9 @@ def record_job(target: Target, out: Path, *, warmup: int, steps: int, device: st
         proc.kill()
         proc.wait()
         raise
+    ranks = sorted((p for p in out.glob("rank*") if p.name[4:].isdigit()), key=lambda p: int(p.name[4:]))
+    if target.launcher and ranks:
+        out = ranks[0]  # rank 0's record speaks for the job; every rank's trace is read beside it
     path = out / "record.json"
     if not path.exists():
         raise WorkbookError(f"{target.shown} ended with status {code} before doctor's launcher could record anything "
@@ -121,7 +144,8 @@ def record_job(target: Target, out: Path, *, warmup: int, steps: int, device: st
     elif tool == "nsys":
         found = sorted(out.glob("trace*.nsys-rep"))
         trace = found[0] if found else None
-    return Recorded(record, trace, code)
+    rank_traces = [r / "trace.json" for r in ranks if (r / "trace.json").exists()] if target.launcher else []
+    return Recorded(record, trace, code, rank_traces if len(rank_traces) == len(ranks) else [])
 
 
 def refusal(record: dict, target: Target) -> str | None:

@@ -395,3 +395,25 @@ def test_chapter_03_judged_from_a_traced_tail_as_from_a_traced_pair(monkeypatch,
     assert len(runs) == 2 and all(what.startswith("timed run") for what in runs), runs  # no traced pair of its own
     assert runs[1].endswith("then traced")
     assert checks["data_wait"] == checks["loader_settings"] == ("passed" if passes else "failed")
+
+
+@pytest.mark.parametrize("own_ms, passed", [(33.5, True), (50.7, False)])
+def test_samples_in_workers_fails_a_training_process_as_busy_as_the_slow_scripts(own_ms, passed):
+    """What the trace cannot show costs the training process its CPU time, read from the kernel: a share of the slow
+    script's (which prepares every sample itself) above the chapter's training_cpu_share fails, the solution's
+    passes."""
+    from types import SimpleNamespace
+
+    from checker.checks.samples_in_workers import _training_cpu
+
+    spec = get_chapter("03").check("samples_in_workers")
+    steps = [30.0] * 7
+    slow = SimpleNamespace(window_cpu_ns=(int(53.6e6 * 7), 0), step_ms=steps)
+    mine = SimpleNamespace(window_cpu_ns=(int(own_ms * 1e6 * 7), int(12e6 * 7)), step_ms=steps)
+    measured = {}
+    said = _training_cpu(SimpleNamespace(device="cpu", traced=(slow, mine)), spec, measured)
+    assert (said is None) == passed
+    assert measured["training_cpu_share"] == pytest.approx(own_ms / 53.6, abs=1e-3)
+    if not passed:
+        assert "by calls the trace does not show" in said
+    assert _training_cpu(SimpleNamespace(device="cuda", traced=(slow, mine)), spec, {}) is None

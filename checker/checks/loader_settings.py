@@ -51,6 +51,12 @@ def workers_unseen(run, required: dict[str, Any], epoch_batches: int | None) -> 
         problems.append(f"{lasting} of the worker processes alive at the first step were still alive when the "
                         f"window closed, after the epoch boundary at step {epoch_batches}: persistent workers "
                         "outlive an epoch")
+    fresh = len(run.workers_at_close - run.workers_at_first_step)
+    if required.get("persistent_workers") is True and crossed and fresh:
+        problems.append(f"{fresh} worker process(es) alive when the window closed started after the first step, "
+                        f"across the epoch boundary at step {epoch_batches}: persistent workers are the same "
+                        "processes from the first step to the last (an idle worker kept alive beside ones started "
+                        "anew each epoch is not)")
     return problems
 
 

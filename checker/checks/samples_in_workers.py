@@ -8,14 +8,20 @@ training process is read for them (``TraceAnalysis.get_sample_preparations``); e
 made that one sample, and the check counts those frames per traced step against the
 threshold: how many samples a step may still prepare in the training process. It comes after loader_settings:
 without workers, the training process preparing every sample is that check's failure, not this one's.
+
+A call the trace does not show still costs the training process its CPU time, which the grader reads from the kernel
+for every traced CPU run (``RunResult.window_cpu_ns``). Where a chapter gives ``training_cpu_share``, the training
+process's CPU time per traced step may be at most that share of the slow script's, which prepares every sample in
+its own process: a sample decoded there by any road (a decoder called from C, an op run below the profiler's hook)
+keeps the training process as busy as the slow script's.
 """
 
 from __future__ import annotations
 
-from checker.checks import FAILED, PASSED, TRACE, check, result
+from checker.checks import BASELINE_TRACE_CPU, FAILED, PASSED, TRACE, check, result
 
 
-@check("samples_in_workers", needs=(TRACE,), after=("loader_settings",), key="samples_prepared_per_step",
+@check("samples_in_workers", needs=(TRACE, BASELINE_TRACE_CPU), after=("loader_settings",), key="samples_prepared_per_step",
        fmt="{:g} per step", data_wait_is_work=True)
 def samples_in_workers(evidence, spec):
     """the training process prepares at most the threshold's samples per step: the loader's workers prepare them"""
@@ -44,4 +50,30 @@ def samples_in_workers(evidence, spec):
                  "made by " + ", ".join(f"{name} ({n})" for name, n in top.head(3).items()),
                  "calling " + ", ".join(f"{name} ({n})" for name, n in calls_seen.head(4).items())]
     status = PASSED if per_step <= threshold else FAILED
+    busy = _training_cpu(evidence, spec, measured)
+    if busy:
+        lines.append(busy)
+        status = FAILED
     return result(spec, status, measured=measured, threshold=threshold, evidence=lines)
+
+
+def _training_cpu(evidence, spec, measured: dict) -> str | None:
+    """Why the training process's CPU time says it prepared the samples itself, or None (see the module's
+    docstring); the share goes into ``measured``."""
+    share_max = spec.options.get("training_cpu_share")
+    if share_max is None or evidence.device != "cpu" or evidence.traced is None:
+        return None
+    baseline, candidate = evidence.traced
+    if baseline is None or baseline.window_cpu_ns is None or candidate.window_cpu_ns is None:
+        return None
+    mine = candidate.window_cpu_ns[0] / max(len(candidate.step_ms), 1)
+    theirs = baseline.window_cpu_ns[0] / max(len(baseline.step_ms), 1)
+    if theirs <= 0:
+        return None
+    share = mine / theirs
+    measured["training_cpu_share"] = round(share, 3)
+    if share <= float(share_max):
+        return None
+    return (f"the training process used {mine / 1e6:.1f} ms of CPU per traced step, {share:.0%} of the slow script's "
+            f"{theirs / 1e6:.1f} ms, which prepares every sample itself (allowed up to {float(share_max):.0%}): the "
+            "samples were made in it, by calls the trace does not show")

@@ -50,6 +50,9 @@ RECORDED_OPERATORS = frozenset(
     "erf var_mean softplus leaky_relu".split()
 )
 UNRECORDED_ALLOWED = 2
+# the dispatcher's entries from Python that run an operator below the profiler's hook: a redispatch runs no
+# RecordFunction, so the op it runs is never recorded (``OpOverload.redispatch`` calls it)
+BELOW_THE_HOOK = re.compile(r"^(?:<built-in method redispatch_boxed of |torch/_ops\.py\(\d+\): redispatch$)")
 
 
 def trace_problem(trace, run: RunResult, first_step: int, trace_steps: int, device: str,
@@ -183,6 +186,11 @@ def unrecorded_operators(events: pd.DataFrame) -> str | None:
     python = events[events["step"].notna() & (events["kind"] == "python")]
     if python.empty:
         return None
+    below = python[python["name"].astype(str).str.match(BELOW_THE_HOOK)]
+    if len(below):
+        return (f"holds {len(below)} redispatch(es) of PyTorch operators from Python (the first in step "
+                f"{int(below['step'].iloc[0])}): a redispatch runs its operator below the profiler's hook, which "
+                "records no op for it, so the trace's counts are not the step's")
     called = python["name"].astype(str).str.extract(OPERATOR_CALL, expand=True).bfill(axis=1).iloc[:, 0]
     calls = python[called.isin(RECORDED_OPERATORS).to_numpy()]
     if calls.empty:

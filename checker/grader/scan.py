@@ -43,6 +43,8 @@ PROBE_ATTRIBUTES = {
         "_window_sample_ids", "_window_sample_counts", "_window_closed",
         "_tail_open", "_tail_steps", "_open_tail", "_close_tail")},
     "_enable_record_function": "switches PyTorch's op recording off",
+    "redispatch": "runs an operator below the profiler's hook, which records no op for it",
+    "redispatch_boxed": "runs an operator below the profiler's hook, which records no op for it",
     "_RecordFunctionFast": "makes up profiler events",
     "setprofile": "switches the Python profiler off",
     "settrace": "switches the Python tracer off",

@@ -14,7 +14,8 @@ A CPU-only trace has no CUDA calls, so there the syncs are the aten ops that wou
   ``if t.any():`` or ``if (t > 0):``, and ``f"{loss}"`` (through ``.item()``);
 - ``aten::nonzero``: ``torch.nonzero``, and boolean-mask indexing ``x[mask]`` (also in its backward pass,
   when the masked tensor needs a gradient);
-- ``aten::_unique2`` and its kin: ``torch.unique``, ``Tensor.unique``, ``torch.unique_consecutive``.
+- ``aten::_unique2`` and its kin: ``torch.unique``, ``Tensor.unique``, ``torch.unique_consecutive``;
+- ``aten::bincount`` (its result's length is the largest value, read) and ``aten::equal`` (a Python bool).
 
 ``torch.repeat_interleave`` without ``output_size`` and ``masked_select`` reach
 ``aten::_local_scalar_dense`` on the CPU themselves.
@@ -59,7 +60,11 @@ DRIVER_SYNCS = frozenset({"cuStreamSynchronize", "cuCtxSynchronize", "cuEventSyn
 UNIQUE_OPS = ("aten::_unique", "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive",
               "aten::unique_dim_consecutive")
 SYNC_COPY = re.compile(r"^cu(?:da)?Memcpy(?!.*Async)\w*$")
-CPU_SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", *UNIQUE_OPS})
+# ops whose result's size or value a GPU must hand to the host: bincount sizes its result by the largest value
+# (it reads it), equal answers a Python bool; on the CPU their kernels read the values themselves, with no op
+# that shows it
+READING_OPS = ("aten::bincount", "aten::equal")
+CPU_SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", *UNIQUE_OPS, *READING_OPS})
 # torch.optim's helper that reads a step counter (or NAdam's mu_product, ASGD's eta and mu) as a number
 OPTIMIZER_GET_VALUE = re.compile(r"(?:^|/)torch/optim/optimizer\.py\(\d+\): _get_value$")
 # where torch.optim's own code calls it from: a step function of torch/optim (a script calling it is not excused)

@@ -433,3 +433,11 @@ def test_a_data_parallel_script_runs_as_one_rank_with_plain_python():
                            "--set", "global_batch=32"], capture_output=True, text=True, timeout=300, cwd=root)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "samples/s" in done.stdout
+
+
+def test_a_weighted_bag_of_embedding_rows_counts_as_a_product():
+    from checker.trace.kineto import matmul_flops
+
+    # F.embedding_bag(indices (16, 64) flattened to 1024, weight (64, 32), per_sample_weights): 2 * 1024 * 32
+    assert matmul_flops("aten::embedding_bag", [[64, 32], [1024], [16], [], [], [], [1024], [], []]) == 2 * 1024 * 32
+    assert matmul_flops("aten::_embedding_bag_backward", [[16, 32], [1024], [16], [0], [16], [16]]) == 2 * 1024 * 32

@@ -58,7 +58,9 @@ from checker.trace.events import (COPY_KINDS, DTYPES, KINDS, MEM_KINDS, MISSING,
 SHAPED_OPS = frozenset({"aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::mv",
                         "aten::addmv", "aten::addmv_", "aten::dot", "aten::vdot", "aten::outer", "aten::ger",
                         "aten::addr", "aten::addr_", "aten::conv1d", "aten::conv2d", "aten::conv3d",
-                        "aten::convolution", "aten::_convolution", "aten::convolution_backward"})
+                        "aten::convolution", "aten::_convolution", "aten::convolution_backward",
+                        # a weighted bag of embedding rows is a product too: rows x (a row of weights per bag)
+                        "aten::embedding_bag", "aten::_embedding_bag", "aten::_embedding_bag_backward"})
 
 
 def matmul_flops(name: str, dims: list) -> int | None:
@@ -87,6 +89,12 @@ def matmul_flops(name: str, dims: list) -> int | None:
     if name in ("aten::outer", "aten::ger", "aten::addr", "aten::addr_"):
         a, b = shape(x, 1), shape(y, 1)
         return 2 * a[0] * b[0] if a and b else None
+    if name in ("aten::embedding_bag", "aten::_embedding_bag"):  # weight (rows, dim), indices (n,): 2 * n * dim
+        a, b = shape(dims[0], 2), shape(dims[1], 1)
+        return 2 * b[0] * a[1] if a and b else None
+    if name == "aten::_embedding_bag_backward":  # grad (bags, dim), indices (n,)
+        a, b = shape(dims[0], 2), shape(dims[1], 1)
+        return 2 * b[0] * a[1] if a and b else None
     if name == "aten::convolution_backward" and len(dims) >= 3:  # grad_output, input, weight: both gradients
         return _conv_flops(dims[0], dims[2], 2)
     if name in ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution"):

@@ -153,10 +153,21 @@ def test_the_gpu_tolerances_pass_every_recorded_solution_pair_and_fail_every_rec
     from checker.checks.same_work import tolerances
     from gradinglib import recorded_same_work, weights_rejected
 
+    import tomllib
+
     limits = tolerances(get_chapter(CHAPTER).check("same_work"), "cuda")
     assert limits["rel_tolerance"] == float("inf")  # shown, not judged: the chapter.toml says why
+    # the cheats that do less work, which the weights must reject; another cheat (one that keeps its syncs where no
+    # trace looks, say) trains the whole job and is some other check's to reject
+    less_work = set()
+    for bank in ("bank.toml", "gpu.toml"):
+        for name, cheat in tomllib.loads((ROOT / "tests" / "redteam" / bank).read_text())["cheats"].items():
+            if "same_work" in cheat.get("checks", []) or cheat.get("only") == "same_work":
+                less_work.add(cheat.get("path", f"cheats/{name}"))
     seen = {"solution": 0, "lab": 0, "cheat": 0}
     for variant, measured in recorded_same_work(CHAPTER, GPU_ROWS):
+        if variant.startswith("cheat/") and variant.removeprefix("cheat/") not in less_work:
+            continue
         kind = "cheat" if variant.startswith("cheat/") else variant
         seen[kind] += 1
         rejected = weights_rejected(measured["weight_distance"], measured["worst_layer"], limits)

@@ -18,10 +18,10 @@ keeps the training process as busy as the slow script's.
 
 from __future__ import annotations
 
-from checker.checks import BASELINE_TRACE_CPU, FAILED, PASSED, TRACE, check, result
+from checker.checks import BASELINE_TRACE, FAILED, PASSED, TRACE, check, result
 
 
-@check("samples_in_workers", needs=(TRACE, BASELINE_TRACE_CPU), after=("loader_settings",), key="samples_prepared_per_step",
+@check("samples_in_workers", needs=(TRACE, BASELINE_TRACE), after=("loader_settings",), key="samples_prepared_per_step",
        fmt="{:g} per step", data_wait_is_work=True)
 def samples_in_workers(evidence, spec):
     """the training process prepares at most the threshold's samples per step: the loader's workers prepare them"""
@@ -63,7 +63,7 @@ def _training_cpu(evidence, spec, measured: dict) -> str | None:
     share_max = spec.options.get("training_cpu_share")
     if share_max is None or evidence.device != "cpu" or evidence.traced is None:
         return None
-    baseline, candidate = evidence.traced
+    baseline, candidate = evidence.traced  # the slow script's traced run (the check needs BASELINE_TRACE)
     if baseline is None or baseline.window_cpu_ns is None or candidate.window_cpu_ns is None:
         return None
     mine = candidate.window_cpu_ns[0] / max(len(candidate.step_ms), 1)

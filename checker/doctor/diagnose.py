@@ -63,9 +63,7 @@ def diagnose(trace, record: dict, device: str) -> dict:
     else:
         findings += _cpu_ops(trace, s, m, wall, record.get("script_dir") or "")
     findings += _optimizers(record, on_gpu)
-    findings.sort(key=lambda f: -f["cost"])
-    ranked = [f for f in findings if f["cost"] >= MINOR]
-    minor = [f for f in findings if f["cost"] < MINOR]
+    ranked, minor = _ranked(findings)
     chapters = [f["chapter"]["number"] for f in ranked]
     notes = _notes(trace, s, record, device, on_gpu)
     if len(set(chapters)) >= 3:
@@ -449,7 +447,12 @@ def add_ranks(d: dict, traces: list) -> None:
             "across ranks after every micro-batch", extra, "measured: rank 0's all-reduce time beyond one round",
             {"allreduce_rounds": rounds, "allreduce_ms_per_step": first["allreduce_ms"]}, [],
             "wrap every micro-batch's forward and backward but the last in `model.no_sync()`", confirmed=True))
-    for f in found:
-        (d["findings"] if f["cost"] >= MINOR else d["also_seen"]).append(f)
-    d["findings"].sort(key=lambda f: -f["cost"])
+    d["findings"], minor = _ranked(d["findings"] + found)
+    d["also_seen"] += minor
     d["chapters"] = list(dict.fromkeys(f["chapter"]["number"] for f in d["findings"]))
+
+
+def _ranked(findings: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The findings that cost at least MINOR of the step, most costly first, and the rest (``also_seen``)."""
+    findings = sorted(findings, key=lambda f: -f["cost"])
+    return [f for f in findings if f["cost"] >= MINOR], [f for f in findings if f["cost"] < MINOR]

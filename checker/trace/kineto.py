@@ -89,10 +89,8 @@ def matmul_flops(name: str, dims: list) -> int | None:
     if name in ("aten::outer", "aten::ger", "aten::addr", "aten::addr_"):
         a, b = shape(x, 1), shape(y, 1)
         return 2 * a[0] * b[0] if a and b else None
-    if name in ("aten::embedding_bag", "aten::_embedding_bag"):  # weight (rows, dim), indices (n,): 2 * n * dim
-        a, b = shape(dims[0], 2), shape(dims[1], 1)
-        return 2 * b[0] * a[1] if a and b else None
-    if name == "aten::_embedding_bag_backward":  # grad (bags, dim), indices (n,)
+    if name in ("aten::embedding_bag", "aten::_embedding_bag", "aten::_embedding_bag_backward"):
+        # forward: weight (rows, dim), indices (n,); backward: grad (bags, dim), indices (n,): 2 * n * dim either way
         a, b = shape(dims[0], 2), shape(dims[1], 1)
         return 2 * b[0] * a[1] if a and b else None
     if name == "aten::convolution_backward" and len(dims) >= 3:  # grad_output, input, weight: both gradients

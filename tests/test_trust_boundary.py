@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-from checker.grader import sandbox
+from checker.grader import forkserver, sandbox
 from checker.base.chapters import get_chapter
 from checker.grader.collect import trace_problem
 from checker.grader.referee import distance
@@ -101,6 +102,7 @@ def test_a_process_left_running_is_killed_and_counted(tmp_path):
                 time.sleep(120)
             os._exit(0)
     """) + HEAD + LOOP
+    forkserver.server()  # the grader's fork server outlives every run, by design: started before the count
     before = sandbox.descendants(os.getpid())
     result = run(script(tmp_path, body))
     assert result.survivors >= 1
@@ -691,3 +693,29 @@ def test_grading_workers_run_their_submissions_as_users_of_their_own(tmp_path, m
     finally:
         neighbour.kill()
         neighbour.wait()
+
+
+def test_torch_compiles_worker_pool_is_not_counted_among_data_workers(tmp_path):
+    """torch.compile starts a pool of compile workers on its first compile (a helper process running
+    torch/_inductor/compile_worker/__main__.py, its workers below it) and keeps it to the end: on a GPU machine with
+    many cores, a compiled solution's pool was counted as data workers started after the first step."""
+    pool = tmp_path / "torch" / "_inductor" / "compile_worker" / "__main__.py"
+    pool.parent.mkdir(parents=True)
+    pool.write_text("import subprocess, sys, time\n"
+                    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+                    "time.sleep(30)\n")
+    before = sandbox.descendants(os.getpid())
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    helper = subprocess.Popen([sys.executable, str(pool), "--workers=1"])
+    try:
+        deadline = time.monotonic() + 10
+        while len(sandbox.descendants(os.getpid()) - before) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(sandbox.descendants(os.getpid()) - before) == 3  # the worker, the helper and its pool
+        assert sandbox.worker_processes(os.getpid()) - before == {worker.pid}
+    finally:
+        for process in (worker, helper):
+            process.kill()
+            process.wait()
+        for pid in sandbox.descendants(os.getpid()) - before:  # the pool's worker, orphaned
+            os.kill(pid, 9)

@@ -68,7 +68,7 @@ class RunResult:
     trace_first_step: int | None = None  # the first step its trace records (None: no trace)
     trace_stamps_ns: list[int] = field(default_factory=list, repr=False)  # grader clock: traced step starts, then end
     steps: int = 0  # steps the run made, warm-up included
-    workers_at_first_step: set[int] = field(default_factory=set)  # processes under the run, by pid
+    workers_at_first_step: set[int] = field(default_factory=set)  # processes under the run, by pid (sandbox.worker_processes)
     workers_at_close: set[int] = field(default_factory=set)
     # CPU ns in the timed window: the run's own process, and every other process under it (sandbox.cpu_of_run)
     window_cpu_ns: tuple[int, int] | None = None
@@ -228,9 +228,9 @@ class _Run:
             if self.expected_step != self.total_steps:
                 raise self.broken(f"closed the window after step {self.expected_step - 1}, not {self.total_steps - 1}")
             self.step_stamps.append(now)
-            self.workers_at_close = sandbox.descendants(self.pid)
+            self.workers_at_close = sandbox.worker_processes(self.pid)
             if self.watch_cpu:
-                self.cpu_at_close = sandbox.cpu_of_run(self.pid, self.workers_at_close)
+                self.cpu_at_close = sandbox.cpu_of_run(self.pid)
         elif kind == "weights":
             self.weights = payload
         elif kind == "samples":
@@ -250,7 +250,7 @@ class _Run:
             shown = ", ".join(str(w)[:80] for w in what[:5]) if isinstance(what, list) and what else "the harness's code"
             raise self.broken(f"replaced what the harness writes its trace with ({shown})")
         elif kind == "first_step":
-            self.workers_at_first_step = sandbox.descendants(self.pid)
+            self.workers_at_first_step = sandbox.worker_processes(self.pid)
         elif kind == "built":
             pass
         elif kind == "report":

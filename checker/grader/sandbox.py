@@ -29,6 +29,7 @@ import ctypes
 import hashlib
 import os
 import pwd
+import re
 import resource
 import shutil
 import signal
@@ -474,14 +475,36 @@ def cpu_of_run(pid: int, below: set[int] | None = None) -> tuple[int, int]:
     return own, others
 
 
-def descendants(pid: int) -> set[int]:
-    """Every process below ``pid`` (children, their children, ...), now."""
+def descendants(pid: int, spare=None) -> set[int]:
+    """Every process below ``pid`` (children, their children, ...), now. ``spare``: a test of a process's pid;
+    where it holds, that process and everything below it are left out."""
     table = _parents()
     found, frontier = set(), {pid}
     while frontier:
         frontier = {child for child, parent in table.items() if parent in frontier and child not in found}
+        if spare is not None:
+            frontier = {child for child in frontier if not spare(child)}
         found |= frontier
     return found
+
+
+# torch.compile's pool of compile workers: a helper process started as this script, with its pool below it
+_COMPILE_POOL = re.compile(rb"torch[/.]_inductor[/.]compile_worker")
+
+
+def _is_compile_pool(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = handle.read().split(b"\0")
+    except OSError:
+        return False
+    return any(_COMPILE_POOL.search(arg) for arg in argv[1:3])
+
+
+def worker_processes(pid: int) -> set[int]:
+    """The processes below ``pid`` that may be its data workers: every one but torch.compile's pool of compile
+    workers (started on the first compile, on a machine with many cores, and kept to the end), and those below it."""
+    return descendants(pid, spare=_is_compile_pool)
 
 
 def kill_survivors(pid: int, pgid: int | None, known: set[int] | None = None, grace_s: float = 3.0) -> int:

@@ -195,11 +195,11 @@ GPU_BOUND_IDLE = 0.10
 
 def _cpu_resident_reads(trace, excluded: set) -> int:
     """How many CPU sync ops in the counted steps read a CPU-resident scalar (not counted as syncs)."""
-    from checker.trace.analyses.syncs import CPU_SYNC_OPS, cpu_resident_reads
+    from checker.trace.analyses.syncs import cpu_resident_reads, cpu_sync_op_rows
     from checker.trace.steps import rows_in_steps
 
     events = trace.events
-    rows = np.flatnonzero(((events["kind"] == "cpu_op") & events["name"].isin(list(CPU_SYNC_OPS))).to_numpy())
+    rows = cpu_sync_op_rows(events)
     if trace.has_steps:
         rows = rows_in_steps(events, rows, excluded)
     return int(cpu_resident_reads(events, rows).sum())

@@ -46,6 +46,10 @@ IDIOMS = {
     "repeat_interleave(..., output_size=)": (lambda: torch.repeat_interleave(torch.arange(3), torch.tensor([1, 2, 0]), output_size=3), 0),
     "t.tolist() (unseen on the CPU without Python frames)": (lambda: t.tolist(), 0),
     "t + 1 (no sync)": (lambda: t + 1, 0),
+    "torch.tensor_split(t, indices) (a tensor of indices, read)": (lambda: torch.tensor_split(t, torch.tensor([2, 5])), 1),
+    "torch.tensor_split(t, 3) (Python ints, no read)": (lambda: torch.tensor_split(t, 3), 0),
+    "pack_padded_sequence (its lengths, read)": (lambda: torch.nn.utils.rnn.pack_padded_sequence(
+        t.reshape(2, 4, 1), torch.tensor([4, 2]), batch_first=True), 1),
 }
 
 
@@ -72,6 +76,8 @@ READS_WITH_STACK = {
     "t.numpy()": (lambda: t.numpy(), 1),
     "np.asarray(t)": (lambda: __import__("numpy").asarray(t), 1),
     "t.cpu()": (lambda: t.cpu(), 1),
+    "t.apply_(fn) (each value handed to Python)": (lambda: t.clone().apply_(lambda v: v), 1),
+    "t.map_(u, fn)": (lambda: t.clone().map_(t, lambda a, b: a), 1),
     "t.untyped_storage().tolist() (its tolist, and a read per byte)": (lambda: t.untyped_storage().tolist(), 33),
     "set(t.tolist()) and a list indexed by its values": (lambda: [0] * 9 and set(t.long().clamp(min=0).tolist()), 1),
     "loss.item() (its aten op, counted once)": (lambda: loss.item(), 1),

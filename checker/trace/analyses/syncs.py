@@ -15,7 +15,9 @@ A CPU-only trace has no CUDA calls, so there the syncs are the aten ops that wou
 - ``aten::nonzero``: ``torch.nonzero``, and boolean-mask indexing ``x[mask]`` (also in its backward pass,
   when the masked tensor needs a gradient);
 - ``aten::_unique2`` and its kin: ``torch.unique``, ``Tensor.unique``, ``torch.unique_consecutive``;
-- ``aten::bincount`` (its result's length is the largest value, read) and ``aten::equal`` (a Python bool).
+- ``aten::bincount`` (its result's length is the largest value, read) and ``aten::equal`` (a Python bool);
+- ``aten::_pack_padded_sequence`` (its lengths, which a GPU run must copy to the host) and ``aten::tensor_split``
+  given a tensor of indices (seen as one ``tensor_split`` holding another: the overload of Python ints inside).
 
 ``torch.repeat_interleave`` without ``output_size`` and ``masked_select`` reach
 ``aten::_local_scalar_dense`` on the CPU themselves.
@@ -26,7 +28,8 @@ The one a training step always makes is the optimizer reading its step counter (
 
 ``.tolist()``, ``.numpy()`` and ``.cpu()`` make no such op on the CPU (on CUDA each is a device-to-host copy and a
 sync), and neither do the Python values read from them (a list's indices, a ``set``, ``repeat_interleave``'s
-``output_size``). Their calls are in a trace recorded ``with_stack=True``, as the workbook records it: the Python
+``output_size``), nor do ``apply_``, ``map_`` and ``map2_``, which hand each value to a Python function. Their calls
+are in a trace recorded ``with_stack=True``, as the workbook records it: the Python
 tracer names each C call, ``<built-in method tolist of Tensor object at 0x...>`` (a subclass's and an unbound
 ``torch.Tensor.tolist(x)`` alike; ``np.asarray(t)`` reaches ``numpy``; a storage's ``tolist`` is a Python frame of
 torch/storage.py). Each such call counts as a sync (``python_reads``), unless the code that made it is the
@@ -63,8 +66,12 @@ SYNC_COPY = re.compile(r"^cu(?:da)?Memcpy(?!.*Async)\w*$")
 # ops whose result's size or value a GPU must hand to the host: bincount sizes its result by the largest value
 # (it reads it), equal answers a Python bool; on the CPU their kernels read the values themselves, with no op
 # that shows it
-READING_OPS = ("aten::bincount", "aten::equal")
+# (_pack_padded_sequence reads its lengths, which must be on the CPU: a GPU run copies them there)
+READING_OPS = ("aten::bincount", "aten::equal", "aten::_pack_padded_sequence")
 CPU_SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", *UNIQUE_OPS, *READING_OPS})
+# ops that read a tensor argument's values only in one overload: tensor_split given a tensor of indices (it calls
+# the overload of Python ints inside itself, one op nested in the other), not given ints
+READING_OUTER_OPS = ("aten::tensor_split",)
 # torch.optim's helper that reads a step counter (or NAdam's mu_product, ASGD's eta and mu) as a number
 OPTIMIZER_GET_VALUE = re.compile(r"(?:^|/)torch/optim/optimizer\.py\(\d+\): _get_value$")
 # where torch.optim's own code calls it from: a step function of torch/optim (a script calling it is not excused)
@@ -78,7 +85,7 @@ CPU_SCALAR_OPTIMIZERS = re.compile(r"^Optimizer\.step#(?:Adam|AdamW|Adamax|NAdam
 # a Tensor's values read into Python without an aten op that reads one (see the module docstring)
 # (a tensor subclass is named by its own class: any type but numpy's, memoryview and array, whose tolist reads memory
 # the host holds)
-PYTHON_READ = re.compile(r"^<built-in method (?:tolist|numpy|cpu) of (?!numpy\.|memoryview |array\.array )[^<>]+ object"
+PYTHON_READ = re.compile(r"^<built-in method (?:tolist|numpy|cpu|apply_|map_|map2_) of (?!numpy\.|memoryview |array\.array )[^<>]+ object"
                          r" at 0x[0-9a-fA-F]+>$|(?:^|/)torch/storage\.py\(\d+\): (?:tolist|cpu)$"
                          r"|^<built-in function _to_dlpack(?:_versioned)?>$"  # a tensor handed over by DLPack
                          # its memory's address (read by ctypes), or the tensor written out (torch.save to a buffer)
@@ -118,9 +125,24 @@ def sync_rows(events: pd.DataFrame) -> np.ndarray:
         if driver.any():
             rows = np.concatenate([rows[~driver], _outside_runtime(events, rows[driver], api)])
         return np.sort(rows)
-    ops = (events["kind"] == "cpu_op").to_numpy()
-    rows = np.flatnonzero(ops & names.isin(list(CPU_SYNC_OPS)).to_numpy())
+    rows = cpu_sync_op_rows(events)
     return np.sort(np.concatenate([rows[~cpu_resident_reads(events, rows)], python_reads(events)]))
+
+
+def cpu_sync_op_rows(events: pd.DataFrame) -> np.ndarray:
+    """Row numbers of the aten ops of a CPU trace that read a tensor's values (CPU_SYNC_OPS, and an op of
+    READING_OUTER_OPS holding another of its name), sorted."""
+    ops = (events["kind"] == "cpu_op").to_numpy()
+    names = events["name"]
+    rows = np.flatnonzero(ops & names.isin(list(CPU_SYNC_OPS)).to_numpy())
+    outer = np.flatnonzero(ops & names.isin(list(READING_OUTER_OPS)).to_numpy())
+    if len(outer) > 1:
+        start, end = events["start_ns"].to_numpy()[outer], events["end_ns"].to_numpy()[outer]
+        tid, name = events["tid"].to_numpy()[outer], names.to_numpy()[outer]
+        holds = [any(j != i and tid[j] == tid[i] and name[j] == name[i] and start[i] <= start[j]
+                     and end[j] <= end[i] for j in range(len(outer))) for i in range(len(outer))]
+        rows = np.concatenate([rows, outer[np.array(holds, dtype=bool)]])
+    return np.sort(rows)
 
 
 def python_reads(events: pd.DataFrame) -> np.ndarray:
@@ -375,13 +397,11 @@ def window_syncs(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=()) ->
     """
     if steps.empty:
         return pd.DataFrame({c: pd.Series(dtype=t) for c, t in WINDOW_SYNC_COLUMNS.items()})
-    names = events["name"]
     if has_cuda_calls(events):
         rows = sync_rows(events)
         resident = np.zeros(len(rows), dtype=bool)
     else:
-        ops = (events["kind"] == "cpu_op").to_numpy()
-        rows = np.flatnonzero(ops & names.isin(list(CPU_SYNC_OPS)).to_numpy())
+        rows = cpu_sync_op_rows(events)
         resident = cpu_resident_reads(events, rows)
         reads = python_reads(events)
         rows, resident = np.concatenate([rows, reads]), np.concatenate([resident, np.zeros(len(reads), dtype=bool)])

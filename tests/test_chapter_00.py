@@ -172,8 +172,7 @@ def test_unmodified_lab_fails_on_cpu_naming_warmup_and_percentiles(graded):
     assert check.status == FAILED and check.hint
     assert any("the report covers 45 steps; the grader timed 40" in line for line in check.evidence), check.evidence
     assert any("no p50_ms" in line for line in check.evidence) and any("no p90_ms" in line for line in check.evidence)
-    skipped = next(c for c in report.checks if c.name == "mean_step_report")
-    assert skipped.status == "skipped" and "GPU" in skipped.reason
+    assert next(c for c in report.checks if c.name == "mean_step_report").status != "skipped"  # graded on a CPU too
 
 
 @pytest.mark.slow

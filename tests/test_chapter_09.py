@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from checker.base.chapters import get_chapter
+from checker.base.workloads import load_workload_module
 from checker.checks import FAILED, PASSED
 from checker.checks.data_parallel import comm_overlap, rank_work, straggler
 from checker.grader.ranks import weight_gap
@@ -441,3 +442,154 @@ def test_a_weighted_bag_of_embedding_rows_counts_as_a_product():
     # F.embedding_bag(indices (16, 64) flattened to 1024, weight (64, 32), per_sample_weights): 2 * 1024 * 32
     assert matmul_flops("aten::embedding_bag", [[64, 32], [1024], [16], [], [], [], [1024], [], []]) == 2 * 1024 * 32
     assert matmul_flops("aten::_embedding_bag_backward", [[16, 32], [1024], [16], [0], [16], [16]]) == 2 * 1024 * 32
+
+
+# --- allreduce_rounds by volume: the elements a step's collectives carried, from the sizes the trace recorded ---
+
+def _kineto(tmp_path, events, name="t.json"):
+    """A small Kineto trace of one step (ProfilerStep#1, 0..1000 us on thread 1) holding ``events``:
+    (name, category, start us, dur us, tid, Input Dims or None)."""
+    import json
+
+    trace = [{"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 1000,
+              "args": {}}]
+    for event_name, cat, ts, dur, tid, dims in events:
+        args = {} if dims is None else {"Input Dims": dims}
+        trace.append({"ph": "X", "cat": cat, "name": event_name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
+                      "args": args})
+    path = tmp_path / name
+    path.write_text(json.dumps({"traceEvents": trace}))
+    return load(path)
+
+
+def _volume_evidence(traces):
+    evidence = _traced(traces, "cpu")
+    evidence.cfg = CHAPTER.config("cpu")
+    return evidence
+
+
+def test_a_recorded_arguments_elements_are_its_tensors_summed():
+    from checker.trace.kineto import _elements
+
+    assert _elements([[150280]]) == 150280  # an all-reduce's tensor list of one bucket
+    assert _elements([[3], [4, 2]]) == 11  # allreduce_coalesced_'s list
+    assert _elements([4, 3]) == 12 and _elements([]) == 0  # a tensor; a scalar argument's empty sizes
+    assert _elements([[]]) == 1  # a 0-d tensor in a list
+
+
+def test_the_model_gradient_elements_are_the_workloads_parameters():
+    from checker.trace.analyses.collectives import model_gradient_elements
+
+    workload = load_workload_module(CHAPTER.dir)
+    for device in ("cpu", "cuda"):
+        cfg = CHAPTER.config(device)
+        sizes = [int(cfg[k]) for k in ("in_features", "width", "layers", "classes")]
+        model = workload.make_model(*sizes)
+        assert model_gradient_elements(*sizes) == sum(p.numel() for p in model.parameters())
+
+
+def test_collective_volume_sums_each_steps_collectives_and_the_gradients_one_backward_stores(tmp_path):
+    from checker.trace.analyses.collectives import collective_volume
+
+    node = "autograd::engine::evaluate_function: AddmmBackward0"
+    grad = "torch::autograd::AccumulateGrad"
+    events = [("aten::addmm", "cpu_op", 10, 5, 1, [[8], [4, 3], [3, 8], [], []]), (node, "cpu_op", 20, 10, 1, None),
+              (grad, "cpu_op", 25, 2, 1, [[24]]), (grad, "cpu_op", 27, 2, 1, [[8]]),
+              ("aten::addmm", "cpu_op", 40, 5, 1, [[8], [4, 3], [3, 8], [], []]), (node, "cpu_op", 50, 10, 1, None),
+              (grad, "cpu_op", 55, 2, 1, [[24]]), (grad, "cpu_op", 57, 2, 1, [[8]]),
+              # after the last backward: both micro-batches' gradients all-reduced, one through the functional op
+              ("c10d::allreduce_", "cpu_op", 70, 5, 1, [[[32]], [], [], [], [], []]),
+              ("_c10d_functional::all_reduce", "cpu_op", 80, 10, 1, [[32], [], []]),
+              ("c10d::allreduce_", "cpu_op", 81, 5, 1, [[[32]], [], [], [], [], []]),  # inside it: counted once
+              ("c10d::barrier", "cpu_op", 95, 1, 1, [[1], [], [], [], []]),  # carries no data
+              ("c10d::broadcast_", "cpu_op", 100, 1, 1, [[[5]], [], [], [], [], []]),
+              ("gloo:all_reduce", "user_annotation", 71, 3, 2, [[32]]),
+              ("gloo:all_reduce", "user_annotation", 82, 3, 2, [[32]])]
+    row = collective_volume(_kineto(tmp_path, events)).iloc[0]
+    assert (row["allreduce_calls"], row["allreduce_elements"]) == (2, 64)
+    assert (row["other_calls"], row["other_elements"]) == (1, 5)
+    assert row["run_elements"] == 64 and row["elements"] == 69 and row["unsized_calls"] == 0
+    assert row["gradient_elements"] == 32  # 64 elements stored over two backward passes
+
+
+def test_collective_volume_sees_a_collective_gloo_ran_past_the_c10d_op(tmp_path):
+    from checker.trace.analyses.collectives import collective_volume
+
+    # a backend's allreduce called directly: gloo's run is in the trace, no c10d op is
+    events = [("c10d::allreduce_", "cpu_op", 10, 5, 1, [[[32]], [], [], [], [], []]),
+              ("gloo:all_reduce", "user_annotation", 11, 3, 2, [[32]]),
+              ("gloo:all_reduce", "user_annotation", 30, 3, 2, [[32]])]
+    row = collective_volume(_kineto(tmp_path, events)).iloc[0]
+    assert row["allreduce_elements"] == 32 and row["run_elements"] == 64 and row["elements"] == 64
+
+
+def test_collective_volume_counts_a_collective_recorded_without_sizes(tmp_path):
+    from checker.trace.analyses.collectives import collective_volume
+
+    row = collective_volume(_kineto(tmp_path, [("c10d::allreduce_", "cpu_op", 10, 5, 1, None)])).iloc[0]
+    assert row["allreduce_calls"] == 1 and row["unsized_calls"] == 1 and row["elements"] == 0
+
+
+def test_allreduce_rounds_fails_gradients_kept_and_all_reduced_after_the_last_backward():
+    """The red team's deferred_allreduce_09 on a CPU (tests/data/ddp09/deferred-shapes-rank0): every micro-batch's
+    backward in no_sync(), each one's gradients all-reduced after the last backward. Its calls make one burst (1
+    round by grouping); it all-reduced the whole gradient twice a step (2 by volume)."""
+    from checker.checks.data_parallel import allreduce_rounds as check
+
+    spec = CHAPTER.check("allreduce_rounds")
+    deferred = check(_volume_evidence([load(DATA / "deferred-shapes-rank0.json.gz")]), spec)
+    assert deferred.status == FAILED, deferred.evidence
+    assert deferred.measured["rounds_by_grouping"] == 1 and deferred.measured["rounds_by_volume"] == 2
+    assert deferred.measured["rounds_per_step"] == 2 and "more than once" in deferred.evidence[0]
+    assert deferred.measured["elements_per_step"] == 2 * deferred.measured["gradient_elements"]
+    solution = check(_volume_evidence([load(DATA / "solution-shapes-rank0.json.gz")]), spec)
+    assert solution.status == PASSED, solution.evidence
+    assert solution.measured["rounds_by_volume"] == 1 and solution.measured["rounds_per_step"] == 1
+
+
+def test_allreduce_rounds_fails_a_trace_whose_collectives_have_no_sizes():
+    from checker.checks.data_parallel import allreduce_rounds as check
+
+    # the committed traces of tests/data/ddp09 without "-shapes" were recorded without record_shapes
+    outcome = check(_volume_evidence(_ranks("solution")), CHAPTER.check("allreduce_rounds"))
+    assert outcome.status == FAILED and outcome.measured["ranks_without_sizes"] == [0, 1]
+    assert "recorded no size" in outcome.evidence[-1]
+
+
+def test_allreduce_rounds_judges_the_busiest_step_by_volume(tmp_path):
+    """One step in several all-reducing the gradient twice is seen: volume is judged in the busiest step."""
+    import pandas as pd
+
+    from checker.checks import data_parallel
+
+    volume = pd.DataFrame({"step": [1, 2, 3], "allreduce_calls": [1, 1, 2], "unsized_calls": [0, 0, 0],
+                           "elements": [150280, 150280, 300560], "allreduce_elements": [150280, 150280, 300560],
+                           "other_elements": [0, 0, 0]})
+    rounds = pd.DataFrame({"step": [1, 2, 3], "allreduce_calls": [1, 1, 2], "forwards": [2, 2, 2], "rounds": [1, 1, 1]})
+    evidence = _volume_evidence([SimpleNamespace(events=None)])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(data_parallel, "_rounds", lambda events: rounds)
+        patch.setattr(data_parallel, "collective_volume", lambda trace: volume)
+        outcome = data_parallel.allreduce_rounds(evidence, CHAPTER.check("allreduce_rounds"))
+    assert outcome.status == FAILED and outcome.measured["rounds_by_volume"] == 2
+
+
+def test_report_shows_the_rounds_a_rank_communicated():
+    from checker.trace.ranks import render_ranks
+
+    summary = ranks_summary([load(DATA / "deferred-shapes-rank0.json.gz")])
+    row = summary["ranks"][0]
+    assert row["rounds_by_grouping"] == 1 and row["rounds_by_volume"] == 2 and row["allreduce_rounds"] == 2
+    assert "2x the 150,280 gradient elements one backward pass stores" in render_ranks(summary)
+    assert ranks_summary(_ranks("solution"))["ranks"][0]["rounds_by_volume"] is None  # no sizes recorded
+
+
+def test_an_nccl_trace_records_the_sizes_of_its_all_reduces_on_the_host():
+    """tests/data/ddp09/nccl-one-rank-probe: torch.profiler with record_shapes on one GPU (NCCL, a process group of
+    one): a dist.all_reduce of 10 elements, a backend's allreduce of 11 called past the c10d op, and a DDP backward
+    of two buckets (a Linear(1024, 4096) and a Linear(4096, 2048): 12,589,056 gradient elements)."""
+    meta = load(DATA / "nccl-one-rank-probe.json.gz").meta["sized"]
+    calls = sorted(e for n, e in zip(meta["name"], meta["elements"]) if n == "c10d::allreduce_")
+    runs = sorted(e for n, e in zip(meta["name"], meta["elements"]) if n == "nccl:all_reduce")
+    assert calls == [10, 4198400, 8390656] and runs == [10, 11, 4198400, 8390656]
+    assert 4198400 + 8390656 == 1024 * 4096 + 4096 + 4096 * 2048 + 2048

@@ -445,7 +445,9 @@ def add_ranks(d: dict, traces: list) -> None:
         found.append(_finding(
             "09", "allreduce_rounds", f"{rounds:g} rounds of all-reduces per optimizer step: the gradients are summed "
             "across ranks after every micro-batch", extra, "measured: rank 0's all-reduce time beyond one round",
-            {"allreduce_rounds": rounds, "allreduce_ms_per_step": first["allreduce_ms"]}, [],
+            {"allreduce_rounds": rounds, "rounds_by_grouping": first["rounds_by_grouping"],
+             "rounds_by_volume": first["rounds_by_volume"], "elements_per_step": first["elements_per_step"],
+             "allreduce_ms_per_step": first["allreduce_ms"]}, [],
             "wrap every micro-batch's forward and backward but the last in `model.no_sync()`", confirmed=True))
     d["findings"], minor = _ranked(d["findings"] + found)
     d["also_seen"] += minor

@@ -62,6 +62,15 @@ SHAPED_OPS = frozenset({"aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm",
                         # a weighted bag of embedding rows is a product too: rows x (a row of weights per bag)
                         "aten::embedding_bag", "aten::_embedding_bag", "aten::_embedding_bag_backward"})
 
+# events whose recorded input sizes are kept with their time and thread (``metadata["sized"]``): the collectives,
+# as the host asks for them (``c10d::allreduce_``, ``c10d::broadcast_``...: the same op on gloo and NCCL) and as the
+# backend runs them (host ranges ``gloo:all_reduce``, ``nccl:all_reduce``, there also when a script calls the
+# backend past the c10d op); and the gradients backward stores (AccumulateGrad), whose sizes are the model's. A
+# collective's elements are the data it carries; barrier's one-byte tensor is none.
+SIZED_PREFIXES = ("c10d::", "gloo:", "nccl:")
+SIZED_NAMES = frozenset({"torch::autograd::AccumulateGrad"})
+_UNSIZED = frozenset({"c10d::barrier", "gloo:barrier", "nccl:barrier"})
+
 
 def matmul_flops(name: str, dims: list) -> int | None:
     """2*m*k*n of a recorded matrix (or matrix-vector, vector) product: aten::addmm (bias, input, weight), mm, bmm
@@ -98,6 +107,16 @@ def matmul_flops(name: str, dims: list) -> int | None:
     if name in ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution"):
         return _conv_flops(x, y, 1)  # input, weight; its output's size taken as its input's (stride 1)
     return None
+
+
+def _elements(arg, top: bool = True) -> int:
+    """The elements of one recorded argument: a tensor's sizes ([4, 3]: 12), a list of tensors' (summed, nested
+    lists too, a 0-d tensor's [] in a list 1); 0 for an argument's own empty sizes (a scalar, no tensor)."""
+    if type(arg) is not list:
+        return 0
+    if all(type(x) is int and x >= 0 for x in arg):
+        return math.prod(arg) if arg or not top else 0
+    return sum(_elements(a, False) for a in arg if type(a) is list)
 
 
 def _conv_flops(image, weight, passes: int) -> int | None:
@@ -188,6 +207,8 @@ class _Columns:
         self.first: dict[str, str] = {}  # an example of each
         self.shapes: dict[str, int] = {}  # "aten::addmm [[n],[m,k],[k,n],[],[]]" -> calls (SHAPED_OPS, recorded shapes)
         self.matmuls: dict[str, list] = {"ts": [], "dur": [], "tid": [], "flops": []}  # each shaped matmul: when, thread, FLOPs
+        self.sized_code: list[bool] = []  # by name code: whether the name is one of SIZED_PREFIXES / SIZED_NAMES
+        self.sized: dict[str, list] = {"ts": [], "dur": [], "tid": [], "name": [], "elements": []}
     def add_batch(self, events: list) -> None:
         """Keep the complete ('X') events of known categories; drop the rest."""
         names, cat_code, sparse_cats = self.names, _CAT_CODE, _SPARSE_CATS
@@ -213,6 +234,8 @@ class _Columns:
             code = names.get(name)
             if code is None:
                 code = names[name] = len(names)
+                self.sized_code.append((name.startswith(SIZED_PREFIXES) or name in SIZED_NAMES)
+                                       and name not in _UNSIZED)
             if kind == _CPU_OP and name.startswith("ProfilerStep#"):
                 kind = _RANGE
             pid, tid = e.get("pid", 0), e.get("tid", 0)
@@ -237,6 +260,8 @@ class _Columns:
                 self._sparse(cat, kind, name, pid, tid, e.get("args") or {})
             elif kind == _CPU_OP and name in SHAPED_OPS:
                 self._shape(name, e.get("args"), e.get("ts"), tid, e.get("dur"))
+            elif self.sized_code[code] and kind in (_CPU_OP, _RANGE):
+                self._sized(name, e.get("args"), e.get("ts"), tid, e.get("dur"))
             elif kind == _PYTHON:
                 args = e.get("args")
                 caller = args.get("CallFrom") if args else None
@@ -261,6 +286,22 @@ class _Columns:
                 self.matmuls["dur"].append(float(dur) if type(dur) in (int, float) and math.isfinite(dur) else 0.0)
                 self.matmuls["tid"].append(int(tid))
                 self.matmuls["flops"].append(flops)
+
+    def _sized(self, name: str, args, ts, tid, dur) -> None:
+        """A collective's (or a stored gradient's) elements, where the trace recorded its input sizes
+        (record_shapes=True): the largest of its arguments' elements, each argument's tensors summed (an
+        all-reduce's tensor list, an all-gather's output or input); -1 where no size was recorded."""
+        if type(ts) not in (int, float) or not math.isfinite(ts):
+            return
+        dims = args.get("Input Dims") if type(args) is dict else None
+        elements = -1
+        if type(dims) is list:
+            elements = min(max([_elements(arg) for arg in dims] or [-1]), 1 << 62)  # a damaged size: bounded
+        self.sized["ts"].append(float(ts))
+        self.sized["dur"].append(float(dur) if type(dur) in (int, float) and math.isfinite(dur) else 0.0)
+        self.sized["tid"].append(int(tid))
+        self.sized["name"].append(name)
+        self.sized["elements"].append(elements)
 
     def _note(self, what: str, example) -> None:
         self.odd[what] = self.odd.get(what, 0) + 1
@@ -597,6 +638,10 @@ def read_kineto(stream: IO[str], label: str) -> tuple[pd.DataFrame, dict]:
     meta["matmuls"] = {"start_ns": [int(round(t * 1000.0)) for t in columns.matmuls["ts"]],
                        "dur_ns": [int(round(d * 1000.0)) for d in columns.matmuls["dur"]],
                        "tid": columns.matmuls["tid"], "flops": columns.matmuls["flops"]}
+    meta["sized"] = {"start_ns": [int(round(t * 1000.0)) for t in columns.sized["ts"]],
+                     "dur_ns": [int(round(d * 1000.0)) for d in columns.sized["dur"]],
+                     "tid": columns.sized["tid"], "name": columns.sized["name"],
+                     "elements": columns.sized["elements"]}
     return events, meta
 
 

@@ -72,6 +72,82 @@ def _forward_starts(mine: pd.DataFrame) -> np.ndarray:
     return np.sort(mine[(mine["kind"] == "range") & (mine["name"] == DDP_FORWARD)]["start_ns"].to_numpy(np.int64))
 
 
+# the sizes of what a step communicated (``meta["sized"]``, the profiler's record_shapes): the collectives as the
+# host asks for them, all-reduces and the others; as the backend runs them (gloo's and NCCL's host ranges); the
+# gradients backward stores
+_ALLREDUCE_OP = re.compile(r"^c10d::allreduce")
+_COLLECTIVE_OP = re.compile(r"^c10d::")
+_BACKEND_RUN = re.compile(r"^(?:gloo|nccl):")
+ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
+_VOLUME_COLUMNS = {"step": "int64", "allreduce_calls": "int64", "other_calls": "int64", "unsized_calls": "int64",
+                   "allreduce_elements": "int64", "other_elements": "int64", "run_elements": "int64",
+                   "elements": "int64", "gradient_elements": "float64"}
+
+
+def sized_events(trace) -> pd.DataFrame:
+    """The sized events of a trace's steps (``meta["sized"]``): step, name, start_ns, end_ns, tid, elements (-1:
+    no size recorded), each in the step whose range holds its start. A c10d op inside another of its thread (an op
+    that calls another) is that one's, and a backend's range inside another backend range likewise: left out (a
+    backend's range inside a c10d op is kept: the two are counted apart)."""
+    found = (getattr(trace, "meta", None) or {}).get("sized") or {}
+    columns = ["step", "name", "start_ns", "end_ns", "tid", "elements"]
+    steps = trace.get_steps()
+    if not found.get("start_ns") or steps.empty:
+        return pd.DataFrame(columns=columns)
+    starts = np.asarray(found["start_ns"], dtype=np.int64)
+    ends = starts + np.asarray(found["dur_ns"], dtype=np.int64)
+    tids = np.asarray(found["tid"], dtype=np.int64)
+    names = np.asarray(found["name"], dtype=object)
+    elements = np.asarray(found["elements"], dtype=np.int64)
+    nested = np.zeros(len(starts), dtype=bool)
+    for pattern in (_COLLECTIVE_OP, _BACKEND_RUN):
+        mine = np.array([bool(pattern.match(n)) for n in names], dtype=bool)
+        nested[mine] = _inside_other(starts[mine], ends[mine], tids[mine])
+    step = np.full(len(starts), -1, dtype=np.int64)
+    for row in steps.itertuples():
+        step[(starts >= row.start_ns) & (starts < row.end_ns)] = int(row.step)
+    keep = (step >= 0) & ~nested
+    return pd.DataFrame({"step": step[keep], "name": names[keep], "start_ns": starts[keep], "end_ns": ends[keep],
+                         "tid": tids[keep], "elements": elements[keep]})
+
+
+def collective_volume(trace) -> pd.DataFrame:
+    """Per traced step: the elements the rank communicated, from the sizes its trace recorded. allreduce_elements:
+    the c10d all-reduce calls' tensors (DDP's buckets, a script's own dist.all_reduce); other_elements: the other
+    c10d collectives' (all-gather, broadcast, reduce, send...: each the largest tensor set it carries); run_elements:
+    every collective as the backend ran it (gloo's and NCCL's host ranges, which a backend called past the c10d op
+    makes too); elements: the larger of the calls' sum and the runs'. unsized_calls: collective calls with no size
+    recorded (a trace without record_shapes): the step's volume is then unknown. gradient_elements: the gradients
+    one backward pass stored (AccumulateGrad's sizes over the step's backward passes), the model's size as the
+    trace shows it; NaN in a step without them."""
+    sized = sized_events(trace)
+    rows = []
+    for step in sorted(int(s) for s in trace.get_steps()["step"].unique()):
+        mine = sized[sized["step"] == step]
+        calls = mine[mine["name"].str.match(_COLLECTIVE_OP)]
+        allreduce = calls[calls["name"].str.match(_ALLREDUCE_OP)]
+        other = calls[~calls["name"].str.match(_ALLREDUCE_OP)]
+        runs = mine[mine["name"].str.match(_BACKEND_RUN)]
+        ar = int(allreduce["elements"].clip(lower=0).sum())
+        ot = int(other["elements"].clip(lower=0).sum())
+        run = int(runs["elements"].clip(lower=0).sum())
+        grads = mine[mine["name"] == ACCUMULATE_GRAD]["elements"]
+        events = trace.events
+        _nodes, passes = backward_passes(events[events["step"] == step])
+        count = int(passes.max()) + 1 if len(passes) else 0
+        gradient = float(grads.clip(lower=0).sum()) / count if count and len(grads) else float("nan")
+        rows.append((step, len(allreduce), len(other), int((calls["elements"] < 0).sum()), ar, ot, run,
+                     max(ar + ot, run), gradient))
+    return pd.DataFrame(rows, columns=list(_VOLUME_COLUMNS)).astype(_VOLUME_COLUMNS)
+
+
+def model_gradient_elements(in_features: int, width: int, layers: int, classes: int) -> int:
+    """The gradient elements of chapter 09's MLP (``layers`` linear layers of ``width``, then a head), biases
+    included: what one all-reduce of the whole gradient carries."""
+    dims = [(in_features, width)] + [(width, width)] * (layers - 1) + [(width, classes)]
+    return int(sum(i * o + o for i, o in dims))
+
+
 def bucket_launches(events: pd.DataFrame) -> pd.DataFrame:
     """Per step: the all-reduce calls (one per DDP gradient bucket), and how many of them the host made while the
     backward pass of their micro-batch still had gradients to compute: before the start of that micro-batch's last

@@ -1,0 +1,61 @@
+"""Chapter 09 cheat: the solution with every micro-batch's backward inside model.no_sync(), each micro-batch's
+gradients kept as a flat copy, and every copy all-reduced by hand after the last backward. The step all-reduces the
+full gradient once per micro-batch, as the slow job does, but all the calls come after the last backward: one burst.
+"""
+
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+from checker.lab import start
+
+session = start("09_data_parallel")
+cfg = session.cfg
+GLOBAL_BATCH = int(cfg["global_batch"])  # samples per optimizer step, across every rank
+ACCUM = int(cfg["accum"])  # micro-batches per optimizer step, on each rank
+
+# Each rank reads its own share: positions rank, rank + world, ... so the ranks' batches of one step together
+# are the next GLOBAL_BATCH samples, each once. shuffle=False: the samples' order is the workload's.
+sampler = DistributedSampler(session.dataset, num_replicas=session.world_size, rank=session.rank, shuffle=False)
+loader = DataLoader(session.dataset, batch_size=GLOBAL_BATCH // session.world_size, sampler=sampler,
+                    pin_memory=session.device.type == "cuda")
+# DDP's default buckets (25 MB): a bucket's all-reduce starts as soon as backward has filled it, under the rest
+# of backward
+model = DistributedDataParallel(session.model)
+optimizer = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=0.9)
+eval_inputs, eval_targets = session.extras["eval_inputs"], session.extras["eval_targets"]
+
+running_loss = torch.zeros((), device=session.device)  # a device-side sum: adding to it never waits
+for step, (inputs, targets) in session.steps(loader):
+    inputs = inputs.to(session.device, non_blocking=True)
+    targets = targets.to(session.device, non_blocking=True)
+    optimizer.zero_grad(set_to_none=True)
+    micro_batches = list(zip(inputs.chunk(ACCUM), targets.chunk(ACCUM)))
+    kept = []
+    for index, (micro_inputs, micro_targets) in enumerate(micro_batches):
+        # every backward inside no_sync: no all-reduce during the micro-batches; each one's gradients kept
+        with model.no_sync():
+            loss = session.loss_fn(model(micro_inputs), micro_targets) / ACCUM
+            loss.backward()
+        kept.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
+        optimizer.zero_grad(set_to_none=True)
+    for flat in kept:  # one all-reduce of the full gradient per micro-batch, all after the last backward
+        dist.all_reduce(flat)
+    total = torch.stack(kept).sum(dim=0) / session.world_size
+    offset = 0
+    for p in model.parameters():
+        p.grad = total[offset:offset + p.numel()].view_as(p).clone()
+        offset += p.numel()
+    optimizer.step()
+    running_loss += loss.detach() * ACCUM
+
+    if session.is_log_step(step) and session.is_main:  # once per logging interval, the other rank waits once
+        with torch.no_grad():
+            accuracy = (session.model(eval_inputs).argmax(dim=1) == eval_targets).float().mean()
+        mean_loss, accuracy = torch.stack([running_loss / (step + 1), accuracy]).tolist()
+        print(f"step {step:4d}  mean loss {mean_loss:.4f}  held-out accuracy {accuracy:.3f}")
+
+session.finish()

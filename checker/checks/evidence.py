@@ -20,6 +20,19 @@ class TraceMismatch(Exception):
     """A trace that does not show the run the grader stamped: the checks that read it fail."""
 
 
+def rank_traces(evidence, role: str = "candidate") -> list:
+    """Every rank's trace of the traced job, rank 0 first; a trace that does not line up raises TraceMismatch."""
+    run = evidence.candidate_run if role == "candidate" else evidence.traced[0]
+    world = max(len(getattr(run, "ranks", None) or ()), 1)  # no run (a trace checked alone): one process
+    found = [evidence.trace(role)]
+    for rank in range(1, world):
+        name = f"{role}.rank{rank}"
+        if name not in evidence.traces:
+            raise TraceMismatch(f"rank {rank} of the job left no trace")
+        found.append(evidence.trace(name))
+    return found
+
+
 @dataclass(frozen=True)
 class Speed:
     """The timed pairs' speed, as the grader's clock measured it."""

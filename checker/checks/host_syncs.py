@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from checker.checks import BASELINE_TRACE_CPU, FAILED, PASSED, TRACE, check, result
+from checker.checks.evidence import rank_traces
 from checker.base.paths import display_path
 
 
@@ -70,7 +71,14 @@ def optimizer_reads_allowed(evidence) -> tuple[int, str]:
 def host_syncs(evidence, spec):
     """no host-device syncs inside training steps (logging steps excepted)"""
     threshold = float(spec.threshold_for(evidence.device))
-    trace = evidence.trace()
+    # a job of several ranks (chapter 09): every rank's steps are judged, and the rank that read most is reported
+    judged = [_rank_syncs(evidence, spec, threshold, trace, rank) for rank, trace in enumerate(rank_traces(evidence))]
+    worst = max(judged, key=lambda outcome: (outcome.status == FAILED, outcome.measured.get("host_syncs_per_step", 0)))
+    return worst
+
+
+def _rank_syncs(evidence, spec, threshold: float, trace, rank: int):
+    """The verdict on one rank's trace (rank 0: the job's only process, outside chapter 09)."""
     steps = trace.get_steps()
     log_steps = {int(s) for s in steps["step"] if evidence.is_log_step(int(s))}
     counted = [int(s) for s in steps["step"] if int(s) not in log_steps]
@@ -82,8 +90,8 @@ def host_syncs(evidence, spec):
     allowed, allowed_from = optimizer_reads_allowed(evidence) if evidence.device == "cpu" else (0, "")
     reads = found[found["optimizer_read"]]
     # the optimizer's reads beyond the slow script's own count, per step: the first `allowed` of each step are excused
-    rank = reads.groupby("step").cumcount()
-    syncs = pd.concat([found[~found["optimizer_read"]], reads[rank.to_numpy() >= allowed]]).sort_values("start_ns")
+    nth = reads.groupby("step").cumcount()
+    syncs = pd.concat([found[~found["optimizer_read"]], reads[nth.to_numpy() >= allowed]]).sort_values("start_ns")
     per_step = len(syncs) / len(counted)
     measured = {
         "host_syncs_per_step": round(per_step, 3),
@@ -118,5 +126,8 @@ def host_syncs(evidence, spec):
                              f"not outlive an epoch starts anew each epoch), iterated at {origin}{how}")
             else:
                 lines.append(f"{count / len(counted):g} per step: {name} from {origin}{how}")
+    if rank:
+        measured["rank"] = rank
+        lines = [f"rank {rank}: {line}" for line in lines]
     status = PASSED if per_step <= threshold else FAILED
     return result(spec, status, measured=measured, threshold=threshold, evidence=lines)

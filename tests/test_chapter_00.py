@@ -354,6 +354,10 @@ def test_without_recorded_shapes_the_work_is_unknown_and_the_check_fails(tmp_pat
     missing = Evidence(chapter=get_chapter(CHAPTER), device="cpu", trace_tool="torch", candidate=Path("train.py"),
                        cfg={"warmup": 0}, traced=(None, None), traces={"candidate": honest})
     assert "no trace of the slow script" in step_work(missing, declared("step_work")).evidence[0]
+    nsys = Evidence(chapter=get_chapter(CHAPTER), device="cuda", trace_tool="nsys", candidate=Path("train.py"),
+                    cfg={"warmup": 0}, traced=(None, None), traces={"candidate": honest, "baseline": honest})
+    outcome = step_work(nsys, declared("step_work"))
+    assert outcome.status == FAILED and "--trace-tool torch" in outcome.evidence[0]
 
 
 def test_work_by_step_judges_every_step_and_a_step_traced_in_one_run_only():

@@ -287,6 +287,10 @@ def _traced_work(evidence, role: str, who: str):
 def step_work(evidence, spec):
     """every timed step runs its own batch's training between its two step stamps, as the slow script's step does"""
     tolerance = float(spec.threshold_for(evidence.device))
+    if evidence.trace_tool != "torch":  # nsys records no op's shapes: the work cannot be counted, so nothing passes
+        return result(spec, FAILED, threshold=tolerance, evidence=[
+            f"step_work counts each step's matrix products from the shapes torch.profiler records; a {evidence.trace_tool} "
+            "trace records none, so what each step trained is unknown: check with --trace-tool torch (the default)"])
     candidate, missing = _traced_work(evidence, "candidate", "your run")
     baseline, missing_too = (None, None) if missing else _traced_work(evidence, "baseline", "the slow script's run")
     if missing or missing_too:

@@ -12,7 +12,7 @@ from checker.base.chapters import CheckSpec, get_chapter
 from checker.checks import FAILED, PASSED
 from checker.checks.evidence import Evidence
 from checker.checks.step_report import (device_step_ms, grader_times, mean_step_report, read_report, step_cost,
-                                        step_time_report)
+                                        step_time_report, step_work)
 
 CHAPTER = "00_measuring_right"
 # what the grader stamped: 40 timed steps, three short (10 ms) then a long one (40 ms), a quarter of them long
@@ -237,3 +237,151 @@ def test_a_benchmark_that_paces_its_steps_to_a_beat_costs_more_than_the_slow_scr
 def test_step_cost_is_declared_for_both_devices():
     declared = get_chapter(CHAPTER).check("step_cost")
     assert 1 < float(declared.threshold_for("cpu")) < 2.3 and 1 < float(declared.threshold_for("cuda")) < 2.3
+
+
+# ---- step_work: each step's interval holds that step's own training, counted from the traces ---------------------
+def _pieces(model, optimizer, batch, pieces):
+    """One batch's training as ``pieces`` closures of equal rows: zero_grad before the first, step after the last."""
+    import torch.nn.functional as F
+
+    tokens, labels = batch
+
+    def part(i):
+        def run():
+            if i == 0:
+                optimizer.zero_grad(set_to_none=True)
+            logits = model(tokens.chunk(pieces)[i]).mean(dim=1)
+            (F.cross_entropy(logits, labels.chunk(pieces)[i]) / pieces).backward()
+            if i == pieces - 1:
+                optimizer.step()
+        return run
+    return [part(i) for i in range(pieces)]
+
+
+def recorded(path, split=False, queued=False, shapes=True):
+    """A real CPU trace (torch.profiler) of 8 steps of a small token model on batches of 8 rows, every fourth
+    24 tokens long and the others 6, each step ranged ``step N`` as the harness ranges it. ``split``: a long batch
+    is trained as four micro-batches of 2 rows (48 tokens each, as many as a short batch); ``queued``: the pieces
+    wait in a queue and every step runs two of them (the last step runs what is left), as
+    tests/redteam/cheats/queued_steps_00 does."""
+    from collections import deque
+
+    import torch
+    from torch import nn
+
+    from checker.trace import load
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = [(torch.randn(8, 24 if i % 4 == 3 else 6, 16), torch.randint(0, 4, (8,))) for i in range(8)]
+    pending = deque()
+    with torch.profiler.profile(record_shapes=shapes) as prof:
+        for step, batch in enumerate(batches):
+            with torch.profiler.record_function(f"step {step}"):
+                pending.extend(_pieces(model, optimizer, batch, 4 if (split or queued) and batch[0].shape[1] > 6 else 1))
+                budget = min(2, len(pending)) if queued and step < len(batches) - 1 else len(pending)
+                for _ in range(budget):
+                    pending.popleft()()
+    prof.export_chrome_trace(str(path))
+    return load(path)
+
+
+def declared(name):
+    """The check as chapter.toml declares it (its CPU threshold)."""
+    return get_chapter(CHAPTER).check(name)
+
+
+def work_evidence(candidate, baseline):
+    return Evidence(chapter=get_chapter(CHAPTER), device="cpu", trace_tool="torch", candidate=Path("train.py"),
+                    cfg={"warmup": 0}, traced=(None, None), traces={"candidate": candidate, "baseline": baseline})
+
+
+def test_training_work_counts_each_steps_products_forward_and_backward_and_its_optimizer_steps(tmp_path):
+    from checker.trace.analyses.work import training_work
+
+    work = training_work(recorded(tmp_path / "honest.json"))
+    assert work["step"].tolist() == list(range(8)) and work["optimizer_steps"].tolist() == [1] * 8
+    short, long = work.loc[0], work.loc[3]
+    # 8 x 6 tokens through 16 -> 32 -> 4: forward 2 * 48 * (16 * 32 + 32 * 4); the backward's weight gradients of
+    # both layers and the input gradient of the second (the tokens need none)
+    assert short["forward_flops"] == 2 * 48 * (16 * 32 + 32 * 4)
+    assert short["backward_flops"] == 2 * 48 * (16 * 32 + 32 * 4) + 2 * 48 * 32 * 4
+    assert long["forward_flops"] == 4 * short["forward_flops"] and long["backward_flops"] == 4 * short["backward_flops"]
+
+
+def test_a_queue_of_equal_pieces_moves_work_between_steps_and_each_step_that_differs_is_named(tmp_path):
+    """The queue runs 1, 1, 1, 2, 2, 2, 1, 4 pieces of a short batch's size; the batches are 1, 1, 1, 4, 1, 1, 1, 4.
+    So step 3 did half its long batch, steps 4 and 5 twice their short one; step 3 ran no optimizer step, step 5
+    two."""
+    from checker.trace.analyses.work import training_work, work_by_step
+
+    honest, queued = recorded(tmp_path / "honest.json"), recorded(tmp_path / "queued.json", queued=True)
+    both = work_by_step(training_work(queued), training_work(honest), 0.05)
+    differing = both[both["differs"]]
+    assert differing["step"].tolist() == [3, 4, 5]
+    assert differing["forward_off"].tolist() == pytest.approx([-0.5, 1.0, 1.0])
+    assert differing["backward_off"].tolist() == pytest.approx([-0.5, 1.0, 1.0])
+    assert differing["optimizer_steps"].tolist() == [0, 1, 2] and set(differing["baseline_optimizer_steps"]) == {1}
+
+    outcome = step_work(work_evidence(queued, honest), declared("step_work"))
+    assert outcome.status == FAILED and outcome.measured["steps_differing"] == 3
+    assert outcome.measured["worst_off"] == pytest.approx(1.0) and outcome.measured["worst_step"] == 4
+    assert "3 of 8 timed steps" in outcome.evidence[0] and "2 more, 1 less" in outcome.evidence[0]
+    assert any(line.startswith("step 3: forward") and "(-50%)" in line and "0 optimizer step(s) vs 1" in line
+               for line in outcome.evidence), outcome.evidence
+    hint = get_chapter(CHAPTER).hint_ladder_for("step_work", outcome.evidence)
+    assert "next()" in hint.pattern
+
+
+def test_the_same_training_passes_and_micro_batches_within_their_own_step_are_the_same_work(tmp_path):
+    honest = recorded(tmp_path / "honest.json")
+    again = recorded(tmp_path / "again.json")
+    split = recorded(tmp_path / "split.json", split=True)  # gradient accumulation inside the step: same products
+    for candidate in (again, split):
+        outcome = step_work(work_evidence(candidate, honest), declared("step_work"))
+        assert outcome.status == PASSED, outcome.evidence
+        assert outcome.measured["steps"] == 8 and outcome.measured["worst_off"] == pytest.approx(0.0)
+
+
+def test_without_recorded_shapes_the_work_is_unknown_and_the_check_fails(tmp_path):
+    honest = recorded(tmp_path / "honest.json")
+    bare = recorded(tmp_path / "bare.json", shapes=False)
+    for candidate, baseline, who in ((bare, honest, "your run"), (honest, bare, "the slow script's run")):
+        outcome = step_work(work_evidence(candidate, baseline), declared("step_work"))
+        assert outcome.status == FAILED and "record_shapes" in outcome.evidence[0] and who in outcome.evidence[0]
+    missing = Evidence(chapter=get_chapter(CHAPTER), device="cpu", trace_tool="torch", candidate=Path("train.py"),
+                       cfg={"warmup": 0}, traced=(None, None), traces={"candidate": honest})
+    assert "no trace of the slow script" in step_work(missing, declared("step_work")).evidence[0]
+    nsys = Evidence(chapter=get_chapter(CHAPTER), device="cuda", trace_tool="nsys", candidate=Path("train.py"),
+                    cfg={"warmup": 0}, traced=(None, None), traces={"candidate": honest, "baseline": honest})
+    outcome = step_work(nsys, declared("step_work"))
+    assert outcome.status == FAILED and "--trace-tool torch" in outcome.evidence[0]
+
+
+def test_work_by_step_judges_every_step_and_a_step_traced_in_one_run_only():
+    import pandas as pd
+
+    from checker.trace.analyses.work import work_by_step
+
+    def work(rows):
+        return pd.DataFrame(rows, columns=["step", "forward_flops", "backward_flops", "optimizer_steps"])
+
+    baseline = work([(5, 100.0, 200.0, 1), (6, 400.0, 800.0, 1), (7, 100.0, 200.0, 1), (8, 0.0, 0.0, 1)])
+    same = work_by_step(baseline, baseline, 0.05)
+    assert not same["differs"].any() and (same["off"] == 0).all()
+    # one step in four off by 6%, forward only: a median would pass it
+    candidate = work([(5, 100.0, 200.0, 1), (6, 424.0, 800.0, 1), (7, 104.0, 200.0, 1), (8, 10.0, 0.0, 1),
+                      (9, 100.0, 200.0, 1)])
+    both = work_by_step(candidate, baseline, 0.05)
+    assert both["differs"].tolist() == [False, True, False, True, True]
+    assert both.loc[1, "forward_off"] == pytest.approx(0.06) and both.loc[3, "forward_off"] == float("inf")
+    assert both.loc[4, "traced"] == "candidate"
+
+
+def test_step_work_is_declared_for_both_devices_on_traces_that_record_shapes():
+    chapter = get_chapter(CHAPTER)
+    for device in ("cpu", "cuda"):
+        assert chapter.config(device)["record_shapes"] is True
+        # a quarter of a long batch moved out of its step is 25% of it: the tolerance stays well below
+        assert 0 < float(declared("step_work").threshold_for(device)) < 0.25

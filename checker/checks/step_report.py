@@ -24,6 +24,14 @@ and closed the window).
 * ``mean_step_report``: its ``mean_ms`` is within the threshold of the grader's mean step time over the timed
   window. The window is synchronized at both ends by the harness, so this holds on a GPU whether or not the
   script waits for the device; a clock read right after queueing the work lands far below it.
+* ``step_work``: each timed step's interval holds that step's own training. The grader's truth per step is the
+  time between two step stamps (two calls of next() on ``session.steps()``), and which work runs between them
+  is the script's choice: a benchmark that splits long batches and runs a queue of equal pieces in every interval
+  makes every interval cost the same, and then one mean is p50, p90 and mean of intervals it reshaped. So the work
+  is counted, not inferred from the time: in the candidate's trace and the slow script's (same batches in the
+  same steps, both traced with record_shapes), every step's matrix-product FLOPs, forward and backward apart, must
+  be the slow script's of the same step within the threshold (a relative tolerance), and its optimizer steps as
+  many (checker.trace.analyses.work: ``training_work``, ``work_by_step``). Every step is judged, none by a median.
 
 The report reaches the grader as ``RunResult.reports`` (name -> number): the script calls
 ``session.report(name, value)``, which sends it over the grader's channel. It is untrusted: only the
@@ -37,6 +45,8 @@ import math
 import numpy as np
 
 from checker.checks import BASELINE_TRACE, FAILED, PASSED, RUN, TRACE, check, result
+from checker.checks.evidence import TraceMismatch
+from checker.trace.analyses.work import describe_step, training_work, work_by_step
 
 KNOWN = ("steps", "p50_ms", "p90_ms", "mean_ms")
 PERCENTILES = {"p50_ms": 0.5, "p90_ms": 0.9}
@@ -253,3 +263,65 @@ def step_cost(evidence, spec):
             said, "the benchmark made the steps it measured slower: a report may only observe the steps (a wait for "
             "the device, a clock read), never pace or pad them"])
     return result(spec, PASSED, measured=measured, threshold=allowance, evidence=[said])
+
+
+SHOWN_STEPS = 4  # the steps a failure names, the most different first
+
+
+def _traced_work(evidence, role: str, who: str):
+    """(a run's training work per traced step, why there is none)."""
+    try:
+        trace = evidence.trace(role)
+    except KeyError:
+        return None, f"the grader holds no trace of {who}, so what each step trained is unknown"
+    except TraceMismatch as err:
+        return None, str(err)
+    work = training_work(trace)
+    if work.empty:
+        return None, (f"the trace of {who} recorded no matrix product with its shapes (torch.profiler with "
+                      "record_shapes, which chapter.toml sets for this chapter), so what each step trained is unknown")
+    return work, None
+
+
+@check("step_work", needs=(TRACE, BASELINE_TRACE), key="worst_off", fmt="{:.0%} off")
+def step_work(evidence, spec):
+    """every timed step runs its own batch's training between its two step stamps, as the slow script's step does"""
+    tolerance = float(spec.threshold_for(evidence.device))
+    if evidence.trace_tool != "torch":  # nsys records no op's shapes: the work cannot be counted, so nothing passes
+        return result(spec, FAILED, threshold=tolerance, evidence=[
+            f"step_work counts each step's matrix products from the shapes torch.profiler records; a {evidence.trace_tool} "
+            "trace records none, so what each step trained is unknown: check with --trace-tool torch (the default)"])
+    candidate, missing = _traced_work(evidence, "candidate", "your run")
+    baseline, missing_too = (None, None) if missing else _traced_work(evidence, "baseline", "the slow script's run")
+    if missing or missing_too:
+        return result(spec, FAILED, threshold=tolerance, evidence=[missing or missing_too])
+    both = work_by_step(candidate, baseline, tolerance)
+    differs = both[both["differs"]]
+    judged = both[both["traced"] == "both"]
+    worst = judged.loc[judged["off"].idxmax()] if len(judged) else None
+    measured = {"steps": int(len(judged)), "steps_differing": int(len(differs)),
+                "worst_off": None if worst is None or not math.isfinite(worst["off"]) else round(float(worst["off"]), 4),
+                "worst_step": None if worst is None else int(worst["step"]),
+                "optimizer_steps_differing": int((judged["optimizer_steps"] != judged["baseline_optimizer_steps"]).sum())}
+    if not len(judged):
+        return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=[
+            "your run's trace and the slow script's share no traced step, so no step's work could be compared"])
+    if len(differs):
+        shown = differs.assign(order=differs["off"].fillna(np.inf)).sort_values(["order", "step"],
+                                                                                ascending=[False, True])
+        more = int(((differs["forward_off"] > tolerance) | (differs["backward_off"] > tolerance)).sum())
+        less = int(((differs["forward_off"] < -tolerance) | (differs["backward_off"] < -tolerance)).sum())
+        lines = [f"{len(differs)} of {len(both)} timed steps did other training work than the slow script's step of "
+                 f"the same number, on the same batch ({more} more, {less} less; matrix-product FLOPs from the traces' "
+                 f"recorded shapes, tolerance {tolerance:.0%}; optimizer steps counted):"]
+        lines += [describe_step(row) for row in shown.head(SHOWN_STEPS).itertuples()]
+        if len(differs) > SHOWN_STEPS:
+            lines.append(f"... and {len(differs) - SHOWN_STEPS} more step(s)")
+        lines.append("the grader times each step from one step stamp to the next (each next() of session.steps()): a "
+                     "step's batch must be trained (forward, backward, one optimizer step) between them, not split "
+                     "or queued into other steps' intervals, or the times describe intervals the benchmark shaped")
+        return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=lines)
+    return result(spec, PASSED, measured=measured, threshold=tolerance, evidence=[
+        f"each of the {len(judged)} timed steps trained its own batch: matrix-product FLOPs forward and backward within "
+        f"{tolerance:.0%} of the slow script's same step (at most {float(judged['off'].max()):.1%} off), as many "
+        "optimizer steps"])

@@ -6,13 +6,22 @@ a CPU-only trace, time is not a measure: on a loaded machine an op's time includ
 descheduled (two honest steps of chapter 01 differed 300-fold). There the work is a count: the backward pass's node
 evaluations (``autograd::engine::evaluate_function: ...``) in the step, on any thread. A step that trains runs the
 same backward as the next; a step that skipped its training, or ran its forward alone, runs none.
+
+Training work per step (``training_work``) is a count too, on either kind of trace: the FLOPs of the matrix products
+whose recorded shapes (the profiler's record_shapes) start inside the step's range, on any thread, forward and
+backward apart, and the optimizer steps torch.optim ran there. ``work_by_step`` holds two runs' counts against each
+other step by step: two runs of the same training on the same batches count the same in every step, so a step
+that differs did other work than its own batch's, whatever its time.
 """
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
+from checker.trace.analyses.collectives import matmul_work
 from checker.trace.intervals import union_length
 
 WORK_COLUMNS = {"step": "int64", "work": "int64", "step_ns": "int64", "leaves": "int64"}
@@ -38,3 +47,71 @@ def step_work(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
             work = int(counts.get(row.step, 0))
         rows.append((int(row.step), int(work), end - begin, int(leaves.get(row.step, 0))))
     return pd.DataFrame(rows, columns=list(WORK_COLUMNS)).astype(WORK_COLUMNS)
+
+
+# torch.optim's own range around every Optimizer.step() call ("Optimizer.step#SGD.step"), on the host
+OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
+TRAINING_COLUMNS = {"step": "int64", "forward_flops": "float64", "backward_flops": "float64", "optimizer_steps": "int64"}
+MEASURES = ("forward_flops", "backward_flops")
+
+
+def training_work(trace) -> pd.DataFrame:
+    """One row per traced step: step, forward_flops (the matrix products outside any autograd node: the forward
+    pass, and any other product the step ran), backward_flops (those inside one), optimizer_steps (torch.optim's
+    ``Optimizer.step#...`` ranges that start in the step). The FLOPs are
+    checker.trace.analyses.collectives.matmul_work's, from the shapes the profiler recorded. Empty where the trace
+    recorded no shapes (a trace without record_shapes, or nsys)."""
+    work = matmul_work(trace)
+    if work.empty:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in TRAINING_COLUMNS.items()})
+    events = trace.events
+    ranges = events[(events["kind"] == "range") & events["device"].isna() & events["step"].notna()]
+    optimizer = ranges[ranges["name"].astype(str).str.contains(OPTIMIZER_STEP)].groupby("step").size()
+    frame = pd.DataFrame({
+        "step": work["step"].to_numpy(np.int64),
+        "forward_flops": (work["matmul_flops"] - work["backward_flops"]).to_numpy(np.float64),
+        "backward_flops": work["backward_flops"].to_numpy(np.float64),
+        "optimizer_steps": [int(optimizer.get(s, 0)) for s in work["step"]],
+    })
+    return frame.astype(TRAINING_COLUMNS)
+
+
+def relative_difference(mine: float, theirs: float) -> float:
+    """(mine - theirs) / theirs: 0 where both are 0, infinite where only theirs is."""
+    if theirs:
+        return (mine - theirs) / theirs
+    return 0.0 if not mine else float("inf")
+
+
+def work_by_step(candidate: pd.DataFrame, baseline: pd.DataFrame, tolerance: float) -> pd.DataFrame:
+    """Two runs' training work (``training_work``) side by side, one row per step either traced: each measure of
+    both (``forward_flops`` and ``baseline_forward_flops``, ...), each FLOPs measure's relative difference
+    (``forward_off``: (candidate - baseline) / baseline), ``off``: the larger of the two in size, and ``differs``:
+    a FLOPs measure off by more than ``tolerance``, another count of optimizer steps, or a step only one run traced
+    (``traced``: "both", "candidate" or "baseline"). Every step is judged: no median."""
+    theirs = baseline.rename(columns={c: f"baseline_{c}" for c in TRAINING_COLUMNS if c != "step"})
+    both = candidate.merge(theirs, on="step", how="outer", indicator=True).sort_values("step").reset_index(drop=True)
+    both["traced"] = both.pop("_merge").map({"both": "both", "left_only": "candidate",
+                                              "right_only": "baseline"}).astype(str)
+    for measure in MEASURES:
+        both[measure.replace("_flops", "_off")] = [
+            relative_difference(mine, theirs) if traced == "both" else float("nan")
+            for mine, theirs, traced in zip(both[measure], both[f"baseline_{measure}"], both["traced"])]
+    both["off"] = both[["forward_off", "backward_off"]].abs().max(axis=1)
+    optimizer = both["optimizer_steps"] != both["baseline_optimizer_steps"]
+    both["differs"] = (both["traced"] != "both") | (both["off"] > tolerance) | optimizer
+    return both
+
+
+def describe_step(row) -> str:
+    """One step of ``work_by_step`` as a person reads it: what differs, and by how much."""
+    if row.traced != "both":
+        return f"step {int(row.step)}: traced in the {row.traced}'s run only"
+    parts = []
+    for measure, label in (("forward", "forward"), ("backward", "backward")):
+        mine, theirs = getattr(row, f"{measure}_flops"), getattr(row, f"baseline_{measure}_flops")
+        off = getattr(row, f"{measure}_off")
+        parts.append(f"{label} {mine / 1e6:.1f} vs {theirs / 1e6:.1f} MFLOP ({off:+.0%})" if np.isfinite(off)
+                     else f"{label} {mine / 1e6:.1f} vs {theirs / 1e6:.1f} MFLOP")
+    parts.append(f"{int(row.optimizer_steps)} optimizer step(s) vs {int(row.baseline_optimizer_steps)}")
+    return f"step {int(row.step)}: " + ", ".join(parts)

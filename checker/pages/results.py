@@ -90,6 +90,9 @@ def headline(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "solution_speedup_min": min(measured("solution", "throughput", "speedup_min") or [None], key=lambda v: v or 0),
         "solution_speedup_max": max(measured("solution", "throughput", "speedup_max") or [None], key=lambda v: v or 0),
         "lab_speedup": _median(measured("lab", "throughput", "speedup")),
+        # a job of several ranks: its samples/s over world_size times one rank's of the same per-rank batch
+        "solution_scaling_efficiency": _median(measured("solution", "throughput", "scaling_efficiency")),
+        "lab_scaling_efficiency": _median(measured("lab", "throughput", "scaling_efficiency")),
         # one `workbook check` of the solution: after another check on the same machine (its page cache, driver and
         # GPU clocks warm), and cold: the first check of a call, or one that gpu_verify.sh started with no compile
         # cache (a plan item's @COLD=1)
@@ -316,6 +319,11 @@ def _render_kind(results: dict[str, Any]) -> str:
         ]
         if head.get("lab_speedup") is not None:
             lines.append(f"- the unmodified lab: {head['lab_speedup']:.2f}x the slow script")
+        scaling = [f"{who} {head[f'{who}_scaling_efficiency']:.0%}" for who in ("solution", "lab")
+                   if head.get(f"{who}_scaling_efficiency") is not None]
+        if scaling:
+            lines.append(f"- scaling efficiency (reported, not graded: samples/s over the ranks times one rank's of "
+                         f"the same per-rank batch): {', '.join(scaling)}")
     if head.get("check_wall_s") is not None or head.get("check_wall_s_cold") is not None:
         walls = [f"{head[key]:.0f} s {when}" for key, when in (
             ("check_wall_s", "after another check on the machine"),

@@ -317,9 +317,9 @@ def step_work(evidence, spec):
         lines += [describe_step(row) for row in shown.head(SHOWN_STEPS).itertuples()]
         if len(differs) > SHOWN_STEPS:
             lines.append(f"... and {len(differs) - SHOWN_STEPS} more step(s)")
-        lines.append("the grader times each step from one step stamp to the next (each next() of session.steps()): a "
-                     "step's batch must be trained (forward, backward, one optimizer step) between them, not split "
-                     "or queued into other steps' intervals, or the times describe intervals the benchmark shaped")
+        lines.append("a step is what runs from one step stamp to the next (each next() of session.steps()): its batch "
+                     "must be trained there (forward, backward, one optimizer step), not split or queued into other "
+                     "steps, or what is timed and traced per step is not the training's steps")
         return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=lines)
     return result(spec, PASSED, measured=measured, threshold=tolerance, evidence=[
         f"each of the {len(judged)} timed steps trained its own batch: matrix-product FLOPs forward and backward within "

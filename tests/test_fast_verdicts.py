@@ -86,6 +86,22 @@ def test_each_script_has_a_cache_of_its_own(tmp_path, monkeypatch):
     assert compile_cache.store_for("04_eager_microops", a, "cuda") is None
 
 
+def test_only_a_chapter_whose_scripts_compile_keeps_a_cache_between_checks(tmp_path, monkeypatch):
+    """A store that outlives a run is a place to keep anything for the next run: a chapter whose scripts do not
+    compile (chapter 00: a report measured in one check and read back in the next) gets none."""
+    from checker.base.chapters import get_chapter
+    from checker.grader.evaluate import _compile_store
+
+    monkeypatch.setenv("WORKBOOK_STATE_DIR", str(tmp_path / "state"))
+    script = tmp_path / "train.py"
+    script.write_text("x = 1\n")
+    assert _compile_store(get_chapter("00"), script, "cpu", tmp_path, shared=False) is None
+    assert _compile_store(get_chapter("06"), script, "cpu", tmp_path, shared=True) is None
+    held = _compile_store(get_chapter("04"), script, "cpu", tmp_path, shared=False)
+    assert held is not None
+    held.release()
+
+
 def test_every_run_sees_the_cache_at_one_path_held_by_one_check(tmp_path, monkeypatch):
     """Inductor's cached kernels name the folder they were compiled in: each run of a script must see its cache at
     the same path, and two checks of the script at once must not share that folder."""

@@ -719,3 +719,16 @@ def test_torch_compiles_worker_pool_is_not_counted_among_data_workers(tmp_path):
             process.wait()
         for pid in sandbox.descendants(os.getpid()) - before:  # the pool's worker, orphaned
             os.kill(pid, 9)
+
+
+@pytest.mark.slow
+def test_bytes_after_a_line_that_carries_none_end_the_run(tmp_path):
+    """A line announcing bytes after it would swallow the harness's next lines (its step stamps) as its payload; only
+    the messages that carry bytes may announce them."""
+    body = HEAD + textwrap.dedent("""
+        import json, os
+        evt = os.open("evt", os.O_WRONLY)
+        os.write(evt, json.dumps({"type": "report", "name": "x", "value": 1, "nbytes": 26}).encode() + b"\\n")
+    """) + LOOP
+    with pytest.raises(ScriptError, match="only samples, trace, weights carry bytes"):
+        run(script(tmp_path, body))

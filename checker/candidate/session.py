@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
+import stat
 import sys
 import time
 from contextlib import contextmanager
@@ -72,6 +74,7 @@ def _export_path() -> list[tuple[str, Any, str, Any]]:
     import gzip
     import json
     import os
+    import shutil
     import tempfile
 
     owners = [("torch.profiler.profile", torch.profiler.profile,
@@ -79,7 +82,9 @@ def _export_path() -> list[tuple[str, Any, str, Any]]:
               ("torch.autograd.profiler.profile", torch.autograd.profiler.profile,
                ("__enter__", "__exit__", "export_chrome_trace")),
               ("builtins", builtins, ("open",)), ("gzip", gzip, ("open",)), ("tempfile", tempfile, ("NamedTemporaryFile",)),
-              ("os", os, ("write", "read", "remove")), ("json", json, ("dumps",)), ("pathlib.Path", Path, ("read_bytes",)),
+              ("os", os, ("write", "read", "remove", "open", "close", "fstat", "lstat")),
+              ("tempfile", tempfile, ("mkdtemp",)), ("gzip", gzip, ("compress",)), ("shutil", shutil, ("rmtree",)),
+              ("json", json, ("dumps",)), ("pathlib.Path", Path, ("read_bytes",)),
               ("Channel", Channel, ("send", "_write"))]
     result = getattr(torch._C._autograd, "_ProfilerResult", None)
     if result is not None:
@@ -95,6 +100,35 @@ def _original(shown: str):
     """The object ``shown`` names on the export path as it was at import (the harness calls these, never what a
     lookup on an object finds now)."""
     return next(original for name, _owner, _attr, original in _EXPORT_PATH if name == shown)
+
+
+def _export_owned(profiler, where: Path, compress: bool) -> bytes | None:
+    """The trace ``profiler`` recorded, written into a folder this function made (a new name) and read back through a
+    descriptor opened on a regular file there, never a link, a pipe or a folder put in place of its own; None when
+    what the path names then is not that (a pipe at the trace's path hands the reader the writer's choice of bytes)."""
+    folder = _original("tempfile.mkdtemp")(prefix=".trace-", dir=str(where))
+    made = _original("os.lstat")(folder)
+    path = os.path.join(folder, "trace.json")  # not .gz: the profiler writes it itself, no other file between
+    try:
+        _original("torch.profiler.profile.export_chrome_trace")(profiler, path)
+        try:
+            fd = _original("os.open")(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            there, now = _original("os.fstat")(fd), _original("os.lstat")(folder)
+            if not stat.S_ISREG(there.st_mode) or not stat.S_ISDIR(now.st_mode) \
+                    or (now.st_dev, now.st_ino) != (made.st_dev, made.st_ino):
+                return None
+            chunks = []
+            while chunk := _original("os.read")(fd, 1 << 24):
+                chunks.append(chunk)
+        finally:
+            _original("os.close")(fd)
+        data = b"".join(chunks)
+        return _original("gzip.compress")(data, 1) if compress else data
+    finally:
+        _original("shutil.rmtree")(folder, ignore_errors=True)
 
 
 def _replaced_on_export_path(profiler) -> list[str]:
@@ -442,17 +476,19 @@ class Session:
             _original("torch.profiler.profile.__exit__")(self._profiler, None, None, None)
             out = LAUNCH.trace_out or Path(f"{self.chapter.id}.trace.json.gz")
             out.parent.mkdir(parents=True, exist_ok=True)
-            _original("torch.profiler.profile.export_chrome_trace")(self._profiler, str(out))
             if _channel() is None:
+                _original("torch.profiler.profile.export_chrome_trace")(self._profiler, str(out))
                 self.trace_file, self._profiler = out, None
                 return
-            # nor are the profiler's recorded events kept in this process (they are the trace's content)
-            self._profiler.profiler, self._profiler = None, None
             # the trace goes to the grader as soon as it is written, before the script's code runs again: a file
             # rewritten later is not what the grader reads. Nor is it left for the script to read: on a GPU the
             # grader's truth about each step's time is this trace's device work (chapter 00's step_time_report)
-            data = _original("pathlib.Path.read_bytes")(out)
-            out.unlink()
+            data = _export_owned(self._profiler, out.parent, compress=out.suffix == ".gz")
+            # nor are the profiler's recorded events kept in this process (they are the trace's content)
+            self._profiler.profiler, self._profiler = None, None
+            if data is None:
+                self._send({"type": "replaced", "what": ["the trace file, replaced while the profiler wrote it"]})
+                return
             self._send({"type": "trace"}, data)
 
     def result(self) -> dict[str, Any]:

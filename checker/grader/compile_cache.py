@@ -2,7 +2,9 @@
 the runs of one candidate script so that its second run does not compile again what the first compiled.
 
 Whose cache: one per candidate script's content (with the chapter, the device, torch and Python): the runs of
-that exact script read and write it, nothing else does. The slow script and the reference solution never use
+that exact script read and write it, nothing else does; and only in a chapter whose scripts compile (chapter.toml's
+``compile_cache``), since a store that outlives a run can hold anything for the next run (in chapter 00, a report
+measured once and read back by every later check). The slow script and the reference solution never use
 one. A candidate can only ever put into it what its own later runs read, so nothing it writes reaches another
 script's runs or the grader; and nothing in it can make a run do less work, since every run trains under a
 secret of its own (the weights and data a cache could hold are of no use to the next run).

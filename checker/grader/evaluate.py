@@ -66,8 +66,10 @@ def _refuse_setting(device: str, trace_tool: str, candidate: Path) -> None:
 
 def _compile_store(chapter: Chapter, candidate: Path, device: str, workdir: Path, shared: bool):
     """torch.compile's caches of the candidate's runs (checker.grader.compile_cache), held for this check: under the
-    state folder for the next `workbook check` of the same script, only for this check in class grading."""
-    if not compile_cache.enabled():
+    state folder for the next `workbook check` of the same script, only for this check in class grading. Only a
+    chapter whose scripts compile gets one (chapter.toml's compile_cache): a store that outlives a run is a place to
+    keep anything for the next run, a measured report among it."""
+    if not compile_cache.enabled() or not chapter.raw.get("compile_cache"):
         return None
     if shared:
         store = workdir / "compile-store"

@@ -40,6 +40,8 @@ OUTPUT_CAP = 16 * 1024 * 1024  # bytes a run may print before it is stopped
 OUTPUT_TAIL = 64 * 1024  # bytes of the end of its output kept for messages
 HEADER_CAP = 64 * 1024  # one message line
 WEIGHTS_CAP = 2 * 1024**3  # bytes of weights a run may send
+# the messages the harness sends with raw bytes after their line (checker.candidate.session): everything else is one line
+PAYLOAD_KINDS = frozenset({"samples", "weights", "trace"})
 CPU_MEMORY_MB = 6144  # memory a CPU run's process may use unless chapter.toml says (memory_mb)
 
 
@@ -145,6 +147,9 @@ class _Protocol:
             if not isinstance(kind, str):
                 raise self.run.broken("sent something that is not a message of the harness")
             if "nbytes" in header:
+                if kind not in PAYLOAD_KINDS:  # raw bytes after any other line would swallow the harness's next lines
+                    raise self.run.broken(f"sent a {kind!r} message with bytes after it; only "
+                                          f"{', '.join(sorted(PAYLOAD_KINDS))} carry bytes")
                 size = header["nbytes"]
                 if not isinstance(size, int) or not 0 <= size <= WEIGHTS_CAP:
                     raise self.run.broken(f"announced {size!r} bytes of weights (at most {WEIGHTS_CAP} accepted)")

@@ -53,6 +53,8 @@ PROBE_ATTRIBUTES = {
     **{name: "rewrites where its code says it comes from" for name in (
         "__code__", "co_filename", "co_name", "co_qualname", "co_firstlineno", "CodeType")},
     "forkpty": "forks the process, out of the profiler's sight",
+    # a pipe or device node where the harness writes a file hands its reader other bytes (a trace, a report)
+    "mkfifo": "makes a named pipe", "mknod": "makes a named pipe or device node",
 }
 DYNAMIC_CODE = {"exec": "runs code built at run time", "eval": "runs code built at run time",
                 "compile": "compiles code at run time", "__import__": "imports modules by computed names"}

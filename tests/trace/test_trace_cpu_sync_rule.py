@@ -78,6 +78,8 @@ READS_WITH_STACK = {
     "t.cpu()": (lambda: t.cpu(), 1),
     "t.apply_(fn) (each value handed to Python)": (lambda: t.clone().apply_(lambda v: v), 1),
     "t.map_(u, fn)": (lambda: t.clone().map_(t, lambda a, b: a), 1),
+    "a storage written to a file (_write_file)": (lambda: t.untyped_storage()._write_file(
+        __import__("tempfile").TemporaryFile(), True, True, 4), 1),
     "t.untyped_storage().tolist() (its tolist, and a read per byte)": (lambda: t.untyped_storage().tolist(), 33),
     "set(t.tolist()) and a list indexed by its values": (lambda: [0] * 9 and set(t.long().clamp(min=0).tolist()), 1),
     "loss.item() (its aten op, counted once)": (lambda: loss.item(), 1),

@@ -90,6 +90,9 @@ PYTHON_READ = re.compile(r"^<built-in method (?:tolist|numpy|cpu|apply_|map_|map
                          r"|^<built-in function _to_dlpack(?:_versioned)?>$"  # a tensor handed over by DLPack
                          # its memory's address (read by ctypes), or the tensor written out (torch.save to a buffer)
                          r"|^<built-in method data_ptr of (?!numpy\.)[^<>]+ object at 0x[0-9a-fA-F]+>$"
+                         # a storage written to a file, or moved to shared memory for another process to read
+                         r"|^<built-in method (?:_write_file|_share_filename_cpu_|_share_fd_cpu_) of [^<>]+ object"
+                         r" at 0x[0-9a-fA-F]+>$"
                          r"|(?:^|/)torch/serialization\.py\(\d+\): save$")
 # the grader's own code that makes data in the candidate's process: checker/base (KeyedOrder's draw, ...) and a
 # chapter's workload.py. The harness's step loop (checker/candidate) is looked through like a library: what it calls

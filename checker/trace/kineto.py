@@ -109,6 +109,14 @@ def matmul_flops(name: str, dims: list) -> int | None:
     return None
 
 
+# bytes per element of the dtypes a trace names ("Input type"); a name not here (a list of tensors: "TensorList")
+# counts as 4 bytes
+_DTYPE_BYTES = {"double": 8, "float": 4, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
+                "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1, "c10::complex<double>": 16,
+                "c10::complex<float>": 8, "c10::complex<c10::Half>": 4, "c10::Float8_e4m3fn": 1,
+                "c10::Float8_e5m2": 1, "unsigned int": 4, "unsigned long": 8, "unsigned short": 2}
+
+
 def _elements(arg, top: bool = True) -> int:
     """The elements of one recorded argument: a tensor's sizes ([4, 3]: 12), a list of tensors' (summed, nested
     lists too, a 0-d tensor's [] in a list 1); 0 for an argument's own empty sizes (a scalar, no tensor)."""
@@ -290,13 +298,19 @@ class _Columns:
     def _sized(self, name: str, args, ts, tid, dur) -> None:
         """A collective's (or a stored gradient's) elements, where the trace recorded its input sizes
         (record_shapes=True): the largest of its arguments' elements, each argument's tensors summed (an
-        all-reduce's tensor list, an all-gather's output or input); -1 where no size was recorded."""
+        all-reduce's tensor list, an all-gather's output or input); -1 where no size was recorded. Counted in
+        float32 elements (4 bytes): where the trace names an argument's dtype (a backend's own range does), its
+        elements times that dtype's size over 4, so that a complex or float64 view of the same bytes counts alike."""
         if type(ts) not in (int, float) or not math.isfinite(ts):
             return
         dims = args.get("Input Dims") if type(args) is dict else None
+        types = args.get("Input type") if type(args) is dict else None
+        types = types if type(types) is list and type(dims) is list and len(types) == len(dims) else [None] * len(dims or [])
         elements = -1
         if type(dims) is list:
-            elements = min(max([_elements(arg) for arg in dims] or [-1]), 1 << 62)  # a damaged size: bounded
+            words = [_elements(arg) * _DTYPE_BYTES.get(kind, 4) // 4 if type(kind) is str else _elements(arg)
+                     for arg, kind in zip(dims, types)]
+            elements = min(max(words or [-1]), 1 << 62)  # a damaged size: bounded
         self.sized["ts"].append(float(ts))
         self.sized["dur"].append(float(dur) if type(dur) in (int, float) and math.isfinite(dur) else 0.0)
         self.sized["tid"].append(int(tid))

@@ -23,6 +23,8 @@ def render(env: dict, rows: list[dict]) -> str:
             continue
         failed = [c for c in row.get("checks", []) if c["status"] == "failed"]
         evidence = "; ".join(f"{c['name']}: {(c.get('evidence') or [''])[0]}" for c in failed)
+        if not failed and row.get("error"):  # stopped or refused before any check: the grader's one line
+            evidence = "refused: " + row["error"].strip().splitlines()[-1].removeprefix("workbook: ")
         lines.append(f"| {row['variant'].removeprefix('cheat/')} | {row.get('chapter')} | {row.get('trace_tool')} | "
                      f"{row.get('exit_code')} | {', '.join(c['name'] for c in failed) or 'none'} | "
                      f"{evidence.replace('|', '/')} |")

@@ -712,7 +712,7 @@ def test_torch_compiles_worker_pool_is_not_counted_among_data_workers(tmp_path):
         while len(sandbox.descendants(os.getpid()) - before) < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(sandbox.descendants(os.getpid()) - before) == 3  # the worker, the helper and its pool
-        assert sandbox.worker_processes(os.getpid()) - before == {worker.pid}
+        assert sandbox.worker_processes(sandbox.descendants(os.getpid())) - before == {worker.pid}
     finally:
         for process in (worker, helper):
             process.kill()

@@ -81,9 +81,9 @@ def _export_path() -> list[tuple[str, Any, str, Any]]:
                ("__enter__", "__exit__", "start", "stop", "export_chrome_trace")),
               ("torch.autograd.profiler.profile", torch.autograd.profiler.profile,
                ("__enter__", "__exit__", "export_chrome_trace")),
-              ("builtins", builtins, ("open",)), ("gzip", gzip, ("open",)), ("tempfile", tempfile, ("NamedTemporaryFile",)),
-              ("os", os, ("write", "read", "remove", "open", "close", "fstat", "lstat")),
-              ("tempfile", tempfile, ("mkdtemp",)), ("gzip", gzip, ("compress",)), ("shutil", shutil, ("rmtree",)),
+              ("builtins", builtins, ("open",)), ("gzip", gzip, ("open", "compress")),
+              ("tempfile", tempfile, ("NamedTemporaryFile", "mkdtemp")),
+              ("os", os, ("write", "read", "remove", "open", "close", "fstat", "lstat")), ("shutil", shutil, ("rmtree",)),
               ("json", json, ("dumps",)), ("pathlib.Path", Path, ("read_bytes",)),
               ("Channel", Channel, ("send", "_write"))]
     result = getattr(torch._C._autograd, "_ProfilerResult", None)

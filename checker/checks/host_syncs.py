@@ -72,13 +72,16 @@ def host_syncs(evidence, spec):
     """no host-device syncs inside training steps (logging steps excepted)"""
     threshold = float(spec.threshold_for(evidence.device))
     # a job of several ranks (chapter 09): every rank's steps are judged, and the rank that read most is reported
-    judged = [_rank_syncs(evidence, spec, threshold, trace, rank) for rank, trace in enumerate(rank_traces(evidence))]
+    allowed = optimizer_reads_allowed(evidence) if evidence.device == "cpu" else (0, "")
+    judged = [_rank_syncs(evidence, spec, threshold, allowed, trace, rank)
+              for rank, trace in enumerate(rank_traces(evidence))]
     worst = max(judged, key=lambda outcome: (outcome.status == FAILED, outcome.measured.get("host_syncs_per_step", 0)))
     return worst
 
 
-def _rank_syncs(evidence, spec, threshold: float, trace, rank: int):
-    """The verdict on one rank's trace (rank 0: the job's only process, outside chapter 09)."""
+def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trace, rank: int):
+    """The verdict on one rank's trace (rank 0: the job's only process, outside chapter 09). ``excused``: the
+    optimizer's reads per step the slow script makes itself, and where that count comes from."""
     steps = trace.get_steps()
     log_steps = {int(s) for s in steps["step"] if evidence.is_log_step(int(s))}
     counted = [int(s) for s in steps["step"] if int(s) not in log_steps]
@@ -87,7 +90,7 @@ def _rank_syncs(evidence, spec, threshold: float, trace, rank: int):
     # every sync from the first traced step to the last counts, between step ranges too: the ranges are pushed in the
     # run's own process and can be moved; only a logging step's own range is excused
     found = trace.get_window_syncs(exclude_steps=log_steps)
-    allowed, allowed_from = optimizer_reads_allowed(evidence) if evidence.device == "cpu" else (0, "")
+    allowed, allowed_from = excused
     reads = found[found["optimizer_read"]]
     # the optimizer's reads beyond the slow script's own count, per step: the first `allowed` of each step are excused
     nth = reads.groupby("step").cumcount()

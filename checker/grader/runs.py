@@ -233,9 +233,10 @@ class _Run:
             if self.expected_step != self.total_steps:
                 raise self.broken(f"closed the window after step {self.expected_step - 1}, not {self.total_steps - 1}")
             self.step_stamps.append(now)
-            self.workers_at_close = sandbox.worker_processes(self.pid)
+            below = sandbox.descendants(self.pid)
+            self.workers_at_close = sandbox.worker_processes(below)
             if self.watch_cpu:
-                self.cpu_at_close = sandbox.cpu_of_run(self.pid)
+                self.cpu_at_close = sandbox.cpu_of_run(self.pid, below)
         elif kind == "weights":
             self.weights = payload
         elif kind == "samples":
@@ -255,7 +256,7 @@ class _Run:
             shown = ", ".join(str(w)[:80] for w in what[:5]) if isinstance(what, list) and what else "the harness's code"
             raise self.broken(f"replaced what the harness writes its trace with ({shown})")
         elif kind == "first_step":
-            self.workers_at_first_step = sandbox.worker_processes(self.pid)
+            self.workers_at_first_step = sandbox.worker_processes(sandbox.descendants(self.pid))
         elif kind == "built":
             pass
         elif kind == "report":

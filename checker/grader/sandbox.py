@@ -433,15 +433,18 @@ def _parents() -> dict[int, int]:
     """pid -> parent pid for every process visible in /proc."""
     table = {}
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        table[int(entry.name)] = int(fields[1])
+        if entry.name.isdigit() and (parent := _parent(int(entry.name))) is not None:
+            table[int(entry.name)] = parent
     return table
+
+
+def _parent(pid: int) -> int | None:
+    """The parent of ``pid``, None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return int(handle.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _cpu_ns(pid: int) -> tuple[int, int]:
@@ -475,15 +478,12 @@ def cpu_of_run(pid: int, below: set[int] | None = None) -> tuple[int, int]:
     return own, others
 
 
-def descendants(pid: int, spare=None) -> set[int]:
-    """Every process below ``pid`` (children, their children, ...), now. ``spare``: a test of a process's pid;
-    where it holds, that process and everything below it are left out."""
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (children, their children, ...), now."""
     table = _parents()
     found, frontier = set(), {pid}
     while frontier:
         frontier = {child for child, parent in table.items() if parent in frontier and child not in found}
-        if spare is not None:
-            frontier = {child for child in frontier if not spare(child)}
         found |= frontier
     return found
 
@@ -501,10 +501,22 @@ def _is_compile_pool(pid: int) -> bool:
     return any(_COMPILE_POOL.search(arg) for arg in argv[1:3])
 
 
-def worker_processes(pid: int) -> set[int]:
-    """The processes below ``pid`` that may be its data workers: every one but torch.compile's pool of compile
-    workers (started on the first compile, on a machine with many cores, and kept to the end), and those below it."""
-    return descendants(pid, spare=_is_compile_pool)
+def worker_processes(below: set[int]) -> set[int]:
+    """Of the processes ``below`` a run (``descendants``), those that may be its data workers: every one but
+    torch.compile's pool of compile workers (started on the first compile, on a machine with many cores, and kept to
+    the end) and the processes under it."""
+    pools = {pid for pid in below if _is_compile_pool(pid)}
+    if not pools:
+        return set(below)
+    parent = {pid: _parent(pid) for pid in below}
+
+    def in_pool(pid: int | None) -> bool:
+        while pid in parent:
+            if pid in pools:
+                return True
+            pid = parent[pid]
+        return False
+    return {pid for pid in below if not in_pool(pid)}
 
 
 def kill_survivors(pid: int, pgid: int | None, known: set[int] | None = None, grace_s: float = 3.0) -> int:

@@ -304,11 +304,12 @@ class _Columns:
         if type(ts) not in (int, float) or not math.isfinite(ts):
             return
         dims = args.get("Input Dims") if type(args) is dict else None
-        types = args.get("Input type") if type(args) is dict else None
-        types = types if type(types) is list and type(dims) is list and len(types) == len(dims) else [None] * len(dims or [])
         elements = -1
         if type(dims) is list:
-            words = [_elements(arg) * _DTYPE_BYTES.get(kind, 4) // 4 if type(kind) is str else _elements(arg)
+            types = args.get("Input type")
+            if type(types) is not list or len(types) != len(dims):
+                types = [None] * len(dims)
+            words = [_elements(arg) * (_DTYPE_BYTES.get(kind, 4) if type(kind) is str else 4) // 4
                      for arg, kind in zip(dims, types)]
             elements = min(max(words or [-1]), 1 << 62)  # a damaged size: bounded
         self.sized["ts"].append(float(ts))

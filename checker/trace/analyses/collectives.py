@@ -121,6 +121,7 @@ def collective_volume(trace) -> pd.DataFrame:
     one backward pass stored (AccumulateGrad's sizes over the step's backward passes), the model's size as the
     trace shows it; NaN in a step without them."""
     sized = sized_events(trace)
+    events = trace.events
     rows = []
     for step in sorted(int(s) for s in trace.get_steps()["step"].unique()):
         mine = sized[sized["step"] == step]
@@ -132,7 +133,6 @@ def collective_volume(trace) -> pd.DataFrame:
         ot = int(other["elements"].clip(lower=0).sum())
         run = int(runs["elements"].clip(lower=0).sum())
         grads = mine[mine["name"] == ACCUMULATE_GRAD]["elements"]
-        events = trace.events
         _nodes, passes = backward_passes(events[events["step"] == step])
         count = int(passes.max()) + 1 if len(passes) else 0
         gradient = float(grads.clip(lower=0).sum()) / count if count and len(grads) else float("nan")

@@ -140,11 +140,13 @@ def cpu_sync_op_rows(events: pd.DataFrame) -> np.ndarray:
     rows = np.flatnonzero(ops & names.isin(list(CPU_SYNC_OPS)).to_numpy())
     outer = np.flatnonzero(ops & names.isin(list(READING_OUTER_OPS)).to_numpy())
     if len(outer) > 1:
-        start, end = events["start_ns"].to_numpy()[outer], events["end_ns"].to_numpy()[outer]
+        # the op it calls is the next of its name to start on its thread, inside it
+        tid, start = events["tid"].to_numpy()[outer], events["start_ns"].to_numpy()[outer]
+        outer = outer[np.lexsort((start, tid))]
         tid, name = events["tid"].to_numpy()[outer], names.to_numpy()[outer]
-        holds = [any(j != i and tid[j] == tid[i] and name[j] == name[i] and start[i] <= start[j]
-                     and end[j] <= end[i] for j in range(len(outer))) for i in range(len(outer))]
-        rows = np.concatenate([rows, outer[np.array(holds, dtype=bool)]])
+        start, end = events["start_ns"].to_numpy()[outer], events["end_ns"].to_numpy()[outer]
+        holds = (tid[:-1] == tid[1:]) & (name[:-1] == name[1:]) & (start[1:] >= start[:-1]) & (end[1:] <= end[:-1])
+        rows = np.concatenate([rows, outer[:-1][holds]])
     return np.sort(rows)
 
 

@@ -108,10 +108,9 @@ def describe_step(row) -> str:
     if row.traced != "both":
         return f"step {int(row.step)}: traced in the {row.traced}'s run only"
     parts = []
-    for measure, label in (("forward", "forward"), ("backward", "backward")):
+    for measure in ("forward", "backward"):
         mine, theirs = getattr(row, f"{measure}_flops"), getattr(row, f"baseline_{measure}_flops")
         off = getattr(row, f"{measure}_off")
-        parts.append(f"{label} {mine / 1e6:.1f} vs {theirs / 1e6:.1f} MFLOP ({off:+.0%})" if np.isfinite(off)
-                     else f"{label} {mine / 1e6:.1f} vs {theirs / 1e6:.1f} MFLOP")
+        parts.append(f"{measure} {mine / 1e6:.1f} vs {theirs / 1e6:.1f} MFLOP" + (f" ({off:+.0%})" if np.isfinite(off) else ""))
     parts.append(f"{int(row.optimizer_steps)} optimizer step(s) vs {int(row.baseline_optimizer_steps)}")
     return f"step {int(row.step)}: " + ", ".join(parts)

@@ -149,6 +149,39 @@ def test_two_optimizers_a_step_ends_at_the_one_that_steps_least(capsys, tmp_path
     assert any("2 optimizers step" in n for n in d["notes"])
 
 
+BY_HAND = """
+import torch
+model = torch.nn.Linear(4, 1)
+for step in range({steps}):
+    model.zero_grad()
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    loss.backward()
+    for p in model.parameters():
+        p.data.add_(p.grad, alpha=-0.01)   # the update by hand, as pytorch/examples' word_language_model does
+open("finished.txt", "w").write("the job ran to its end")
+"""
+
+
+@pytest.mark.slow
+def test_a_job_that_updates_its_weights_by_hand_is_stopped_and_told_of_step_at_backward(capsys, tmp_path,
+                                                                                       monkeypatch):
+    from checker.doctor.launch import BACKWARD_LIMIT
+
+    monkeypatch.chdir(tmp_path)
+    code, out, err = doctor(capsys, write(tmp_path, BY_HAND.format(steps=BACKWARD_LIMIT + 50)))
+    said = [line for line in err.splitlines() if line.startswith("workbook: ")]
+    assert code != 0 and len(said) == 1, err
+    assert f"made {BACKWARD_LIMIT} backward passes (the last at job.py:7)" in said[0] and "--step-at backward" in said[0]
+    assert not (tmp_path / "finished.txt").exists()   # stopped at the limit: the rest of the job never ran
+    code, d, err = doctor(capsys, write(tmp_path, BY_HAND.format(steps=20)),
+                          options=("--step-at", "backward", "--out", str(tmp_path / "doc")))
+    assert code == 0, err
+    assert d["steps"] == 5 and "stopped here, on purpose" in err
+    record = json.loads((tmp_path / "doc" / "record.json").read_text())
+    assert record["anchor"] == "backward()" and record["anchor_where"].endswith("job.py:7")
+    assert not (tmp_path / "finished.txt").exists()
+
+
 @pytest.mark.parametrize("command, said", [
     (["torchrun", "--nproc_per_node=2", "-m", "pkg.train"], "doctor runs torchrun with a script file"),
     (["torchrun", "--nproc_per_node=2", "no_such_script.py"], "no_such_script.py: no such script"),

@@ -1,7 +1,7 @@
 """`workbook doctor`: the workbook's rules on the learner's own training script.
 
-    workbook doctor [--steps N] [--warmup W] [--tool torch|nsys] [--device cuda|cpu] [--json] [--timeline PNG]
-                    [--out DIR] -- python train.py ARGS...
+    workbook doctor [--steps N] [--warmup W] [--step-at optimizer|backward] [--tool torch|nsys] [--device cuda|cpu]
+                    [--json] [--timeline PNG] [--out DIR] -- python train.py ARGS...
 
 run.py starts the job under the launcher (launch.py, in the job's process) and reads back its record and trace;
 diagnose.py applies chapter 08's decision tree and every chapter's analysis; this module prints the result.
@@ -27,6 +27,9 @@ def add_doctor_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=5, metavar="N", help="steps to record after the warm-up (default 5)")
     p.add_argument("--warmup", type=int, default=3, metavar="W", help="steps to run before recording (default 3; "
                    "more with torch.compile)")
+    p.add_argument("--step-at", choices=("optimizer", "backward"), default="optimizer",
+                   help="where a step ends: each optimizer.step() (default), or each backward() for a script that "
+                   "updates its weights by hand")
     p.add_argument("--tool", choices=("torch", "nsys"), default="torch",
                    help="record with torch.profiler (default: lines of your script) or Nsight Systems (GPU only)")
     p.add_argument("--device", choices=("cuda", "cpu"),
@@ -58,7 +61,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="workbook-doctor-"))
     try:
         recorded = record_job(target, out, warmup=args.warmup, steps=args.steps, device=device, tool=args.tool,
-                              timeout_s=args.timeout)
+                              timeout_s=args.timeout, step_at=args.step_at)
         why = refusal(recorded.record, target)
         if why:
             raise WorkbookError(why)

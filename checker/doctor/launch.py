@@ -8,7 +8,10 @@ standard library and torch), and it changes nothing the job computes. It only li
 
 * a step ends at each ``Optimizer.step()`` (torch's process-wide step hooks). With several optimizers (a GAN's
   two, a critic stepped five times per generator step), a step ends at each step of the optimizer that steps
-  least often (on a tie, the one that first stepped last): one pass through every optimizer;
+  least often (on a tie, the one that first stepped last): one pass through every optimizer. A script that
+  updates its weights by hand (``p.data.add_(p.grad, alpha=-lr)``) steps no optimizer: with ``--step-at
+  backward`` a step ends at each ``torch.autograd.backward`` (``loss.backward()``) instead; without it, a job that
+  makes ``BACKWARD_LIMIT`` backward passes and no optimizer step is stopped there, and the record says so;
 * every fetch from a DataLoader (``_BaseDataLoaderIter.__next__``) is a ``data`` range, and the loader's settings
   and the line that built it are written down;
 * after ``--warmup`` steps, torch.profiler (``--tool torch``: CPU, and CUDA on a GPU, with Python frames) or
@@ -36,6 +39,8 @@ DATA_RANGE = "data"                 # the trace engine's data-wait range
 STOPPED = "stopped"                 # the record's status once the asked steps are recorded
 LIBRARY_DIRS = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
 CHECKER_DIR = str(Path(__file__).resolve().parents[1])
+NO_OPTIMIZER = "no optimizer"      # the record's status for a job stopped at BACKWARD_LIMIT with no optimizer step
+BACKWARD_LIMIT = 256               # backward passes with no optimizer step: no accumulation is that long
 
 
 def user_site(skip: int = 1) -> str | None:
@@ -58,7 +63,7 @@ def user_site(skip: int = 1) -> str | None:
 class Recorder:
     """The listening half: optimizer steps, DataLoader fetches, the profiler's window."""
 
-    def __init__(self, out: Path, warmup: int, steps: int, device: str, tool: str):
+    def __init__(self, out: Path, warmup: int, steps: int, device: str, tool: str, step_at: str = "optimizer"):
         import torch
 
         self.torch = torch
@@ -79,6 +84,9 @@ class Recorder:
         self.profiler = None
         self.compiled_graphs_at_start: int | None = None
         self.status = "running"
+        self.step_at = step_at
+        self.backwards = 0                       # backward passes (torch.autograd.backward calls) so far
+        self.backward_where: str | None = None   # the line of the user's that made the last one
 
     # ---- hooks --------------------------------------------------------------------------------
     def install(self) -> None:
@@ -87,6 +95,15 @@ class Recorder:
 
         register_optimizer_step_pre_hook(self._pre_step)
         register_optimizer_step_post_hook(self._post_step)
+        recorder, backward = self, torch.autograd.backward
+
+        def counted_backward(*args, **kwargs):  # Tensor.backward() calls torch.autograd.backward: one pass each
+            result = backward(*args, **kwargs)
+            recorder._after_backward()
+            return result
+
+        counted_backward.__wrapped__ = backward
+        torch.autograd.backward = counted_backward
         try:  # private API (pinned: torch 2.14): without it, no data ranges, said in the record
             from torch.utils.data import DataLoader
             from torch.utils.data.dataloader import _BaseDataLoaderIter
@@ -94,7 +111,7 @@ class Recorder:
             self.no_loader_hook = "torch.utils.data.dataloader._BaseDataLoaderIter is missing in this torch"
             return
         self.no_loader_hook = None
-        recorder, loader_init, iter_init, iter_next = self, DataLoader.__init__, _BaseDataLoaderIter.__init__, \
+        loader_init, iter_init, iter_next = DataLoader.__init__, _BaseDataLoaderIter.__init__, \
             _BaseDataLoaderIter.__next__
 
         def init(loader, *args, **kwargs):
@@ -150,18 +167,35 @@ class Recorder:
         if key not in self.optimizers:  # an optimizer whose pre-hook did not run (a subclass calling hooks itself)
             self._pre_step(optimizer, args, kwargs)
         self.optimizers[key]["steps"] += 1
+        if self.step_at == "backward":
+            return
         if self.anchor is None:
             self.sequence.append(key)
             if key != self._anchor_so_far():
                 return
-            done = self.optimizers[key]["steps"]
+        elif key != self.anchor:
+            return
+        # after warm-up, this optimizer's steps end the steps from here on
+        self._end_of_a_step(self.optimizers[key]["steps"], key)
+
+    def _after_backward(self) -> None:
+        self.backwards += 1
+        self.backward_where = user_site(3)
+        if self.step_at == "backward":
+            self._end_of_a_step(self.backwards, "backward")
+        elif not self.optimizers and self.backwards >= BACKWARD_LIMIT:
+            self.status = NO_OPTIMIZER
+            self.write()
+            stop_now(0)
+
+    def _end_of_a_step(self, done: int, anchor) -> None:
+        """A step of the anchor's ended, ``done`` of them so far: open the window after warm-up, else end a step."""
+        if self.anchor is None:
             if done < self.warmup:
                 return
-            self.anchor = key  # warm-up is over: this optimizer's steps end the steps from here on
+            self.anchor = anchor
             self.done_steps = done
             self._open_window()
-            return
-        if key != self.anchor:
             return
         self.done_steps += 1
         self._end_step()
@@ -243,14 +277,19 @@ class Recorder:
 
     # ---- the record ---------------------------------------------------------------------------
     def write(self, **extra) -> None:
+        backward = self.step_at == "backward"
         record = {
             "status": self.status, "warmup": self.warmup, "steps_asked": self.steps, "device": self.device,
-            "tool": self.tool, "steps_done": self.done_steps if self.anchor is not None else
-            (max((v["steps"] for v in self.optimizers.values()), default=0)),
+            "tool": self.tool, "step_at": self.step_at, "backwards": self.backwards,
+            "backward_where": self.backward_where,
+            "steps_done": self.done_steps if self.anchor is not None else
+            self.backwards if backward else (max((v["steps"] for v in self.optimizers.values()), default=0)),
             "recorded_steps": len(self.fetches_per_step), "step_pattern": r"^doctor step (\d+)$",
-            "optimizers": list(self.optimizers.values()), "anchor": self.optimizers.get(self.anchor, {}).get("class")
-            if self.anchor is not None else None,
-            "anchor_where": self.optimizers.get(self.anchor, {}).get("where") if self.anchor is not None else None,
+            "optimizers": list(self.optimizers.values()),
+            "anchor": "backward()" if backward and self.anchor is not None else
+            self.optimizers.get(self.anchor, {}).get("class") if self.anchor is not None else None,
+            "anchor_where": self.backward_where if backward and self.anchor is not None else
+            self.optimizers.get(self.anchor, {}).get("where") if self.anchor is not None else None,
             "fetches_total": self.fetches_total, "fetches_per_step": self.fetches_per_step,
             "loaders": self.loaders, "loader_hook_missing": getattr(self, "no_loader_hook", None),
             "compiled": "torch._dynamo" in sys.modules and bool(self._compiled_graphs()),
@@ -295,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--tool", choices=("torch", "nsys"), default="torch")
+    parser.add_argument("--step-at", choices=("optimizer", "backward"), default="optimizer")
     parser.add_argument("target", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     target = args.target[1:] if args.target[:1] == ["--"] else args.target
@@ -303,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:  # a rank of a torchrun job: a folder of its own
         args.out = args.out / f"rank{int(os.environ.get('RANK', '0') or 0)}"
         args.out.mkdir(parents=True, exist_ok=True)
-    recorder = Recorder(args.out, max(args.warmup, 0), max(args.steps, 1), args.device, args.tool)
+    recorder = Recorder(args.out, max(args.warmup, 0), max(args.steps, 1), args.device, args.tool, args.step_at)
     recorder.install()
     module = target[1] if target[0] == "-m" and len(target) > 1 else None
     argv0 = target[1:] if module else target

@@ -18,6 +18,7 @@ from pathlib import Path
 from checker.base.errors import WorkbookError
 from checker.base.paths import repo_root
 from checker.base.tools import require_tool
+from checker.doctor.launch import NO_OPTIMIZER
 
 _KINETO_NOISE = re.compile(r"^(?:USDT:|ERROR:\S+ \S+ \d+:\d+ DeviceProperties\.cpp:\d+\] gpuGetDeviceCount|"
                            r"STAGE:|\[W\d+ .*CUPTIActivityProfiler)")
@@ -90,11 +91,11 @@ class Recorded:
 
 
 def record_job(target: Target, out: Path, *, warmup: int, steps: int, device: str, tool: str,
-               timeout_s: float | None) -> Recorded:
+               timeout_s: float | None, step_at: str = "optimizer") -> Recorded:
     """Run the job under the launcher; its record says what happened (a missing record: the job was killed)."""
     out.mkdir(parents=True, exist_ok=True)
     options = ["--out", str(out), "--warmup", str(warmup), "--steps", str(steps), "--device", device, "--tool", tool,
-               "--", *target.program]
+               "--step-at", step_at, "--", *target.program]
     launcher = [*target.interpreter, "-m", "checker.doctor.launch", *options]
     if target.launcher:  # torchrun runs the launcher as each rank's module, each rank recording into out/rank<R>
         if tool == "nsys":
@@ -124,8 +125,8 @@ def record_job(target: Target, out: Path, *, warmup: int, steps: int, device: st
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-        raise WorkbookError(f"{target.shown} ran past --timeout {timeout_s:g} s before {warmup + steps} optimizer "
-                            "steps; give a larger --timeout, or fewer --steps") from None
+        raise WorkbookError(f"{target.shown} ran past --timeout {timeout_s:g} s before {warmup + steps} "
+                            f"{_steps_of(step_at)}; give a larger --timeout, or fewer --steps") from None
     except KeyboardInterrupt:
         proc.kill()
         proc.wait()
@@ -148,6 +149,10 @@ def record_job(target: Target, out: Path, *, warmup: int, steps: int, device: st
     return Recorded(record, trace, code, rank_traces if len(rank_traces) == len(ranks) else [])
 
 
+def _steps_of(step_at: str) -> str:
+    return "backward passes" if step_at == "backward" else "optimizer steps"
+
+
 def refusal(record: dict, target: Target) -> str | None:
     """The one line for a job that did not give the steps asked, or None when it did."""
     status = record.get("status")
@@ -155,19 +160,31 @@ def refusal(record: dict, target: Target) -> str | None:
     done = record.get("steps_done", 0)
     if status == "stopped":
         return None
-    opts = record.get("optimizers") or []
+    by_hand = ("it updates its weights some other way (by hand, as `p.data.add_(p.grad, alpha=-lr)`): run doctor "
+               "with --step-at backward, and a step ends at each backward() instead")
+    if status == NO_OPTIMIZER:
+        return (f"{target.shown} made {record.get('backwards')} backward passes (the last at "
+                f"{record.get('backward_where')}) and no optimizer step(): {by_hand}. Doctor stopped the job there")
+    backward = record.get("step_at") == "backward"
+    unit = _steps_of(record.get("step_at", "optimizer"))
+    opts = record.get("backwards") if backward else record.get("optimizers")  # what ends a step: none seen?
     if status == "crashed":
         where = f" at {record['error_where']}" if record.get("error_where") else ""
-        return (f"{target.shown} crashed{where} after {done} optimizer steps: {record.get('error')} (the full "
+        return (f"{target.shown} crashed{where} after {done} {unit}: {record.get('error')} (the full "
                 "traceback is in the doctor's folder: --out to keep it)")
     if status == "interrupted":
-        return f"{target.shown} was interrupted after {done} optimizer steps"
+        return f"{target.shown} was interrupted after {done} {unit}"
     if not opts and status == "exited" and record.get("exit_code"):
         said = f" ({record['exit_message']})" if record.get("exit_message") else " (its own message is above)"
-        return (f"{target.shown} exited with status {record['exit_code']} before any optimizer step{said}: doctor "
+        return (f"{target.shown} exited with status {record['exit_code']} before any {unit[:-1]}{said}: doctor "
                 "recorded nothing; run it alone and mend what it says")
     if not opts:
         tail = " and exited" if status == "exited" else ""
+        if backward:
+            return f"{target.shown} ran to its end{tail} without a backward pass: it trains nothing doctor can see"
+        if record.get("backwards"):
+            return (f"{target.shown} ran to its end{tail} after {record['backwards']} backward passes without calling "
+                    f"an optimizer's step(): {by_hand}")
         return (f"{target.shown} ran to its end{tail} without calling an optimizer's step(): doctor finds training "
                 "steps at torch.optim.Optimizer.step(), so it found none (an inference script, or an optimizer that "
                 "is not a torch.optim.Optimizer)")
@@ -175,6 +192,6 @@ def refusal(record: dict, target: Target) -> str | None:
              else "ended")
     if record.get("exit_message"):
         ended += f" ({record['exit_message']})"
-    return (f"{target.shown} {ended} after {done} optimizer steps; doctor needs {asked} ({record.get('warmup')} "
+    return (f"{target.shown} {ended} after {done} {unit}; doctor needs {asked} ({record.get('warmup')} "
             f"warm-up and {record.get('steps_asked')} recorded): give the script more steps or epochs, or doctor "
             "fewer (--warmup, --steps)")

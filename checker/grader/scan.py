@@ -55,6 +55,9 @@ PROBE_ATTRIBUTES = {
     "forkpty": "forks the process, out of the profiler's sight",
     # a pipe or device node where the harness writes a file hands its reader other bytes (a trace, a report)
     "mkfifo": "makes a named pipe", "mknod": "makes a named pipe or device node",
+    # raw memory: a tensor's address read and dereferenced (ctypes by another road) makes no op or call a trace names
+    "ctypeslib": "calls native code directly (ctypes, through numpy)",
+    "_cdata": "reads a tensor's or storage's C address",
 }
 DYNAMIC_CODE = {"exec": "runs code built at run time", "eval": "runs code built at run time",
                 "compile": "compiles code at run time", "__import__": "imports modules by computed names"}
@@ -66,6 +69,8 @@ PROBE_STRINGS = {
 }
 PROBE_MODULES = {"checker.candidate": "imports the harness's internals", "inspect": "inspects the interpreter's frames",
                  "gc": "searches the interpreter's objects", "ctypes": "calls native code directly",
+                 "_ctypes": "calls native code directly", "cffi": "calls native code directly",
+                 "numpy.ctypeslib": "calls native code directly",
                  "importlib": "imports modules by computed names"}
 
 

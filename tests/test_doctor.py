@@ -182,6 +182,28 @@ def test_a_job_that_updates_its_weights_by_hand_is_stopped_and_told_of_step_at_b
     assert not (tmp_path / "finished.txt").exists()
 
 
+@pytest.mark.slow
+def test_syncs_made_inside_the_optimizers_own_step_are_told_apart(capsys, tmp_path):
+    body = """
+    import torch
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4)
+    x, y = torch.randn(64, 8), torch.randn(64, 1)
+    for step in range(30):
+        def closure():
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            return loss
+        opt.step(closure)
+    """
+    code, d, err = doctor(capsys, write(tmp_path, body))
+    assert code == 0, err
+    inside = [f for f in d["findings"] if "inside the optimizer's step() (LBFGS" in f["title"]]
+    assert inside and inside[0]["chapter"]["number"] == "01", [f["title"] for f in d["findings"]]
+    assert any(line.startswith(("job.py:12", str(tmp_path / "job.py") + ":12")) for line in inside[0]["lines"]), inside
+
+
 @pytest.mark.parametrize("command, said", [
     (["torchrun", "--nproc_per_node=2", "-m", "pkg.train"], "doctor runs torchrun with a script file"),
     (["torchrun", "--nproc_per_node=2", "no_such_script.py"], "no_such_script.py: no such script"),

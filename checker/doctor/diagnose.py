@@ -135,22 +135,37 @@ def _in_function(where: str | None, script_dir: str) -> str:
     return f" in {span[1]} ({span[0]}:{span[2]}-{span[3]})"
 
 
+def _same_line(where: str | None, other: str | None, script_dir: str) -> bool:
+    """Two 'path:line's name the same line of the same file (one may be relative, the other not)."""
+    if not where or not other:
+        return False
+    (path, _, line), (path2, _, line2) = where.rpartition(":"), other.rpartition(":")
+    return line == line2 and os.path.realpath(_locate(path, script_dir)) == os.path.realpath(_locate(path2, script_dir))
+
+
 def _syncs(s: dict, record: dict, on_gpu: bool) -> list[dict]:
     if not s["host_syncs_in_steps"]:
         return []
     script_dir = record.get("script_dir") or ""
     loop = enclosing_function(record.get("anchor_where"), script_dir)
-    groups: dict[str, list[dict]] = {"01": [], "06": []}
+    # a sync whose innermost line of the user's is the optimizer's step() call was made inside torch.optim's own
+    # code (LBFGS's line search reads the loss and the gradients' norms): chapter 01's, with a fix of its own
+    stepping = record.get("anchor_where") if record.get("optimizers") and record.get("step_at") != "backward" else None
+    groups: dict[str, list[dict]] = {"01": [], "06": [], "optimizer": []}
     for src in s["sync_sources"]:
         shape = src["op"] in SHAPE_SYNC_OPS or src["name"] in SHAPE_SYNC_OPS
         hidden = loop is not None and src["where"] is not None and enclosing_function(src["where"], script_dir) != loop
+        if stepping is not None and _same_line(src["where"], stepping, script_dir) and not shape:
+            groups["optimizer"].append(src)
+            continue
         groups["06" if shape or hidden else "01"].append(src)
     steps = max(s["steps"], 1)
     total = sum(src["count"] for src in s["sync_sources"]) or 1
     out = []
-    for number, sources in groups.items():
+    for group, sources in groups.items():
         if not sources:
             continue
+        number = "06" if group == "06" else "01"
         count = sum(src["count"] for src in sources)
         share = count / total
         if on_gpu:
@@ -169,7 +184,12 @@ def _syncs(s: dict, record: dict, on_gpu: bool) -> list[dict]:
                  for src in sources[:5]]
         every = [src for src in sources if src["count"] >= steps]
         some = "" if every else " (not every step: a logging interval may be fine, chapter 01 allows one read per interval)"
-        if number == "01":
+        if group == "optimizer":
+            title = (f"{count / steps:g} host syncs per step inside the optimizer's step() ({record.get('anchor')}: "
+                     f"torch.optim's own code reads values){some}")
+            fix = ("an optimizer whose method reads values on the host (LBFGS's line search) syncs by design: choose "
+                   "one that does not (SGD, Adam, AdamW), or keep it and count its syncs as the price of its method")
+        elif number == "01":
             title = f"{count / steps:g} host syncs per step reading values in the loop{some}"
             fix = ("keep the value on the device (`total += loss.detach()`), read it once per logging interval; "
                    "`if t:`/`float(t)`/`.item()`/`.cpu()` each wait for the GPU to finish everything queued")

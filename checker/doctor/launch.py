@@ -27,6 +27,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import re
 import runpy
 import sys
 import sysconfig
@@ -315,6 +316,14 @@ def stop_now(code: int) -> None:
     os._exit(code)
 
 
+def _one_line(message: str, width: int = 300) -> str:
+    """An exception's message as one line of plain text: its first line, terminal colours left out, cut at width."""
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", message).splitlines() if line.strip()]
+    first = lines[0] if lines else message.strip()
+    more = len(lines) > 1 or len(first) > width
+    return first[:width].rstrip() + (" ..." if more else "")
+
+
 def _crash_site(exc: BaseException) -> str | None:
     """The innermost frame of the user's in a traceback, as 'path:line'."""
     found = None
@@ -374,8 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # noqa: BLE001 - the user's crash, whatever it is, is reported, not re-raised
         recorder.status = "crashed"
         (args.out / "traceback.txt").write_text("".join(traceback.format_exception(exc)))
-        last = traceback.format_exception_only(exc)[-1].strip()
-        recorder.write(error=last[:500], error_where=_crash_site(exc))
+        recorder.write(error=_one_line(traceback.format_exception_only(exc)[-1]), error_where=_crash_site(exc))
         return stop_now(0)
 
 

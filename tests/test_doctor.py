@@ -173,10 +173,11 @@ def test_a_job_that_updates_its_weights_by_hand_is_stopped_and_told_of_step_at_b
     assert code != 0 and len(said) == 1, err
     assert f"made {BACKWARD_LIMIT} backward passes (the last at job.py:7)" in said[0] and "--step-at backward" in said[0]
     assert not (tmp_path / "finished.txt").exists()   # stopped at the limit: the rest of the job never ran
-    code, d, err = doctor(capsys, write(tmp_path, BY_HAND.format(steps=20)),
+    code, d, err = doctor(capsys, write(tmp_path, BY_HAND.format(steps=20).replace("open(", "    print(step)\nopen(")),
                           options=("--step-at", "backward", "--out", str(tmp_path / "doc")))
     assert code == 0, err
-    assert d["steps"] == 5 and "stopped here, on purpose" in err
+    assert d["steps"] == 5 and "stopped here, on purpose" in err   # d: stdout held the report alone
+    assert "\n3\n" in err                                          # what the job printed went to stderr
     record = json.loads((tmp_path / "doc" / "record.json").read_text())
     assert record["anchor"] == "backward()" and record["anchor_where"].endswith("job.py:7")
     assert not (tmp_path / "finished.txt").exists()

@@ -1,7 +1,9 @@
 """`workbook doctor`'s outer half: read the command the user gave, start their job under the launcher
 (checker.doctor.launch, in their process; under nsys with --tool nsys), and read back what it recorded.
 
-Nothing here runs in the user's process. The job's output passes through, less Kineto's start/stop markers.
+Nothing here runs in the user's process. The job's output (its stdout and stderr, in the order written) passes
+through to doctor's stderr, less Kineto's start/stop markers: doctor's stdout holds its own report alone, so that
+`--json` prints one JSON object whatever the job prints.
 """
 
 from __future__ import annotations
@@ -113,11 +115,12 @@ def record_job(target: Target, out: Path, *, warmup: int, steps: int, device: st
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # --device cpu: the job sees no GPU, as on a machine without one
     try:
-        proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True, errors="replace")
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace")
     except OSError as err:
         raise WorkbookError(f"cannot start `{argv[0]}`: {err.strerror}") from None
     try:
-        for line in proc.stderr:
+        for line in proc.stdout:
             if not _KINETO_NOISE.match(line):
                 sys.stderr.write(line)
                 sys.stderr.flush()

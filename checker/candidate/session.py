@@ -186,6 +186,10 @@ def _batch_size(batch: Any) -> int:
 LOADER_SETTINGS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size")
 
 
+# DataLoader's iteration: what turns the loader whose settings were read into batches
+ITERATION = ("__iter__", "_get_iterator")
+
+
 def _loader_settings(source: Any) -> dict[str, Any] | None:
     """The settings of a DataLoader given to session.steps(), and whether a subclass redefines any of them."""
     if not isinstance(source, torch.utils.data.DataLoader):
@@ -197,7 +201,14 @@ def _loader_settings(source: Any) -> dict[str, Any] | None:
                   and cls is not torch.utils.data.DataLoader]
     settings["class"] = f"{type(source).__module__}.{type(source).__qualname__}"
     settings["redefined"] = sorted({name for cls in subclasses for name in vars(cls)
-                                    if name in LOADER_SETTINGS or name in ("__getattribute__", "__getattr__")})
+                                    if name in LOADER_SETTINGS or name in ("__getattribute__", "__getattr__")
+                                    or name in ITERATION})
+    # the batches must come from the loader whose settings were read: its iteration is DataLoader's own, not a
+    # method of the subclass's, of the instance's or put in place on DataLoader itself (that iterates another loader)
+    settings["redefined"] += sorted(f"{name} (on the instance)" for name in ITERATION if name in vars(source))
+    settings["redefined"] += sorted(f"DataLoader.{name} (replaced)" for name in ITERATION
+                                    if getattr(getattr(torch.utils.data.DataLoader, name, None), "__module__", None)
+                                    != "torch.utils.data.dataloader")
     return settings
 
 

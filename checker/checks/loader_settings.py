@@ -74,7 +74,8 @@ def loader_settings(evidence, spec):
     unmet = unmet_settings(settings, required)
     if settings.get("redefined"):
         unmet.append(f"{settings.get('class')} redefines {', '.join(settings['redefined'])}: a DataLoader subclass "
-                     "may set what it reports, not what it does; keep DataLoader's own settings")
+                     "may report settings it does not use, or iterate another loader; keep DataLoader's own settings and "
+                     "iteration")
     epoch_batches = evidence.cfg.get("epoch_batches")
     # what the grader saw decides only what the reported settings claim to meet: a loader built with
     # num_workers=0 is one problem, not also "0 workers seen" and "0 of them lasting"

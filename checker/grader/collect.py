@@ -19,6 +19,7 @@ from checker.grader.runs import RunResult
 from checker.grader import forkserver
 from checker.trace.analyses.collectives import COLLECTIVE_RUN
 from checker.trace.analyses.counts import top_level_aten_ops
+from checker.trace.analyses.stack import FRAME, is_user_path
 from checker.trace.intervals import merge
 
 REFEREE_TIMEOUT_S = 600
@@ -160,7 +161,10 @@ def hidden_work(events, steps, excuse_data_wait: bool = False, script: Path | No
         return unrecorded
     python = events[events["step"].notna() & (events["kind"] == "python")]
     training = TRAINING_CODE if script is None else f"(?:{TRAINING_CODE}|{re.escape(str(script))}\\()"
-    python = python[python["name"].astype(str).str.match(training)]
+    names = python["name"].astype(str)
+    # training code by its place (a model, an optimizer, the workload, the script), or any Python of the user's: a
+    # module the script wrote at run time and imported is no library, whatever it calls
+    python = python[(names.str.match(training) | names.map(_users_frame)).to_numpy(bool)]
     if python.empty:
         return None
     ops = events[events["step"].notna() & (events["kind"] == "cpu_op")]
@@ -176,6 +180,12 @@ def hidden_work(events, steps, excuse_data_wait: bool = False, script: Path | No
                     f"an optimizer or the workload inside it, in step {int(op['step'])}): an aten op runs no training "
                     "code unless it was replaced, here to run the step where the count of ops cannot see it")
     return None
+
+
+def _users_frame(name: str) -> bool:
+    """A Python frame of a file of the user's ('/tmp/x/helper.py(12): step'): not torch's, a library's or Python's."""
+    match = FRAME.match(name)
+    return bool(match) and is_user_path(match.group("path"))
 
 
 def unrecorded_operators(events: pd.DataFrame) -> str | None:

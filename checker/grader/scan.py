@@ -122,14 +122,25 @@ def _reflects_on_session(node: ast.AST, session: set[str]) -> str | None:
     return None
 
 
+# torch.library's calls that define or register an operator by its qualified name ("aten::add", "aten::my_step")
+REGISTERS = frozenset({"define", "impl", "custom_op", "register_kernel", "register_fake", "register_autograd",
+                       "register_torch_dispatch", "register_vmap", "triton_op", "impl_abstract"})
+
+
 def _replaces_aten(node: ast.AST) -> bool:
-    """A call Library("aten", ...): a script that registers kernels for PyTorch's own operators."""
+    """A call Library("aten", ...), or torch.library.define/impl/custom_op... of an "aten::" name: a script that
+    defines operators in PyTorch's own namespace or registers kernels for its operators."""
     if not isinstance(node, ast.Call) or not node.args:
         return False
     name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
     first = node.args[0]
     # "aten", or a name built at run time ("at" + "en"), which only hides which operators it replaces
-    return name == "Library" and not (isinstance(first, ast.Constant) and first.value != "aten")
+    if name == "Library":
+        return not (isinstance(first, ast.Constant) and first.value != "aten")
+    if name in REGISTERS:
+        return not (isinstance(first, ast.Constant) and isinstance(first.value, str)
+                    and not first.value.strip().startswith("aten"))
+    return False
 
 
 def findings(source: str, filename: str = "<script>") -> list[str]:
@@ -153,7 +164,7 @@ def findings(source: str, filename: str = "<script>") -> list[str]:
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in DYNAMIC_CODE:
             found.append((line, f"{DYNAMIC_CODE[node.func.id]} ({node.func.id}(...))"))
         elif _replaces_aten(node):
-            found.append((line, "replaces PyTorch's own operators (torch.library.Library(\"aten\", ...))"))
+            found.append((line, "replaces or adds to PyTorch's own operators (torch.library and the \"aten\" namespace)"))
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [alias.name for alias in node.names]
             if isinstance(node, ast.ImportFrom) and node.module:

@@ -68,7 +68,12 @@ SYNC_COPY = re.compile(r"^cu(?:da)?Memcpy(?!.*Async)\w*$")
 # that shows it
 # (_pack_padded_sequence reads its lengths, which must be on the CPU: a GPU run copies them there)
 READING_OPS = ("aten::bincount", "aten::equal", "aten::_pack_padded_sequence")
-CPU_SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", *UNIQUE_OPS, *READING_OPS})
+# ops whose result's size is the number of distinct or nonzero values: a sparse tensor coalesced (its nnz then read
+# as a size, `_nnz()`, no op) or made from a dense one; on a GPU each copies that count back and waits for it
+# (the inner ops that do the work: `coalesce` and `to_sparse` call them, counted once)
+SPARSE_SIZE_OPS = ("aten::_coalesce", "aten::_to_sparse", "aten::_to_sparse_csr", "aten::_to_sparse_csc",
+                   "aten::_to_sparse_bsr", "aten::_to_sparse_bsc")
+CPU_SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", *UNIQUE_OPS, *READING_OPS, *SPARSE_SIZE_OPS})
 # ops that read a tensor argument's values only in one overload: tensor_split given a tensor of indices (it calls
 # the overload of Python ints inside itself, one op nested in the other), not given ints
 READING_OUTER_OPS = ("aten::tensor_split",)

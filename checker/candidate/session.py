@@ -201,15 +201,66 @@ def _loader_settings(source: Any) -> dict[str, Any] | None:
                   and cls is not torch.utils.data.DataLoader]
     settings["class"] = f"{type(source).__module__}.{type(source).__qualname__}"
     settings["redefined"] = sorted({name for cls in subclasses for name in vars(cls)
-                                    if name in LOADER_SETTINGS or name in ("__getattribute__", "__getattr__")
-                                    or name in ITERATION})
-    # the batches must come from the loader whose settings were read: its iteration is DataLoader's own, not a
-    # method of the subclass's, of the instance's or put in place on DataLoader itself (that iterates another loader)
+                                    if name in LOADER_SETTINGS or name in ("__getattribute__", "__getattr__")})
+    # a subclass may wrap DataLoader's iteration in its own __iter__ (chapter 02's stretch solution does); whether the
+    # batches came from this loader's own iterators is counted as they arrive (LoaderOrigin)
     settings["redefined"] += sorted(f"{name} (on the instance)" for name in ITERATION if name in vars(source))
-    settings["redefined"] += sorted(f"DataLoader.{name} (replaced)" for name in ITERATION
-                                    if getattr(getattr(torch.utils.data.DataLoader, name, None), "__module__", None)
-                                    != "torch.utils.data.dataloader")
     return settings
+
+
+@contextmanager
+def _fetching(origin: "LoaderOrigin | None"):
+    if origin is None:
+        yield
+        return
+    origin.fetching = True
+    try:
+        yield
+    finally:
+        origin.fetching = False
+
+
+class LoaderOrigin:
+    """Which DataLoaders' iterators made the batches the steps fetched: torch's own iterator class records the loader
+    that built it, and counts each batch it hands out while the harness fetches a step's batch (``fetching``; an
+    evaluation loader run inside a step is not counted). The batches must come from the loader whose settings were
+    read, not from a second loader behind its ``__iter__``."""
+
+    def __init__(self, source: Any):
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+        self.source, self.made, self.fetching = source, {}, False  # made: id(loader) -> batches handed out
+        self._cls, self._init, self._next = _BaseDataLoaderIter, _BaseDataLoaderIter.__init__, _BaseDataLoaderIter.__next__
+        origin, init, fetch = self, self._init, self._next
+
+        def counted_init(iterator, loader, *args, **kwargs):
+            iterator.__dict__["_workbook_loader"] = id(loader)
+            return init(iterator, loader, *args, **kwargs)
+
+        def counted_next(iterator):
+            batch = fetch(iterator)
+            if origin.fetching:
+                key = iterator.__dict__.get("_workbook_loader")
+                if key is None and getattr(origin.source, "_iterator", None) is iterator:
+                    key = id(origin.source)  # persistent workers started before session.steps(): the loader's own
+                origin.made[key] = origin.made.get(key, 0) + 1
+            return batch
+
+        _BaseDataLoaderIter.__init__, _BaseDataLoaderIter.__next__ = counted_init, counted_next
+
+    def close(self) -> None:
+        self._cls.__init__, self._cls.__next__ = self._init, self._next
+
+    def problems(self, fetched: int) -> list[str]:
+        """What says the batches did not come from the reported loader's own iteration ([] when they did)."""
+        others = sum(n for key, n in self.made.items() if key != id(self.source))
+        mine = self.made.get(id(self.source), 0)
+        found = []
+        if others:
+            found.append(f"batches from another DataLoader ({others} made by a loader whose settings were not read)")
+        if mine < fetched:
+            found.append(f"batches not made by its own iterators ({mine} of the {fetched} the steps fetched)")
+        return found
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -316,6 +367,8 @@ class Session:
             raise RuntimeError("session.steps() runs once per session")
         self._stepped = True
         self.loader_settings = _loader_settings(source)
+        origin = LoaderOrigin(source) if self.loader_settings is not None else None
+        fetched = 0
         batches = iter(source)
         for step in range(self.total_steps):
             if step == 0:
@@ -332,7 +385,7 @@ class Session:
             if self._window_open and self._keeps_time:
                 self._window_stamps_ns.append(time.perf_counter_ns())
             with marked_range(f"step {step}"):
-                with marked_range("data"):
+                with marked_range("data"), _fetching(origin):
                     try:
                         batch = next(batches)
                     except StopIteration:  # a new epoch
@@ -345,11 +398,15 @@ class Session:
                                 "the batch source is empty or cannot be iterated twice; pass a re-iterable "
                                 "(a list, a DataLoader) to session.steps()"
                             ) from None
+                fetched += 1
                 if self._window_open:
                     self._window_samples += _batch_size(batch)
                 self._log_samples()
                 yield step, batch
             self.steps_done = step + 1
+        if origin is not None:
+            origin.close()
+            self.loader_settings["not_its_batches"] = origin.problems(fetched)
         if self._tail_open:
             self._close_tail()
         else:

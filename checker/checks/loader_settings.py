@@ -72,10 +72,13 @@ def loader_settings(evidence, spec):
             "session.steps() was not given a torch.utils.data.DataLoader, so its settings cannot be checked: "
             "build a DataLoader (or a subclass of it) and pass it to session.steps()"])
     unmet = unmet_settings(settings, required)
+    if settings.get("not_its_batches"):
+        unmet.append(f"{settings.get('class')} handed out {'; '.join(settings['not_its_batches'])}: the settings read "
+                     "are not those of the loader that made the batches; iterate the DataLoader itself (a subclass "
+                     "may wrap its own iteration, `super().__iter__()`)")
     if settings.get("redefined"):
         unmet.append(f"{settings.get('class')} redefines {', '.join(settings['redefined'])}: a DataLoader subclass "
-                     "may report settings it does not use, or iterate another loader; keep DataLoader's own settings and "
-                     "iteration")
+                     "may report settings it does not use; keep DataLoader's own settings and iteration")
     epoch_batches = evidence.cfg.get("epoch_batches")
     # what the grader saw decides only what the reported settings claim to meet: a loader built with
     # num_workers=0 is one problem, not also "0 workers seen" and "0 of them lasting"

@@ -58,6 +58,7 @@ PROBE_ATTRIBUTES = {
     # raw memory: a tensor's address read and dereferenced (ctypes by another road) makes no op or call a trace names
     "ctypeslib": "calls native code directly (ctypes, through numpy)",
     "_cdata": "reads a tensor's or storage's C address",
+    "_workbook_loader": "reaches into the harness's count of which loader made the batches",
 }
 DYNAMIC_CODE = {"exec": "runs code built at run time", "eval": "runs code built at run time",
                 "compile": "compiles code at run time", "__import__": "imports modules by computed names"}

@@ -234,6 +234,23 @@ def test_a_benchmark_that_paces_its_steps_to_a_beat_costs_more_than_the_slow_scr
     assert cost(0.72, baseline_window_s=0).status == FAILED  # no baseline window: unknown, never a pass
 
 
+def test_on_a_cpu_steps_paced_to_a_beat_fail_step_by_step_though_a_loaded_baseline_hides_the_mean():
+    """The slow script's run slowed by load (each step 1.6x), so the paced run's mean is within the allowance; its
+    short steps, paced to the long step's 40 ms, are each several times the slow script's same step."""
+    loaded = [ms * 1.6 for ms in STEPS]
+    paced = [40.0] * len(STEPS)
+    pair = (Windowed(loaded, sum(loaded) / 1e3), Windowed(paced, sum(paced) / 1e3))
+    evidence = Evidence(chapter=get_chapter(CHAPTER), device="cpu", trace_tool="torch", candidate=Path("train.py"),
+                        cfg={"warmup": 10}, traced=pair)
+    outcome = step_cost(evidence, spec("step_cost", 1.5, device="cpu"))
+    assert outcome.measured["mean_ratio"] < 1.5 < outcome.measured["median_step_ratio"]
+    assert outcome.status == FAILED and "step by step" in outcome.evidence[0]
+    honest = (Windowed(loaded, sum(loaded) / 1e3), Windowed(STEPS, sum(STEPS) / 1e3))
+    evidence = Evidence(chapter=get_chapter(CHAPTER), device="cpu", trace_tool="torch", candidate=Path("train.py"),
+                        cfg={"warmup": 10}, traced=honest)
+    assert step_cost(evidence, spec("step_cost", 1.5, device="cpu")).status == PASSED
+
+
 def test_step_cost_is_declared_for_both_devices():
     declared = get_chapter(CHAPTER).check("step_cost")
     assert 1 < float(declared.threshold_for("cpu")) < 2.3 and 1 < float(declared.threshold_for("cuda")) < 2.3

@@ -20,7 +20,6 @@ from pathlib import Path
 from checker.base.errors import WorkbookError
 from checker.base.paths import repo_root
 from checker.base.tools import require_tool
-from checker.doctor.launch import NO_OPTIMIZER
 
 _KINETO_NOISE = re.compile(r"^(?:USDT:|ERROR:\S+ \S+ \d+:\d+ DeviceProperties\.cpp:\d+\] gpuGetDeviceCount|"
                            r"STAGE:|\[W\d+ .*CUPTIActivityProfiler)")
@@ -165,7 +164,7 @@ def refusal(record: dict, target: Target) -> str | None:
         return None
     by_hand = ("it updates its weights some other way (by hand, as `p.data.add_(p.grad, alpha=-lr)`): run doctor "
                "with --step-at backward, and a step ends at each backward() instead")
-    if status == NO_OPTIMIZER:
+    if status == "no optimizer":  # launch.NO_OPTIMIZER (the launcher runs in the job's process and imports nothing here)
         return (f"{target.shown} made {record.get('backwards')} backward passes (the last at "
                 f"{record.get('backward_where')}) and no optimizer step(): {by_hand}. Doctor stopped the job there")
     backward = record.get("step_at") == "backward"

@@ -32,7 +32,7 @@ import os
 import stat
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -186,10 +186,6 @@ def _batch_size(batch: Any) -> int:
 LOADER_SETTINGS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size")
 
 
-# DataLoader's iteration: what turns the loader whose settings were read into batches
-ITERATION = ("__iter__", "_get_iterator")
-
-
 def _loader_settings(source: Any) -> dict[str, Any] | None:
     """The settings of a DataLoader given to session.steps(), and whether a subclass redefines any of them."""
     if not isinstance(source, torch.utils.data.DataLoader):
@@ -202,22 +198,9 @@ def _loader_settings(source: Any) -> dict[str, Any] | None:
     settings["class"] = f"{type(source).__module__}.{type(source).__qualname__}"
     settings["redefined"] = sorted({name for cls in subclasses for name in vars(cls)
                                     if name in LOADER_SETTINGS or name in ("__getattribute__", "__getattr__")})
-    # a subclass may wrap DataLoader's iteration in its own __iter__ (chapter 02's stretch solution does); whether the
+    # a subclass may wrap DataLoader's iteration in its own __iter__ (chapter 02's stretch solution does): whether the
     # batches came from this loader's own iterators is counted as they arrive (LoaderOrigin)
-    settings["redefined"] += sorted(f"{name} (on the instance)" for name in ITERATION if name in vars(source))
     return settings
-
-
-@contextmanager
-def _fetching(origin: "LoaderOrigin | None"):
-    if origin is None:
-        yield
-        return
-    origin.fetching = True
-    try:
-        yield
-    finally:
-        origin.fetching = False
 
 
 class LoaderOrigin:
@@ -247,6 +230,15 @@ class LoaderOrigin:
             return batch
 
         _BaseDataLoaderIter.__init__, _BaseDataLoaderIter.__next__ = counted_init, counted_next
+
+    @contextmanager
+    def fetch(self):
+        """Around the harness's fetch of a step's batch: the batches handed out meanwhile are counted."""
+        self.fetching = True
+        try:
+            yield
+        finally:
+            self.fetching = False
 
     def close(self) -> None:
         self._cls.__init__, self._cls.__next__ = self._init, self._next
@@ -385,7 +377,7 @@ class Session:
             if self._window_open and self._keeps_time:
                 self._window_stamps_ns.append(time.perf_counter_ns())
             with marked_range(f"step {step}"):
-                with marked_range("data"), _fetching(origin):
+                with marked_range("data"), origin.fetch() if origin is not None else nullcontext():
                     try:
                         batch = next(batches)
                     except StopIteration:  # a new epoch

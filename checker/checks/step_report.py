@@ -40,8 +40,6 @@ comparison counts.
 
 from __future__ import annotations
 
-import statistics
-
 import math
 
 import numpy as np
@@ -267,7 +265,7 @@ def step_cost(evidence, spec):
         # call returns; on a GPU an unsynchronized step's stamps are its launches'): the same step trains the same
         # batch in both runs, so a short step stays short, and steps paced or padded to one beat make the short ones
         # (most of them) several times the slow script's, however a loaded machine moves the means
-        step_ratio = statistics.median(c / b for c, b in pairs)
+        step_ratio = float(np.median([c / b for c, b in pairs]))
         measured.update(median_step_ratio=round(step_ratio, 3), ratio=round(max(mean_ratio, step_ratio), 3))
         said += (f"; step by step, the median of each step's time over the slow script's same step is "
                  f"{step_ratio:.2f}x (the larger of the two is judged)")

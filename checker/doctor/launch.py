@@ -73,7 +73,7 @@ class Recorder:
         self.started_at = time.time()
         self.optimizers: dict[int, dict] = {}   # id -> class, where step() was called, steps
         self.sequence: list[int] = []            # optimizer ids in the order they stepped (warm-up only)
-        self.anchor: int | None = None           # the optimizer whose steps end a step, fixed after warm-up
+        self.anchor: int | str | None = None     # what ends a step, fixed after warm-up: an optimizer's id, "backward"
         self.done_steps = 0                      # training steps finished (anchor steps)
         self.window_step = -1                    # the recorded step in progress (-1: not recording)
         self.fetches_total = 0
@@ -278,19 +278,24 @@ class Recorder:
 
     # ---- the record ---------------------------------------------------------------------------
     def write(self, **extra) -> None:
-        backward = self.step_at == "backward"
+        if self.anchor is not None:
+            steps_done = self.done_steps
+        elif self.step_at == "backward":
+            steps_done = self.backwards
+        else:
+            steps_done = max((v["steps"] for v in self.optimizers.values()), default=0)
+        if self.anchor == "backward":
+            anchor, anchor_where = "backward()", self.backward_where
+        elif self.anchor is not None:
+            anchor, anchor_where = self.optimizers[self.anchor]["class"], self.optimizers[self.anchor]["where"]
+        else:
+            anchor = anchor_where = None
         record = {
             "status": self.status, "warmup": self.warmup, "steps_asked": self.steps, "device": self.device,
             "tool": self.tool, "step_at": self.step_at, "backwards": self.backwards,
-            "backward_where": self.backward_where,
-            "steps_done": self.done_steps if self.anchor is not None else
-            self.backwards if backward else (max((v["steps"] for v in self.optimizers.values()), default=0)),
+            "backward_where": self.backward_where, "steps_done": steps_done,
             "recorded_steps": len(self.fetches_per_step), "step_pattern": r"^doctor step (\d+)$",
-            "optimizers": list(self.optimizers.values()),
-            "anchor": "backward()" if backward and self.anchor is not None else
-            self.optimizers.get(self.anchor, {}).get("class") if self.anchor is not None else None,
-            "anchor_where": self.backward_where if backward and self.anchor is not None else
-            self.optimizers.get(self.anchor, {}).get("where") if self.anchor is not None else None,
+            "optimizers": list(self.optimizers.values()), "anchor": anchor, "anchor_where": anchor_where,
             "fetches_total": self.fetches_total, "fetches_per_step": self.fetches_per_step,
             "loaders": self.loaders, "loader_hook_missing": getattr(self, "no_loader_hook", None),
             "compiled": "torch._dynamo" in sys.modules and bool(self._compiled_graphs()),

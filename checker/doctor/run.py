@@ -169,18 +169,18 @@ def refusal(record: dict, target: Target) -> str | None:
                 f"{record.get('backward_where')}) and no optimizer step(): {by_hand}. Doctor stopped the job there")
     backward = record.get("step_at") == "backward"
     unit = _steps_of(record.get("step_at", "optimizer"))
-    opts = record.get("backwards") if backward else record.get("optimizers")  # what ends a step: none seen?
+    step_ends = record.get("backwards") if backward else record.get("optimizers")  # none seen: no step to record
     if status == "crashed":
         where = f" at {record['error_where']}" if record.get("error_where") else ""
         return (f"{target.shown} crashed{where} after {done} {unit}: {record.get('error')} (the full "
                 "traceback is in the doctor's folder: --out to keep it)")
     if status == "interrupted":
         return f"{target.shown} was interrupted after {done} {unit}"
-    if not opts and status == "exited" and record.get("exit_code"):
+    if not step_ends and status == "exited" and record.get("exit_code"):
         said = f" ({record['exit_message']})" if record.get("exit_message") else " (its own message is above)"
         return (f"{target.shown} exited with status {record['exit_code']} before any {unit[:-1]}{said}: doctor "
                 "recorded nothing; run it alone and mend what it says")
-    if not opts:
+    if not step_ends:
         tail = " and exited" if status == "exited" else ""
         if backward:
             return f"{target.shown} ran to its end{tail} without a backward pass: it trains nothing doctor can see"

@@ -164,7 +164,8 @@ def hidden_work(events, steps, excuse_data_wait: bool = False, script: Path | No
     names = python["name"].astype(str)
     # training code by its place (a model, an optimizer, the workload, the script), or any Python of the user's: a
     # module the script wrote at run time and imported is no library, whatever it calls
-    python = python[(names.str.match(training) | names.map(_users_frame)).to_numpy(bool)]
+    users = {name: _users_frame(name) for name in names.unique()}  # a frame's name repeats once per call
+    python = python[(names.str.match(training) | names.map(users)).to_numpy(bool)]
     if python.empty:
         return None
     ops = events[events["step"].notna() & (events["kind"] == "cpu_op")]

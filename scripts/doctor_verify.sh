@@ -3,7 +3,7 @@
 #
 #   bash scripts/doctor_verify.sh          # on the device machine, from the repository root
 #
-# Claims it checks: on each chapter's slow script doctor names that chapter (its first finding, or for 07 several
+# Claims it checks: on each chapter's slow script doctor names that chapter among its ranked findings (for 07 several
 # chapters, for 08 each practice job's designed wall); on its solution no finding of that chapter remains.
 # Writes $OUT/doctor-<chapter>-<variant>.json (each doctor --json), $OUT/doctor-verify.json (GPU, driver, torch,
 # date, one row per run with the verdict) and $OUT/doctor-verify.md; the per-run files are packed into
@@ -66,8 +66,11 @@ for path in sorted(out.glob("doctor-*.json")):
         row["ok"] = d["wall"] == WALL[design]
         row["claim"] = f"wall = {design} (the job's design)"
     elif name.endswith("-slow"):
-        row["ok"] = (len(set(chapters)) >= 2) if number == "07" else first == number
-        row["claim"] = "several chapters named" if number == "07" else f"first finding is chapter {number}"
+        # named among the ranked findings (issue 41's claim); the table's last column gives the order: under doctor's
+        # tracer a slow script's launches can cost more than its chapter's own wall (chapter 06's, on an H200)
+        row["ok"] = (len(set(chapters)) >= 2) if number == "07" else number in chapters
+        row["claim"] = "several chapters named" if number == "07" else \
+            f"chapter {number} named" + ("" if first == number else f" (first: {first})")
     else:
         slow = out / f"doctor-{name.replace('-solution', '-slow')}.json"
         try:

@@ -39,6 +39,10 @@ CPU_SYNC_RANK = 0.5
 ELEMENTWISE_FAMILIES = ("elementwise", "reduction")
 # a finding below this share of the step is listed under "also seen", not ranked
 MINOR = 0.02
+# the most host time one kernel launch can cost on a GPU under doctor's tracer: chapter 04's slow script, launch-bound
+# by design, spent 26 us per launch on an H200 (43.5 ms steps of 1652 launches,
+# evidence/history/2026-11-28-h200-session46-doctor-verify.json); twice that
+LAUNCH_HOST_MS = 0.05
 WALL_NAMES = {"data": "data-bound", "overhead": "launch-bound", "kernel": "kernel-bound"}
 
 
@@ -272,8 +276,11 @@ def _gpu_work(trace, s: dict, m: dict, wall: str | None, script_dir: str) -> lis
     explained += (s["data_wait_fraction"] or 0) * (s["data_wait_gpu_idle_fraction"] or 0)
     # the GPU idle that began in a host sync is the sync's (counted there); its data-wait part is counted above
     explained += max(0.0, (s.get("gpu_idle_after_sync_fraction") or 0) - (s["data_wait_after_sync_fraction"] or 0))
-    launch_cost = max(0.0, idle - explained)
-    if wall == "overhead" or launch_cost >= 0.1:
+    unexplained = max(0.0, idle - explained)
+    # what the launches can account for: each costs the host at most LAUNCH_HOST_MS; the idle beyond is the host busy
+    # between few launches (Python: the loop's, a library's, the tracer's own), which fewer launches cannot shorten
+    launch_cost = min(unexplained, (s["launches_per_step"] or 0) * LAUNCH_HOST_MS / (s["step_ms_mean"] or 1))
+    if launch_cost >= 0.1:
         out.append(_finding(
             "04", "launches", f"launch-bound: the GPU idles {idle:.0%} of the step between "
             f"{s['launches_per_step']:g} kernel launches per step", launch_cost,
@@ -417,6 +424,12 @@ def _notes(trace, s: dict, record: dict, device: str, on_gpu: bool) -> list[str]
         if unpinned:
             notes.append("on a GPU, batches from " + ", ".join(f"the DataLoader at {l['where']}" for l in unpinned)
                          + " (pin_memory=False) would be pageable copies: chapter 02")
+    if on_gpu and s["gpu_idle_fraction"] and s["gpu_idle_fraction"] >= 0.5 and s["launches_per_step"] is not None \
+            and s["launches_per_step"] * LAUNCH_HOST_MS < 0.25 * (s["step_ms_mean"] or 0):
+        notes.append(f"the GPU idles {s['gpu_idle_fraction']:.0%} of the step, yet its {s['launches_per_step']:g} "
+                     "launches per step account for little of it: the host is busy with Python between them (the "
+                     "loop's, a library's, and doctor's own tracer, which slows every Python call), not launching; "
+                     "time the job without doctor before fixing what may be the tracer's")
     if record.get("tool") == "nsys":
         notes.append("Nsight Systems records no Python lines: run --tool torch for the lines of your script")
     return notes

@@ -43,6 +43,10 @@ PROBE_ATTRIBUTES = {
         "_window_sample_ids", "_window_sample_counts", "_window_closed",
         "_tail_open", "_tail_steps", "_open_tail", "_close_tail")},
     "_enable_record_function": "switches PyTorch's op recording off",
+    "_set_record_function_enabled": "switches PyTorch's op recording off",
+    "_toggle_collection_dynamic": "pauses the profiler's collection",
+    # a method called from C (operator.methodcaller) makes no call the Python tracer names: a read with no trace
+    "methodcaller": "calls a method from C, where the Python tracer does not see the call",
     "redispatch": "runs an operator below the profiler's hook, which records no op for it",
     "redispatch_boxed": "runs an operator below the profiler's hook, which records no op for it",
     "_RecordFunctionFast": "makes up profiler events",
@@ -72,6 +76,7 @@ PROBE_MODULES = {"checker.candidate": "imports the harness's internals", "inspec
                  "gc": "searches the interpreter's objects", "ctypes": "calls native code directly",
                  "_ctypes": "calls native code directly", "cffi": "calls native code directly",
                  "numpy.ctypeslib": "calls native code directly",
+                 "operator.methodcaller": "calls a method from C, where the Python tracer does not see the call",
                  "importlib": "imports modules by computed names"}
 
 

@@ -73,6 +73,9 @@ READING_OPS = ("aten::bincount", "aten::equal", "aten::_pack_padded_sequence")
 # (the inner ops that do the work: `coalesce` and `to_sparse` call them, counted once)
 SPARSE_SIZE_OPS = ("aten::_coalesce", "aten::_to_sparse", "aten::_to_sparse_csr", "aten::_to_sparse_csc",
                    "aten::_to_sparse_bsr", "aten::_to_sparse_bsc")
+# what `Tensor.tolist()` runs before it reads the values (torch/csrc/utils/tensor_list.cpp): the conjugate and
+# negative bits resolved, two ops at the top level of a step, where no operator of a model or a loss calls them
+TOLIST_OPS = ("aten::resolve_conj", "aten::resolve_neg")
 CPU_SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", *UNIQUE_OPS, *READING_OPS, *SPARSE_SIZE_OPS})
 # ops that read a tensor argument's values only in one overload: tensor_split given a tensor of indices (it calls
 # the overload of Python ints inside itself, one op nested in the other), not given ints
@@ -171,9 +174,13 @@ A call no such frame holds (a thread's, started
         return np.zeros(0, dtype=np.int64)
     names = events["name"]
     read_names = [n for n in names[python].unique() if PYTHON_READ.search(str(n))]
-    if not read_names:
-        return np.zeros(0, dtype=np.int64)
     reads = np.flatnonzero(python & names.isin(read_names).to_numpy())
+    # a `tolist` the tracer did not name (called from C: `operator.methodcaller("tolist")`, `map(Tensor.tolist, ...)`)
+    # still runs its two ops first: an op of TOLIST_OPS that no other op holds is a read (inside a named call, the
+    # call is counted and the op dropped below, as a read inside another read)
+    reads = np.sort(np.concatenate([reads, _unnamed_tolists(events)]))
+    if not len(reads):
+        return np.zeros(0, dtype=np.int64)
     frame_origin = {n: _origin(str(n)) for n in names[python].unique()}
     origin = np.array(names.map(frame_origin).astype(object), dtype=object)
     # the frames that can decide: the script's (user) and the grader's; a library frame is looked through
@@ -202,6 +209,20 @@ A call no such frame holds (a thread's, started
                 # that happens to read its argument)
                 keep[i] = origin[inner] != "grader" or not in_data[i]
     return reads[keep]
+
+
+def _unnamed_tolists(events: pd.DataFrame) -> np.ndarray:
+    """Row numbers of the top-level ``aten::resolve_conj`` ops (see TOLIST_OPS)."""
+    from checker.trace.analyses.counts import top_level_aten_ops  # counts -> copies -> this module
+    ops = (events["kind"] == "cpu_op").to_numpy()
+    first = ops & (events["name"] == TOLIST_OPS[0]).to_numpy()
+    if not first.any():
+        return np.zeros(0, dtype=np.int64)
+    tids = events["tid"].to_numpy()
+    threads = np.isin(tids, np.unique(tids[first]))
+    top = top_level_aten_ops(events[ops & threads])
+    rows = events.index.get_indexer(top.index[top["name"] == TOLIST_OPS[0]])
+    return rows[rows >= 0].astype(np.int64)
 
 
 def _origin(frame_name: str) -> str | None:

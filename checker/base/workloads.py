@@ -155,6 +155,7 @@ class KeyedEpochs(Sampler):
 
     def __init__(self, size: int, seed: int):
         self.size, self.seed, self.key, self.epoch = size, seed, None, 0
+        self.items: list[tuple[int, int]] = []  # the epoch in progress, in order (checker.candidate.session.Finished)
 
     def set_key(self, window_key: int) -> None:
         self.key = window_key
@@ -166,7 +167,8 @@ class KeyedEpochs(Sampler):
         salt = (self.seed if self.key is None else self.key) * 1_000_003 + self.epoch
         self.epoch += 1
         order = torch.randperm(self.size, generator=torch.Generator().manual_seed(salt)).tolist()
-        return iter([(index, salt) for index in order])
+        self.items = [(index, salt) for index in order]
+        return iter(self.items)
 
 
 def load_workload_module(chapter_dir: Path):

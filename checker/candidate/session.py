@@ -40,7 +40,7 @@ from typing import Any, Iterable, Iterator
 import torch
 
 from checker.base.ranks import LoggedSamples, world_from_env
-from checker.base.workloads import Workload, initial_rms, load_workload_module, redraw_head
+from checker.base.workloads import KeyedEpochs, Workload, initial_rms, load_workload_module, redraw_head
 from checker.candidate.channel import Channel
 
 try:  # the `nvtx` package; torch's own NVTX bindings work too when CUDA is there
@@ -255,6 +255,53 @@ class LoaderOrigin:
         return found
 
 
+class Finished:
+    """Whether the batches a DataLoader handed the timed steps were finished samples (``finished_batches`` of the
+    workload's settings: how many window batches to keep). A loader can hand out raw images and their random draws
+    and the step augment them by whatever ops it likes; the batch itself says which happened. The k-th batch of an
+    epoch holds the items k*B .. (k+1)*B-1 of the workload's KeyedEpochs order; it is finished when one of its 4-D
+    tensors is the workload's datasets' samples of those items (the dataset's own, or its ``extras["uint8_dataset"]``),
+    made by this harness after the window from the datasets' methods as they were built, before the script ran."""
+
+    def __init__(self, workload: Workload, keep: int):
+        self.sampler = workload.extras.get("sampler")
+        self.sources = [(ds, type(ds).__getitem__) for ds in (workload.dataset, workload.extras.get("uint8_dataset"))
+                        if ds is not None]
+        self.keep, self.kept, self.in_epoch = keep, [], 0
+
+    def new_epoch(self) -> None:
+        self.in_epoch = 0
+
+    def fetched(self, batch: Any, in_window: bool) -> None:
+        """After each fetch: its place in the epoch; in the window, keep the batch's first 4-D tensor and its items,
+        while fewer than ``keep`` are kept."""
+        index, self.in_epoch = self.in_epoch, self.in_epoch + 1
+        if not in_window or len(self.kept) >= self.keep:
+            return
+        tensors = list(batch.values()) if isinstance(batch, dict) else list(batch) if isinstance(batch, (list, tuple)) \
+            else [batch]
+        images = next((t for t in tensors if isinstance(t, torch.Tensor) and t.dim() == 4), None)
+        size = _batch_size(batch)
+        items = list(getattr(self.sampler, "items", []))[index * size:(index + 1) * size]
+        self.kept.append((None if images is None else images.detach().to("cpu", copy=True), items))
+
+    def unfinished(self) -> int:
+        """How many of the kept batches are not their items' finished samples."""
+        bad = 0
+        for images, items in self.kept:
+            if images is None or not items or len(items) != len(images):
+                bad += 1
+                continue
+            ok = False
+            for dataset, get in self.sources:
+                made = torch.stack([get(dataset, item)[0] for item in items])
+                if made.shape == images.shape and made.dtype == images.dtype and torch.equal(made, images):
+                    ok = True
+                    break
+            bad += not ok
+        return bad
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--steps", type=int, default=None, help="steps to run (warm-up included)")
@@ -335,6 +382,9 @@ class Session:
         self._epoch = 0
         self._window_sample_ids: list[int] = []
         self._window_sample_counts: list[int] = []
+        keep = int(cfg.get("finished_batches", 0))
+        self._finished = Finished(self.workload, keep) if keep and isinstance(self.extras.get("sampler"), KeyedEpochs) \
+            else None
         self._send({"type": "built"})
 
     @property
@@ -382,6 +432,8 @@ class Session:
                         batch = next(batches)
                     except StopIteration:  # a new epoch
                         self._epoch += 1
+                        if self._finished is not None:
+                            self._finished.new_epoch()
                         batches = iter(source)
                         try:
                             batch = next(batches)
@@ -391,6 +443,8 @@ class Session:
                                 "(a list, a DataLoader) to session.steps()"
                             ) from None
                 fetched += 1
+                if self._finished is not None:
+                    self._finished.fetched(batch, in_window=self._window_open)
                 if self._window_open:
                     self._window_samples += _batch_size(batch)
                 self._log_samples()
@@ -510,6 +564,9 @@ class Session:
         if self.device.type == "cuda":
             torch.cuda.profiler.stop()
         self._export_trace()
+        if _channel() is not None and self._finished is not None:  # after the trace: none of this is traced
+            self._send({"type": "finished", "checked": len(self._finished.kept),
+                        "unfinished": self._finished.unfinished()})
 
     def _open_tail(self) -> None:
         """After the window (its weights sent): the traced steps of a run that is also timed. Starting the profiler

@@ -22,14 +22,20 @@ def data_wait(evidence, spec):
     """the step waits for its next batch at most the threshold's share of its time"""
     threshold = float(spec.threshold_for(evidence.device))
     trace = evidence.trace()
-    log_steps = {int(s) for s in trace.get_steps()["step"] if evidence.is_log_step(int(s))}
+    traced = [int(s) for s in trace.get_steps()["step"]]
+    log_steps = {s for s in traced if evidence.is_log_step(s)}
+    # an epoch's first batch waits for the workers to start on the epoch (a DataLoader prefetches within an epoch
+    # only): that wait is the epoch's start, not the loader's steady state (samples_in_workers still counts any
+    # sample the training process made in that step)
+    epoch = int(evidence.cfg.get("epoch_batches") or 0)
+    epoch_starts = {s for s in traced if epoch and s and s % epoch == 0}
     # the chapter's dataset making samples in the training process counts as waiting for them, inside the `data`
     # range or after it (a loader of workers that hand out keys, the samples made in the step, waits for nothing)
     loading = spec.options.get("loading_frames")
     # and so do the frames that made a sample, found by what they called (the decoder, an augmentation's op):
     # whatever the script named its copy of the dataset's code (checker.trace.analyses.dataloader)
     preparing = spec.options.get("preparing_calls")
-    waits = trace.get_data_wait(exclude_steps=log_steps, loading=loading, preparing=preparing)
+    waits = trace.get_data_wait(exclude_steps=log_steps | epoch_starts, loading=loading, preparing=preparing)
     if waits.empty:
         return result(spec, FAILED, threshold=threshold, evidence=["the trace holds no training steps outside logging steps"])
     total_wait, total_step = int(waits["data_wait_ns"].sum()), int(waits["step_ns"].sum())
@@ -50,6 +56,7 @@ def data_wait(evidence, spec):
         "steps": counted,
         "measured_from": str(waits["source"].iloc[0]),
         "logging_steps_excluded": sorted(log_steps),
+        "epoch_starts_excluded": sorted(epoch_starts),
         "trace_tool": evidence.trace_tool,
         "candidate_step_ms": step_time_stats(candidate_ms),
         "baseline_step_ms": step_time_stats(baseline_ms) if baseline_ms else None,

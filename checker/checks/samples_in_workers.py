@@ -50,11 +50,37 @@ def samples_in_workers(evidence, spec):
                  "made by " + ", ".join(f"{name} ({n})" for name, n in top.head(3).items()),
                  "calling " + ", ".join(f"{name} ({n})" for name, n in calls_seen.head(4).items())]
     status = PASSED if per_step <= threshold else FAILED
+    unfinished = _unfinished_batches(evidence, measured)
+    if unfinished:
+        lines.append(unfinished)
+        status = FAILED
     busy = _training_cpu(evidence, spec, measured)
     if busy:
         lines.append(busy)
         status = FAILED
     return result(spec, status, measured=measured, threshold=threshold, evidence=lines)
+
+
+def _unfinished_batches(evidence, measured: dict) -> str | None:
+    """Why the batches the loader handed the window were not finished samples, or None, where the workload's
+    settings ask the harness to compare some (``finished_batches``: checker.candidate.session.Finished). Samples
+    finished in the step by ops no preparing_calls names (a pad by a slice copy, a flip by index_select) show here:
+    the batch was raw images."""
+    if not int(evidence.cfg.get("finished_batches", 0) or 0):
+        return None
+    found = evidence.candidate_run.finished_batches
+    if found is None:
+        return ("the run did not say whether its loader's batches were finished samples (the harness compares a few "
+                "after the window): a run that ends its window normally always does")
+    checked, unfinished = found
+    measured.update(batches_compared=checked, batches_unfinished=unfinished)
+    if checked and not unfinished:
+        return None
+    if not checked:
+        return "no batch of the window could be compared with its samples: the loader gave the steps no batches"
+    return (f"{unfinished} of the {checked} window batches compared were not their samples as the dataset makes them "
+            "(cropped, flipped and normalized, or the uint8 dataset's crops and flips, in the order of the workload's "
+            "sampler): the loader handed the steps something to finish, and the training process finished the samples")
 
 
 def _training_cpu(evidence, spec, measured: dict) -> str | None:

@@ -46,6 +46,7 @@ import numpy as np
 
 from checker.checks import BASELINE_TRACE, FAILED, PASSED, RUN, TRACE, check, result
 from checker.checks.evidence import TraceMismatch
+from checker.trace.analyses.clocks import clock_reads, clock_step_ms
 from checker.trace.analyses.work import describe_step, training_work, work_by_step
 
 KNOWN = ("steps", "p50_ms", "p90_ms", "mean_ms")
@@ -205,12 +206,62 @@ def step_time_report(evidence, spec):
         ratios.append(off)
         if line:
             lines.append(line)
+    clock, clock_lines = against_clock_reads(evidence, spec, report)
+    lines += clock_lines
     measured = {"reported": {k: report[k] for k in KNOWN if k in report}, "grader": truth, "truth": source,
                 "worst_ratio": round(max(ratios), 3) if ratios else None}
+    if clock is not None:
+        measured["clock_reads"] = clock
     if lines:
         return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=lines + [_summary(truth)])
     return result(spec, PASSED, measured=measured, threshold=tolerance, evidence=[
         f"p50 {report['p50_ms']:.3f} ms and p90 {report['p90_ms']:.3f} ms reported; " + _summary(truth)])
+
+
+def against_clock_reads(evidence, spec, report: dict[str, float]) -> tuple[dict | None, list[str]]:
+    """(what the script's own clock reads measured, lines where the report is not made of them), where chapter.toml
+    sets ``clock_tolerance`` for the device (None, []: not judged here).
+
+    A report within tolerance of the truth can still have been measured elsewhere: on warm-up steps, on a copy of the
+    model rehearsed in set-up, or modelled from a fixed pattern, while the timed steps ran with no clock at all. A
+    benchmark of the timed steps reads a clock in each of them, and the trace holds every read
+    (checker.trace.analyses.clocks): each timed step must hold one, and the report must be what those reads measured."""
+    tolerance = spec.options.get("clock_tolerance")
+    if isinstance(tolerance, dict):
+        tolerance = tolerance.get(evidence.device)
+    if tolerance is None:
+        return None, []
+    tolerance = float(tolerance)
+    try:
+        trace = evidence.trace("candidate")
+    except TraceMismatch as err:
+        return None, [f"the script's clock reads could not be read from its trace: {err}"]
+    if trace is None:
+        return None, ["the run has no trace, so what the script's own clock reads measured is unknown"]
+    warmup = int(evidence.cfg.get("warmup", 0))
+    traced = set(trace.events["step"].dropna().astype(int))
+    steps = [s for s in range(warmup, warmup + len(evidence.candidate_run.step_ms)) if s in traced]
+    per_step = clock_step_ms(clock_reads(trace.events), steps)
+    missing = [step for step, ms in per_step.items() if ms is None]
+    if missing or not per_step:
+        first = f" (the first: step {missing[0]})" if missing else ""
+        return {"steps": len(per_step), "steps_without_reads": len(missing)}, [
+            f"{len(missing)} of {len(per_step)} timed steps hold no clock read of the script's{first}: a report of the "
+            "timed steps is made of clock reads taken in them, so this one was measured elsewhere (warm-up steps, a "
+            "rehearsal in set-up, a model of the steps)"]
+    times = list(per_step.values())
+    found = {"steps": len(times), "p50_ms": round(float(np.percentile(times, 50)), 3),
+             "p90_ms": round(float(np.percentile(times, 90)), 3), "mean_ms": round(float(np.mean(times)), 3)}
+    lines = []
+    for name in ("p50_ms", "p90_ms", "mean_ms"):
+        if name not in report:
+            continue
+        band = percentile_band(times, PERCENTILES[name]) if name in PERCENTILES else None
+        _off, line = compare(name, report[name], found[name], tolerance, band)
+        if line:
+            lines.append(line.replace("the grader's", "the script's own clock reads in the timed steps measured", 1)
+                         .replace("the steps ran", "those reads"))
+    return found, lines
 
 
 @check("mean_step_report", needs=(RUN,), key="ratio", fmt="{:.2f}x off")

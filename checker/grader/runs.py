@@ -82,6 +82,8 @@ class RunResult:
     # (its claim, as int64 bytes: epoch * len(dataset) + position), and how many in each step
     sample_ids: bytes | None = field(default=None, repr=False)
     sample_counts: list[int] = field(default_factory=list, repr=False)
+    # (window batches compared, how many were not their keys' finished samples): checker.candidate.session.Finished
+    finished_batches: tuple[int, int] | None = None
     marks_ns: dict[str, int] = field(default_factory=dict, repr=False)  # the grader's clock at each message
     ranks: list["RunResult"] = field(default_factory=list, repr=False)  # a job of several ranks: every rank's run
     rank_weight_gap: float | None = None  # a job: how far the ranks' trained weights are apart (0: identical)
@@ -185,6 +187,7 @@ class _Run:
         self.reports: dict[str, float] = {}
         self.sample_ids: bytes | None = None
         self.sample_counts: list[int] = []
+        self.finished: tuple[int, int] | None = None
 
     def broken(self, what: str) -> ScriptError:
         return ScriptError(f"{self.display} {what}; the grader stopped it")
@@ -246,6 +249,13 @@ class _Run:
                     or sum(counts) * 8 != len(payload):
                 raise self.broken("sent its samples out of turn or malformed")
             self.sample_ids, self.sample_counts = payload, counts
+        elif kind == "finished":
+            checked, unfinished = header.get("checked"), header.get("unfinished")
+            if "weights" not in self.clock or self.finished is not None or not all(
+                    isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (checked, unfinished)) \
+                    or unfinished > checked:
+                raise self.broken("sent its finished batches out of turn or malformed")
+            self.finished = (checked, unfinished)
         elif kind == "trace":
             if "weights" not in self.clock or (self.tail and "tail_close" not in self.clock) \
                     or self.trace_bytes is not None or payload is None:
@@ -505,7 +515,7 @@ def run_script(
         reports=dict(run.reports),
         forked=isinstance(proc, forkserver.ForkedRun),
         sample_ids=run.sample_ids,
-        sample_counts=list(run.sample_counts),
+        sample_counts=list(run.sample_counts), finished_batches=run.finished,
         marks_ns=dict(run.clock),
     )
 

@@ -212,17 +212,22 @@ A call no such frame holds (a thread's, started
 
 
 def _unnamed_tolists(events: pd.DataFrame) -> np.ndarray:
-    """Row numbers of the top-level ``aten::resolve_conj`` ops (see TOLIST_OPS)."""
-    from checker.trace.analyses.counts import top_level_aten_ops  # counts -> copies -> this module
+    """Row numbers of the top-level ``aten::resolve_conj`` ops (see TOLIST_OPS): held by no other op of their thread."""
     ops = (events["kind"] == "cpu_op").to_numpy()
     first = ops & (events["name"] == TOLIST_OPS[0]).to_numpy()
     if not first.any():
         return np.zeros(0, dtype=np.int64)
-    tids = events["tid"].to_numpy()
-    threads = np.isin(tids, np.unique(tids[first]))
-    top = top_level_aten_ops(events[ops & threads])
-    rows = events.index.get_indexer(top.index[top["name"] == TOLIST_OPS[0]])
-    return rows[rows >= 0].astype(np.int64)
+    starts, ends = events["start_ns"].to_numpy(np.int64), events["end_ns"].to_numpy(np.int64)
+    pids, tids = events["pid"].to_numpy(), events["tid"].to_numpy()
+    rows = np.flatnonzero(first)
+    top = np.ones(len(rows), dtype=bool)
+    for key in set(zip(pids[rows].tolist(), tids[rows].tolist())):
+        pool = np.flatnonzero(ops & ~first & (pids == key[0]) & (tids == key[1]))
+        pool = pool[np.lexsort((-ends[pool], starts[pool]))]  # by start, longer first: as innermost() wants
+        mine = np.flatnonzero((pids[rows] == key[0]) & (tids[rows] == key[1]))
+        holder = innermost(starts[rows[mine]], starts[pool], ends[pool])
+        top[mine] = (holder < 0) | (ends[pool[np.maximum(holder, 0)]] < ends[rows[mine]])
+    return rows[top].astype(np.int64)
 
 
 def _origin(frame_name: str) -> str | None:

@@ -402,3 +402,33 @@ def test_step_work_is_declared_for_both_devices_on_traces_that_record_shapes():
         assert chapter.config(device)["record_shapes"] is True
         # a quarter of a long batch moved out of its step is 25% of it: the tolerance stays well below
         assert 0 < float(declared("step_work").threshold_for(device)) < 0.25
+
+
+def test_clock_reads_measure_each_step_from_the_scripts_own_reads():
+    """The script's clock reads in the trace give each step's time: two or more reads in a step span it (a clock
+    started and stopped around it), one read measures from the read before; the harness's own stamps (a frame of
+    checker/) are not the script's, and a step without a read of the script's measured nothing."""
+    import pandas as pd
+
+    from checker.trace.analyses.clocks import clock_reads, clock_step_ms
+
+    rows = []
+
+    def frame(name, step, start, end):
+        rows.append({"kind": "python", "name": name, "step": step, "tid": 1, "start_ns": start, "end_ns": end})
+
+    ms = 1_000_000
+    for step, (begin, t0, t1) in {10: (0, 1, 9), 11: (10, 11, 21), 12: (22, 23, 26)}.items():
+        frame("checker/candidate/session.py(378): steps", step, begin * ms, begin * ms + 100)
+        frame("<built-in function perf_counter_ns>", step, begin * ms + 10, begin * ms + 20)  # the harness's stamp
+        frame("train.py(40): measure", step, t0 * ms - 50, t1 * ms + 50)
+        frame("<built-in function perf_counter>", step, t0 * ms, t0 * ms + 5)
+        frame("<built-in function perf_counter>", step, t1 * ms, t1 * ms + 5)
+    frame("train.py(40): measure", 13, 30 * ms, 35 * ms)  # a step the script did not time
+    events = pd.DataFrame(rows)
+    events["step"] = events["step"].astype("Int64")
+    reads = clock_reads(events)
+    assert len(reads) == 6  # the script's two per timed step, none of the harness's
+    assert clock_step_ms(reads, [10, 11, 12, 13]) == {10: 8.0, 11: 10.0, 12: 3.0, 13: None}
+    once = reads.groupby("step").head(1)  # one read per step: each step from the read before it
+    assert clock_step_ms(once.reset_index(drop=True), [10, 11, 12]) == {10: None, 11: 10.0, 12: 12.0}

@@ -122,6 +122,10 @@ def shown_problem(job: str, trace, run, device: str) -> str | None:
     if run.matmuls and seen != set(run.matmuls):
         return (f"trace {name} is not a trace of job {job} on {device}: its matrix multiplies are not this job's "
                 f"sizes (a trace of another job, another device, or a changed train.py; {ships})")
+    if device == "cpu":
+        missing = missing_data_work(name, job, trace, run.trace, ships)
+        if missing:
+            return missing
     ours = ops_by_name(run.trace)
     if ours:  # the grader's own trace lists aten ops (torch.profiler): the learner's must run the same ones
         theirs = ops_by_name(trace)
@@ -132,6 +136,36 @@ def shown_problem(job: str, trace, run, device: str) -> str | None:
                     f"different number of times per step than in the job (a trace made by hand, or of a changed "
                     f"train.py; {ships})")
     return None
+
+
+# A job's dataset works in numpy, which no aten op records, so its data work shows in a trace only as time (which a
+# sleep makes too) and as the Python calls each fetch runs. On a CPU the practice jobs' fetches run 160-480 calls
+# where the data work is a round or none, and 17,000-20,500 where it is the design (the data-bound jobs' numpy rounds,
+# every sample fetched in the training process): evidence/history/2026-11-28-cpu-session46-fetch-calls.md. Where the
+# grader's own trace of the job fetches with this many calls or more, every fetch of the learner's trace must run at
+# least FETCH_CALLS_SHARE of them.
+FETCH_WORK_CALLS = 2000
+FETCH_CALLS_SHARE = 0.5
+
+
+def missing_data_work(name: str, job: str, trace, ours, ships: str) -> str | None:
+    """Why the learner's trace of a job with data work in its fetches lacks that work (a trace of the job with its
+    dataset changed, a sleep in place of the work), or None. On a CPU: the GPU reference traces keep no Python."""
+    from checker.trace.analyses.dataloader import fetch_calls
+
+    base = sorted(fetch_calls(ours.events).values())
+    if not base or base[len(base) // 2] < FETCH_WORK_CALLS:
+        return None
+    expected = base[len(base) // 2]
+    theirs = fetch_calls(trace.events)
+    if not theirs:
+        return f"trace {name} records no fetch of a batch (the harness's `data` ranges): {ships}"
+    step, fewest = min(theirs.items(), key=lambda kv: kv[1])
+    if fewest >= FETCH_CALLS_SHARE * expected:
+        return None
+    return (f"trace {name} does not run job {job}'s data work: its fetch of step {step} ran {fewest} Python calls "
+            f"where the job's fetches run {expected} (a trace of the job with its dataset changed, or recorded without "
+            f"Python calls; {ships})")
 
 
 def ops_by_name(trace) -> dict[str, float]:

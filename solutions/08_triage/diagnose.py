@@ -23,8 +23,10 @@ sys.path.insert(0, str(ROOT))  # this checkout's checker, whatever is installed
 DATA_WAIT, GPU_IDLE, HOST_MS_PER_OP = 0.4, 0.4, 0.05  # the page's decision tree, as chapter.toml states it
 
 
-# Kineto's Python frames, flow arrows and forward/backward links: none of them is read to diagnose a job, and a
-# data-bound job's Python frames are most of its trace (7 MB of 7.4 MB on an H100)
+# Kineto's Python frames, flow arrows and forward/backward links: a diagnosis reads none of them, and a data-bound
+# job's Python frames are most of its trace (7 MB of 7.4 MB on an H100). The Python calls inside each fetch of a
+# batch are kept: on a CPU the grader counts them to tell a trace of the job from one of a job whose data work was
+# replaced (checker/checks/triage.py, shown_problem)
 UNREAD = ("python_function", "ac2g", "fwdbwd")
 
 
@@ -34,13 +36,20 @@ def keep_small(trace: Path, kept: Path) -> None:
     import json
 
     data = json.loads(gzip.decompress(trace.read_bytes()))
-    data["traceEvents"] = [e for e in data.get("traceEvents", []) if e.get("cat") not in UNREAD]
+    events = data.get("traceEvents", [])
+    fetches = [(e.get("pid"), e["ts"], e["ts"] + e.get("dur", 0)) for e in events
+               if e.get("cat") == "user_annotation" and e.get("name") == "data" and "ts" in e]
+
+    def in_a_fetch(e: dict) -> bool:
+        return e.get("cat") == "python_function" and "ts" in e and any(
+            pid == e.get("pid") and lo <= e["ts"] and e["ts"] + e.get("dur", 0) <= hi for pid, lo, hi in fetches)
+
+    data["traceEvents"] = [e for e in events if e.get("cat") not in UNREAD or in_a_fetch(e)]
     kept.write_bytes(gzip.compress(json.dumps(data, separators=(",", ":")).encode(), compresslevel=9))
 
 
 def profile(job: str, device: str, folder: Path, keep: Path) -> dict:
     """One job traced as it ships (the slow script), read as `workbook report` reads it; its trace kept in ``keep``."""
-    import shutil
     import tomllib
 
     from checker.trace import load

@@ -39,6 +39,21 @@ def wait_ranges(events: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return ranges, "DataLoader __next__" if len(ranges) else "none"
 
 
+def fetch_calls(events: pd.DataFrame) -> dict[int, int]:
+    """Per step, how many Python calls (frames and C calls, as Python's tracer records them) run inside the step's
+    fetch of its batch: the loader's own machinery, and with no workers, the dataset's work for every sample.
+    Steps without a fetch range are left out; a trace without Python events gives 0 for each fetch."""
+    ranges, _kind = wait_ranges(events)
+    python = events[events["kind"] == "python"]
+    out: dict[int, int] = {}
+    for pid, mine in ranges.groupby("pid"):
+        theirs = python[python["pid"] == pid]
+        starts, ends = theirs["start_ns"].to_numpy(np.int64), theirs["end_ns"].to_numpy(np.int64)
+        for step, lo, hi in zip(mine["step"], mine["start_ns"], mine["end_ns"]):
+            out[int(step)] = out.get(int(step), 0) + int(((starts >= lo) & (ends <= hi)).sum())
+    return out
+
+
 def data_wait(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=(), loading: str | None = None,
               preparing: str | None = None) -> pd.DataFrame:
     """One row per step: step_ns, data_wait_ns, data_wait_fraction, source (which ranges were used).

@@ -45,18 +45,26 @@ def test_every_check_is_known_and_decided_per_device(chapter):
 
 @pytest.mark.parametrize("chapter", [c for c in CHAPTERS if any(s.name == "data_wait" for s in c.checks)],
                          ids=lambda c: c.id)
-def test_data_wait_is_read_from_steps_that_hold_no_epoch_boundary(chapter):
-    """The first batch of an epoch waits for the workers to start the new epoch, once per epoch: a traced step at
-    a boundary measures that, not the steady state data_wait grades (chapter 03's solution, traced in a tail that began an epoch,
-    failed data_wait on CI's machine: stop 35)."""
+def test_data_wait_judges_steady_steps_and_on_a_cpu_only_keyed_epochs(chapter):
+    """The first batch of an epoch waits for the workers to start the new epoch, once per epoch: data_wait leaves
+    such a step out (chapter 03's solution, traced in a tail that began an epoch, failed data_wait on CI's machine
+    when it did not: stop 35), so at least three steady steps must remain to judge. On a CPU every traced step is in
+    an epoch that began at or after the window opened, keyed by the window's key (checker.base.workloads.KeyedEpochs),
+    so that no epoch a traced step reads can be decoded before the window (red team 10)."""
     for device in chapter.workload:
-        epoch = chapter.config(device).get("epoch_batches")
-        tails = (False, True) if chapter.config(device).get("traced_tail") else (False,)
+        cfg = chapter.config(device)
+        epoch, warmup, log_every = int(cfg.get("epoch_batches") or 0), int(cfg["warmup"]), int(cfg.get("log_every") or 0)
+        tails = (False, True) if cfg.get("traced_tail") else (False,)
         for tail in tails:
             traced = chapter.traced_steps(device, tail)
-            at = [s for s in traced if epoch and s % int(epoch) == 0]
-            assert not at, (f"{chapter.id} on {device}: the traced steps {traced.start}..{traced.stop - 1} hold an "
-                            f"epoch boundary at step {at[0]} (epoch_batches = {epoch}): move steps, warmup or epoch_batches")
+            judged = [s for s in traced if not (epoch and s and s % epoch == 0)
+                      and not (log_every and (s + 1) % log_every == 0)]
+            assert len(judged) >= 3, f"{chapter.id} on {device}: only steps {judged} of {list(traced)} are judged"
+            if device == "cpu" and epoch and not tail:
+                first = [s for s in traced if (s // epoch) * epoch < warmup]
+                assert not first, (f"{chapter.id} on {device}: traced step {first[0]} is in an epoch that began before "
+                                   f"the window opened at step {warmup} (epoch_batches = {epoch}): its samples can be "
+                                   "made in set-up")
 
 
 def _shipped_lab(chapter):

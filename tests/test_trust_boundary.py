@@ -626,8 +626,9 @@ def test_every_traced_cpu_step_stores_gradients_into_every_trainable_tensor_of_t
 
 def test_operators_run_with_op_recording_switched_off_make_a_cpu_trace_unbelieved(tmp_path):
     """An operator called from Python always runs an aten op the profiler records inside its call; calls that hold
-    none ran with recording switched off (here through a computed name, past the source scan). math's own `log`
-    is no operator of torch's."""
+    none ran with recording switched off (here through a computed name, past the source scan, and called from C, so
+    that the trace names no call of the switch). math's own `log` is no operator of torch's. A switch called from
+    Python is named in the trace, and that alone makes it unbelieved."""
     import math
 
     import torch
@@ -639,21 +640,23 @@ def test_operators_run_with_op_recording_switched_off_make_a_cpu_trace_unbelieve
     switch = getattr(torch.autograd, "_enable_record" + "_function")
     x = torch.randn(64, 64)
 
-    def traced(hide: bool):
+    def traced(hide: bool, named: bool = False):
         with profile(with_stack=True) as prof:
             with record_function("step 0"):
                 if hide:
-                    switch(False)
+                    switch(False) if named else list(map(switch, [False]))
                 for _ in range(4):
                     torch.sigmoid(x).mul(x).add(x)
                     math.log(2.0)
-                switch(True)
-        path = tmp_path / f"trace-{hide}.json"
+                if hide:
+                    switch(True) if named else list(map(switch, [True]))
+        path = tmp_path / f"trace-{hide}-{named}.json"
         prof.export_chrome_trace(str(path))
         return load(path).events
 
     assert unrecorded_operators(traced(hide=False)) is None
     assert "recorded no op" in unrecorded_operators(traced(hide=True))
+    assert "switches what the profiler records 2 time(s)" in unrecorded_operators(traced(hide=True, named=True))
 
 
 @pytest.mark.slow

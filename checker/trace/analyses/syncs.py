@@ -225,6 +225,8 @@ def _unnamed_tolists(events: pd.DataFrame) -> np.ndarray:
         pool = np.flatnonzero(ops & ~first & (pids == key[0]) & (tids == key[1]))
         pool = pool[np.lexsort((-ends[pool], starts[pool]))]  # by start, longer first: as innermost() wants
         mine = np.flatnonzero((pids[rows] == key[0]) & (tids[rows] == key[1]))
+        if not len(pool):
+            continue  # no other op on the thread: each is top-level
         holder = innermost(starts[rows[mine]], starts[pool], ends[pool])
         top[mine] = (holder < 0) | (ends[pool[np.maximum(holder, 0)]] < ends[rows[mine]])
     return rows[top].astype(np.int64)

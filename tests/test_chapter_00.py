@@ -415,7 +415,7 @@ def test_clock_reads_measure_each_step_from_the_scripts_own_reads():
     rows = []
 
     def frame(name, step, start, end):
-        rows.append({"kind": "python", "name": name, "step": step, "tid": 1, "start_ns": start, "end_ns": end})
+        rows.append({"kind": "python", "name": name, "step": step, "pid": 1, "tid": 1, "start_ns": start, "end_ns": end})
 
     ms = 1_000_000
     for step, (begin, t0, t1) in {10: (0, 1, 9), 11: (10, 11, 21), 12: (22, 23, 26)}.items():

@@ -171,15 +171,19 @@ def marked_range(name: str) -> Iterator[None]:
             _pop_range()
 
 
+def _batch_tensors(batch: Any) -> list:
+    """The items of a batch, in order: a tensor's own, a tuple's or list's, a dict's values."""
+    if isinstance(batch, dict):
+        return list(batch.values())
+    return list(batch) if isinstance(batch, (list, tuple)) else [batch]
+
+
 def _batch_size(batch: Any) -> int:
     if isinstance(batch, torch.Tensor):
         return int(batch.shape[0]) if batch.dim() else 1
-    if isinstance(batch, dict):
-        batch = list(batch.values())
-    if isinstance(batch, (list, tuple)):
-        for item in batch:
-            if isinstance(item, torch.Tensor) and item.dim():
-                return int(item.shape[0])
+    for item in _batch_tensors(batch):
+        if isinstance(item, torch.Tensor) and item.dim():
+            return int(item.shape[0])
     raise TypeError("cannot count samples: a batch must be a tensor, or a tuple/list/dict holding one")
 
 
@@ -278,11 +282,9 @@ class Finished:
         index, self.in_epoch = self.in_epoch, self.in_epoch + 1
         if not in_window or len(self.kept) >= self.keep:
             return
-        tensors = list(batch.values()) if isinstance(batch, dict) else list(batch) if isinstance(batch, (list, tuple)) \
-            else [batch]
-        images = next((t for t in tensors if isinstance(t, torch.Tensor) and t.dim() == 4), None)
+        images = next((t for t in _batch_tensors(batch) if isinstance(t, torch.Tensor) and t.dim() == 4), None)
         size = _batch_size(batch)
-        items = list(getattr(self.sampler, "items", []))[index * size:(index + 1) * size]
+        items = self.sampler.items[index * size:(index + 1) * size]
         self.kept.append((None if images is None else images.detach().to("cpu", copy=True), items))
 
     def unfinished(self) -> int:

@@ -128,9 +128,11 @@ def percentile_band(times, fraction: float) -> tuple[float, float]:
 
 
 def compare(name: str, reported: float, truth: float, tolerance: float,
-            band: tuple[float, float] | None = None) -> tuple[float, str | None]:
+            band: tuple[float, float] | None = None, measured_by: str = "the grader's",
+            measured: str = "the steps ran") -> tuple[float, str | None]:
     """(how many times off, a line of evidence when off by more than the tolerance). ``band`` is the range of
-    right answers (see percentile_band); without it, ``truth`` is the one right answer."""
+    right answers (see percentile_band); without it, ``truth`` is the one right answer. ``measured_by`` and
+    ``measured`` say in the line whose measurement ``truth`` is."""
     if not math.isfinite(reported) or reported <= 0:
         return float("inf"), f"{name} is {reported!r}, not a positive number of milliseconds"
     low, high = band if band is not None else (truth, truth)
@@ -140,7 +142,7 @@ def compare(name: str, reported: float, truth: float, tolerance: float,
         return off, None
     how = "faster than" if reported < nearest else "slower than"
     grader = f"{truth:.3f} ms" if low == high else f"{truth:.3f} ms (any of {low:.3f}-{high:.3f} ms, by method)"
-    return off, (f"{name} {reported:.3f} ms vs the grader's {grader}: {off:.2f}x {how} the steps ran "
+    return off, (f"{name} {reported:.3f} ms vs {measured_by} {grader}: {off:.2f}x {how} {measured} "
                  f"(tolerance {tolerance:.0%})")
 
 
@@ -257,10 +259,11 @@ def against_clock_reads(evidence, spec, report: dict[str, float]) -> tuple[dict 
         if name not in report:
             continue
         band = percentile_band(times, PERCENTILES[name]) if name in PERCENTILES else None
-        _off, line = compare(name, report[name], found[name], tolerance, band)
+        _off, line = compare(name, report[name], found[name], tolerance, band,
+                             measured_by="the script's own clock reads in the timed steps measured",
+                             measured="those reads")
         if line:
-            lines.append(line.replace("the grader's", "the script's own clock reads in the timed steps measured", 1)
-                         .replace("the steps ran", "those reads"))
+            lines.append(line)
     return found, lines
 
 

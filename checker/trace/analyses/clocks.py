@@ -36,8 +36,9 @@ def clock_reads(events: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame({"step": pd.Series(dtype="Int64"), "start_ns": pd.Series(dtype="int64")})
     frames = python[names.str.match(FRAME).to_numpy(bool)]
     keep = []
-    for tid, mine in reads.groupby("tid"):
-        pool = frames[frames["tid"] == tid].sort_values(["start_ns", "end_ns"], ascending=[True, False])
+    for (pid, tid), mine in reads.groupby(["pid", "tid"]):
+        pool = frames[(frames["pid"] == pid) & (frames["tid"] == tid)].sort_values(["start_ns", "end_ns"],
+                                                                                   ascending=[True, False])
         holder = innermost(mine["start_ns"].to_numpy(np.int64), pool["start_ns"].to_numpy(np.int64),
                            pool["end_ns"].to_numpy(np.int64))
         held_by = np.array([str(pool["name"].iat[h]) if h >= 0 else "" for h in holder], dtype=object)

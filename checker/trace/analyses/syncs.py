@@ -73,9 +73,10 @@ READING_OPS = ("aten::bincount", "aten::equal", "aten::_pack_padded_sequence")
 # (the inner ops that do the work: `coalesce` and `to_sparse` call them, counted once)
 SPARSE_SIZE_OPS = ("aten::_coalesce", "aten::_to_sparse", "aten::_to_sparse_csr", "aten::_to_sparse_csc",
                    "aten::_to_sparse_bsr", "aten::_to_sparse_bsc")
-# what `Tensor.tolist()` runs before it reads the values (torch/csrc/utils/tensor_list.cpp): the conjugate and
-# negative bits resolved, two ops at the top level of a step, where no operator of a model or a loss calls them
-TOLIST_OPS = ("aten::resolve_conj", "aten::resolve_neg")
+# what `Tensor.tolist()` runs first, before it reads the values (torch/csrc/utils/tensor_list.cpp): the conjugate bit
+# resolved (then the negative bit, `aten::resolve_neg`), an op at the top level of a step, where no operator of a
+# model or a loss calls it
+TOLIST_OP = "aten::resolve_conj"
 CPU_SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", *UNIQUE_OPS, *READING_OPS, *SPARSE_SIZE_OPS})
 # ops that read a tensor argument's values only in one overload: tensor_split given a tensor of indices (it calls
 # the overload of Python ints inside itself, one op nested in the other), not given ints
@@ -176,7 +177,7 @@ A call no such frame holds (a thread's, started
     read_names = [n for n in names[python].unique() if PYTHON_READ.search(str(n))]
     reads = np.flatnonzero(python & names.isin(read_names).to_numpy())
     # a `tolist` the tracer did not name (called from C: `operator.methodcaller("tolist")`, `map(Tensor.tolist, ...)`)
-    # still runs its two ops first: an op of TOLIST_OPS that no other op holds is a read (inside a named call, the
+    # still runs TOLIST_OP first: one that no other op holds is a read (inside a named call, the
     # call is counted and the op dropped below, as a read inside another read)
     reads = np.sort(np.concatenate([reads, _unnamed_tolists(events)]))
     if not len(reads):
@@ -212,9 +213,9 @@ A call no such frame holds (a thread's, started
 
 
 def _unnamed_tolists(events: pd.DataFrame) -> np.ndarray:
-    """Row numbers of the top-level ``aten::resolve_conj`` ops (see TOLIST_OPS): held by no other op of their thread."""
+    """Row numbers of the top-level ``aten::resolve_conj`` ops (TOLIST_OP): held by no other op of their thread."""
     ops = (events["kind"] == "cpu_op").to_numpy()
-    first = ops & (events["name"] == TOLIST_OPS[0]).to_numpy()
+    first = ops & (events["name"] == TOLIST_OP).to_numpy()
     if not first.any():
         return np.zeros(0, dtype=np.int64)
     starts, ends = events["start_ns"].to_numpy(np.int64), events["end_ns"].to_numpy(np.int64)

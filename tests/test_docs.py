@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -570,3 +571,15 @@ def test_pages_show_the_labs_as_shipped_whatever_the_learner_did(tmp_path):
     log = build(tmp_path / "no-git")
     assert "chapters/07_capstone_ladder/slow.py" in log  # said, at INFO: the slow script stands in
     assert "running_loss += loss.item()" in _page_text(tmp_path / "no-git" / "chapters" / "07_capstone_ladder" / "index.html")
+
+
+def test_the_doctor_table_is_rendered_from_the_runs_it_names():
+    """docs/results/doctor-gpu.md is what scripts/doctor_table.py renders from the doctor_verify runs it names, and
+    every claim in them held."""
+    module = load_script("scripts/doctor_table.py")
+    text = (ROOT / "docs" / "results" / "doctor-gpu.md").read_text()
+    names = re.findall(r"`evidence/history/([^`]+-doctor-verify\.json)`", text)
+    sources = [(name, json.loads((ROOT / "evidence" / "history" / name).read_text())) for name in names]
+    assert {data["gpu"] for _, data in sources} >= {"NVIDIA H100 80GB HBM3", "NVIDIA H200"}
+    assert text == module.render(sources)
+    assert all(row["ok"] for _, data in sources for row in data["rows"]), "a claim the page shows missed"

@@ -17,8 +17,7 @@ from pathlib import Path
 
 def render(sources: list[tuple[str, dict]]) -> str:
     """The table of the recorded runs, `sources` being (file name, its JSON) in the order the columns take."""
-    lines = ["# `workbook doctor` on the GPUs", "",
-             "Rendered by `scripts/doctor_table.py` from the runs of `scripts/doctor_verify.sh` named below. Claims: on "
+    lines = ["Rendered by `scripts/doctor_table.py` from the runs of `scripts/doctor_verify.sh` named below. Claims: on "
              "a chapter's slow script doctor names that chapter among its findings (07: several chapters); on its "
              "solution no finding of that chapter is left (07: fewer findings than its slow script); on chapter 08's "
              "practice jobs the wall is the job's design.", ""]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from checker.base.chapters import all_chapters
+from checker.base.errors import WorkbookError
 from checker.pages.results import headline, lesson_status, render_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -166,6 +167,28 @@ def test_lesson_is_confirmed_only_when_solution_passes_and_lab_fails_with_both_t
     assert "the solution failed with nsys" in lesson_status(
         [r if (r["variant"], r["trace_tool"]) != ("solution", "nsys") else _run("solution", "nsys", False) for r in complete])
     assert "not run: lab with nsys" in lesson_status(complete[:3])
+    torch_only = [r for r in complete if r["trace_tool"] == "torch"]
+    assert lesson_status(torch_only, ("torch",)) is None and "not run" in lesson_status(torch_only)
+
+
+def test_a_chapter_not_graded_with_nsys_says_why_and_owes_no_nsys_run():
+    """Chapter 09's checks read what only torch.profiler records: its page says so instead of asking for nsys runs,
+    and a check with nsys is refused in one line, on any machine, before anything runs."""
+    from checker.base.chapters import get_chapter
+    from checker.grader.evaluate import refuse_trace_tool
+
+    chapter = get_chapter("09")
+    assert chapter.trace_tools == ("torch",) and "nsys" in chapter.not_graded_with
+    runs = [_run(v, "torch", v == "solution") for v in ("solution", "lab")]
+    results = {"chapter": chapter.id, "gpu": "G", "driver": "D", "torch": "T", "cuda": "C", "cpu_count": 1,
+               "date": "2026-01-01", "runs": runs, "headline": headline(runs)}
+    page = render_markdown(results)
+    assert "GPU verification incomplete" not in page
+    assert f"graded with torch.profiler only, not nsys: {chapter.not_graded_with['nsys']}" in page
+    for device in ("cpu", "cuda", None):
+        with pytest.raises(WorkbookError, match="graded from torch.profiler's traces only"):
+            refuse_trace_tool(chapter, "nsys", device)
+    assert get_chapter("01").trace_tools == ("torch", "nsys")
 
 
 def test_incomplete_verification_is_flagged_on_the_page():

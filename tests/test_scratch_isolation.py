@@ -6,6 +6,7 @@ found, removed, and the run refused."""
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,9 +42,16 @@ def test_a_run_finds_nothing_an_earlier_run_left_in_scratch_places(clean_marks, 
     if not sandbox.scratch_isolation_available():
         pytest.skip("this machine allows no mount namespace (needs root and a kernel that allows it)")
     monkeypatch.setenv("WORKBOOK_FORKSERVER", forked)
-    first, second = run_probe(), run_probe()
+    libraries = Path(tempfile.mkdtemp(prefix="workbook-libs-", dir="/tmp"))  # nsys's libdw, unpacked in /tmp
+    libraries.chmod(0o755)
+    monkeypatch.setenv("LD_LIBRARY_PATH", f"{libraries}{os.pathsep}{os.environ.get('LD_LIBRARY_PATH', '')}")
+    try:
+        first, second = run_probe(), run_probe()
+    finally:
+        libraries.rmdir()
     assert first.reports["found"] == 0 and second.reports["found"] == 0
     assert not any(mark.exists() for mark in MARKS), "a run's private /dev/shm or /tmp reached the machine's"
+    assert first.reports["libraries"] == 1, "a folder LD_LIBRARY_PATH names under /tmp is not bound back into the run"
 
 
 @pytest.mark.slow

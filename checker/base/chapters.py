@@ -18,6 +18,7 @@ from checker.base.errors import WorkbookError
 from checker.base.paths import chapters_dir, labs_dir, repo_root, solutions_dir
 
 DEVICE_KINDS = ("cuda", "cpu")
+TRACE_TOOLS = ("torch", "nsys")  # torch.profiler, Nsight Systems: what `workbook check --trace-tool` takes
 VARIANTS = ("slow", "lab", "solution")
 
 
@@ -79,7 +80,13 @@ class Chapter:
     hints: tuple[Hint, ...]
     recipe: dict[str, str]
     look_for: dict[str, str]
+    not_graded_with: dict[str, str] = field(default_factory=dict)  # trace tool -> why this chapter's checks cannot use it
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def trace_tools(self) -> tuple[str, ...]:
+        """The trace tools `workbook check` grades this chapter with (torch.profiler always)."""
+        return tuple(tool for tool in TRACE_TOOLS if tool not in self.not_graded_with)
 
     @property
     def short_title(self) -> str:
@@ -199,6 +206,10 @@ def _parse(path: Path) -> Chapter:
     hints = tuple(hints)
     recipe = dict(raw.get("recipe", {}))
     look_for = recipe.pop("look_for", {})
+    not_graded_with = {tool: " ".join(str(why).split()) for tool, why in raw.get("not_graded_with", {}).items()}
+    if set(not_graded_with) - set(TRACE_TOOLS[1:]) or not all(not_graded_with.values()):
+        raise WorkbookError(f"{path}: [not_graded_with] maps {' or '.join(TRACE_TOOLS[1:])} to why the checks cannot "
+                            f"use it (torch.profiler always grades); got {raw.get('not_graded_with')!r}")
     return Chapter(
         id=chapter_id,
         number=int(chapter_id.split("_", 1)[0]),
@@ -212,6 +223,7 @@ def _parse(path: Path) -> Chapter:
         hints=hints,
         recipe=recipe,
         look_for=look_for,
+        not_graded_with=not_graded_with,
         raw=raw,
     )
 

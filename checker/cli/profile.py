@@ -25,7 +25,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     script = chapter.script_for(args.variant)
     out_dir = chapter.lab_script.parent / "profiles"
     out = out_dir / (f"{args.variant}-{args.tool}" + (f"-job-{args.job}" if args.job else ""))
-    command = chapter.recipe[args.tool].format(script=display_path(script), out=display_path(out))
+    # only {script} and {out} are the workbook's: other braces are the tool's own (nsys's %q{RANK})
+    command = chapter.recipe[args.tool].replace("{script}", display_path(script)).replace("{out}", display_path(out))
     if args.job:  # a chapter of mystery jobs (08): the job of your assignment to run
         command += f" --job {shlex.quote(args.job)}"
     print(command)

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from checker.base.chapters import Chapter
+from checker.base.chapters import TRACE_TOOLS, Chapter
 from checker.base.errors import WorkbookError
 from checker.base.paths import display_path
 from checker.base.tools import require_tool
@@ -34,7 +34,6 @@ from checker.grader.report import Report
 from checker.grader.runs import IncompleteWork
 from checker.grader.scan import refuse_probes
 
-TRACE_TOOLS = ("torch", "nsys")
 
 
 def cuda_available() -> bool:
@@ -47,18 +46,28 @@ def default_device() -> str:
     return "cuda" if cuda_available() else "cpu"
 
 
-def _refuse_setting(device: str, trace_tool: str, candidate: Path) -> None:
+def refuse_trace_tool(chapter: Chapter, trace_tool: str, device: str | None) -> None:
+    """A trace tool this chapter or device cannot be graded with: one line (a WorkbookError). ``device`` None: not
+    chosen yet (class grading picks it later)."""
+    if trace_tool not in TRACE_TOOLS:
+        raise WorkbookError(f"--trace-tool {trace_tool}: choose torch or nsys")
+    if trace_tool in chapter.not_graded_with:  # on any machine: no GPU would change it
+        raise WorkbookError(f"chapter {chapter.number:02d} is graded from torch.profiler's traces only: "
+                            f"{chapter.not_graded_with[trace_tool]}. Check with --trace-tool torch (the default); "
+                            f"`workbook profile {chapter.number:02d} --tool {trace_tool}` shows the job in {trace_tool}")
+    if trace_tool == "nsys":
+        if device == "cpu":
+            raise WorkbookError("--trace-tool nsys traces CUDA work; use it with --device cuda, or use --trace-tool torch")
+        require_tool("nsys", "--trace-tool nsys", "use --trace-tool torch")
+
+
+def _refuse_setting(chapter: Chapter, device: str, trace_tool: str, candidate: Path) -> None:
     """A device, tool or file this check cannot use: one line (a WorkbookError), before anything runs."""
+    refuse_trace_tool(chapter, trace_tool, None if device not in ("cpu", "cuda") else device)
     if device not in ("cpu", "cuda"):
         raise WorkbookError(f"--device {device}: choose cpu or cuda")
     if device == "cuda" and not cuda_available():
         raise WorkbookError("--device cuda: this machine has no CUDA GPU that torch can use; try --device cpu")
-    if trace_tool not in TRACE_TOOLS:
-        raise WorkbookError(f"--trace-tool {trace_tool}: choose torch or nsys")
-    if trace_tool == "nsys":
-        if device != "cuda":
-            raise WorkbookError("--trace-tool nsys traces CUDA work; use it with --device cuda, or use --trace-tool torch")
-        require_tool("nsys", "--trace-tool nsys", "use --trace-tool torch")
     if not candidate.is_file():
         raise WorkbookError(f"{candidate}: no such file")
     refuse_probes(candidate, display_path(candidate))
@@ -86,7 +95,7 @@ class Evaluation:
     def __init__(self, chapter: Chapter, candidate: Path, device: str, trace_tool: str = "torch", with_ncu: bool = False,
                  keep_traces: Path | None = None, progress=None, only: set[str] | None = None,
                  bank: BaselineBank | None = None, learner: str | None = None):
-        _refuse_setting(device, trace_tool, candidate)
+        _refuse_setting(chapter, device, trace_tool, candidate)
         self.chapter, self.candidate, self.device, self.trace_tool = chapter, candidate, device, trace_tool
         self.keep_traces, self.bank = keep_traces, bank
         self.plan = make_plan(chapter, device, only, with_ncu, trace_tool)

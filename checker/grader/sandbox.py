@@ -343,11 +343,13 @@ def probe_command() -> list[str]:
 
 def import_places() -> list[str]:
     """The folders a run reads its code from (the checkout, site-packages) and the interpreter it runs (a virtual
-    environment's folder, its pyvenv.cfg with it): bound back into a run's private scratch places where they live
-    under one (a checkout or an environment in /tmp)."""
+    environment's folder, its pyvenv.cfg with it), and the folders LD_LIBRARY_PATH names (a library nsys's importer
+    loads, unpacked in /tmp): bound back into a run's private scratch places where they live under one (a checkout
+    or an environment in /tmp)."""
     places = _import_paths()
-    for place in (sys.prefix, os.path.dirname(sys.executable)):
-        if place and os.path.isdir(place) and place not in places:
+    libraries = os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+    for place in (sys.prefix, os.path.dirname(sys.executable), *libraries):
+        if place and os.path.isabs(place) and os.path.isdir(place) and place not in places:
             places.append(place)
     return places
 

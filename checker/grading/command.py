@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from checker.base.chapters import get_chapter
 from checker.base.errors import WorkbookError
-from checker.base.tools import find_tool, require_tool
+from checker.base.tools import find_tool
+from checker.grader.evaluate import refuse_trace_tool
 
 
 def names_of_students(text: str | None) -> list[str] | None:
@@ -30,10 +31,8 @@ def grade_class(args, say) -> int:
     if args.collect and args.slurm:
         raise WorkbookError("--collect builds the gradebook from what was graded; --slurm grades: choose one")
     only = names_of_students(args.only)
-    if args.trace_tool == "nsys" and args.device == "cpu":
-        raise WorkbookError("--trace-tool nsys traces CUDA work; use it with --device cuda, or use --trace-tool torch")
-    if args.trace_tool == "nsys":
-        require_tool("nsys", "--trace-tool nsys", "use --trace-tool torch")
+    if args.trace_tool is not None:
+        refuse_trace_tool(chapter, args.trace_tool, args.device)
     if args.baseline_every < 0:
         raise WorkbookError(f"--baseline-every {args.baseline_every}: give a number of students, or 0 to pair every "
                             "run with the slow script")
@@ -48,7 +47,8 @@ def grade_class(args, say) -> int:
     # under --slurm the GPUs are on the compute nodes: assume CUDA unless told --device cpu
     device = (args.device or "cuda") if args.slurm else grading.choose_device(args.device, names)
     if args.trace_tool is None:  # a class's trace claims rest on a trace the grader captures, where it can
-        args.trace_tool = "nsys" if device == "cuda" and find_tool("nsys") is not None else "torch"
+        args.trace_tool = ("nsys" if device == "cuda" and "nsys" in chapter.trace_tools and find_tool("nsys") is not None
+                           else "torch")
     submissions, out = args.submissions.resolve(), args.out.resolve()
     assignment = None
     if chapter.raw.get("answer_file"):  # chapter 08: each learner's jobs come from the course secret

@@ -13,6 +13,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from checker.base.chapters import get_chapter
 from checker.checks import KEY_MEASURE, NOT_SELECTED
 
 TOOL_NAMES = {"torch": "torch.profiler", "nsys": "nsys"}
@@ -197,9 +198,10 @@ def _cell(runs: list[dict[str, Any]], variant: str, tool: str, check: str) -> st
     return mark
 
 
-def lesson_status(runs: list[dict[str, Any]]) -> str | None:
-    """None when the GPU runs show the lesson (solution passes and lab fails, with both trace tools), else why not."""
-    missing = [f"{v} with {TOOL_NAMES[t]}" for v in ("solution", "lab") for t in ("torch", "nsys")
+def lesson_status(runs: list[dict[str, Any]], tools: tuple[str, ...] = tuple(TOOL_NAMES)) -> str | None:
+    """None when the GPU runs show the lesson (solution passes and lab fails, with every trace tool the chapter is
+    graded with, ``tools``), else why not."""
+    missing = [f"{v} with {TOOL_NAMES[t]}" for v in ("solution", "lab") for t in tools
                if not any(r["variant"] == v and r["trace_tool"] == t for r in runs)]
     def failed_checks(r):
         names = [name for name, c in r["checks"].items() if c["status"] == "failed"]
@@ -331,7 +333,10 @@ def _render_kind(results: dict[str, Any]) -> str:
             if head.get(key) is not None]
         lines.append(f"- one `workbook check` of the solution took {' and '.join(walls)} (wall time, median)")
     lines.append(_verdict_line(head))
-    status = lesson_status(runs)
+    chapter = get_chapter(results["chapter"]) if results.get("chapter") else None
+    status = lesson_status(runs, chapter.trace_tools) if chapter else lesson_status(runs)
+    for tool, why in (chapter.not_graded_with if chapter else {}).items():
+        lines.append(f"- graded with torch.profiler only, not {TOOL_NAMES[tool]}: {why}")
     if status:
         lines = ["!!! warning \"GPU verification incomplete\"", f"    {status}.", ""] + lines
     lines += _step_time_line(runs) + _ncu_lines(runs)

@@ -1,6 +1,7 @@
 """A chapter 00 benchmark that keeps state between runs outside its folder: tests/test_scratch_isolation.py.
 
-It reports `found` (1 when a file an earlier run left in /dev/shm or /tmp is there) and leaves one in each.
+It reports `found` (1 when a file an earlier run left in /dev/shm or /tmp is there) and leaves one in each, and
+`libraries` (1 when every folder LD_LIBRARY_PATH names is there: a library unpacked under /tmp stays in reach).
 """
 
 import os
@@ -18,4 +19,6 @@ for step, batch in session.steps(session.batches):
     tokens, labels = batch
     session.loss_fn(session.model(tokens), labels).backward()
 session.report("found", 1.0 if found else 0.0)
+folders = [f for f in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if f]
+session.report("libraries", 1.0 if all(os.path.isdir(f) for f in folders) else 0.0)
 session.finish()

@@ -154,6 +154,23 @@ def test_profile_prints_the_recipe(workbook):
     assert "labs/01_item_syncs/train.py" in proc.stdout
 
 
+def test_every_recipe_prints_with_its_script_and_its_tools_own_braces(capsys):
+    """Only {script} and {out} are filled in: nsys's %q{RANK} (chapter 09's one report per rank) stays as nsys reads it."""
+    import argparse
+
+    from checker.base.chapters import all_chapters
+    from checker.cli.profile import cmd_profile
+
+    printed = {}
+    for chapter in all_chapters():
+        for tool in chapter.recipe:
+            args = argparse.Namespace(chapter=chapter.id, tool=tool, variant="lab", job=None, run=False)
+            assert cmd_profile(args) == 0
+            command = printed[chapter.number, tool] = capsys.readouterr().out.splitlines()[0]
+            assert "{script}" not in command and "{out}" not in command and chapter.lab_file in command
+    assert ".%q{RANK} python labs/09_data_parallel/train.py" in printed[9, "nsys"]
+
+
 def test_profile_says_what_to_look_for_on_a_cpu_too(workbook):
     proc = workbook("profile", "06", "--tool", "torch")
     assert proc.returncode == 0 and proc.stdout.startswith("python ")

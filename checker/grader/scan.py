@@ -80,6 +80,16 @@ PROBE_MODULES = {"checker.candidate": "imports the harness's internals", "inspec
                  "importlib": "imports modules by computed names"}
 
 
+# In a chapter that counts host reads (host_syncs): a tensor over memory a Python object shares (a bytearray, a
+# numpy array, a DLPack capsule) lets a value copied into it be read by indexing that object, with no op or call any
+# trace records on a CPU (on a GPU the copy is a device-to-host copy and a sync, which the trace shows). Building
+# such a tensor, or a raw view of memory, has no place in these labs.
+ALIASING = {name: "makes a tensor share memory with a Python object, whose values are then read with no op a CPU "
+                  "trace records" for name in (
+                "frombuffer", "from_numpy", "from_dlpack", "to_dlpack", "__dlpack__", "asarray",
+                "__array__", "__array_interface__", "__array_struct__", "__cuda_array_interface__")}
+ALIASING["memoryview"] = "reads raw memory through a memoryview, which no trace records"
+
 # a name in a string reaches what the attribute would (getattr(session, "_window_stamps_ns"), vars(session)[...]):
 # a string that names a private one of them (or is exactly one of the others) is the same probe
 PRIVATE_NAME = re.compile(r"\b_?[A-Za-z_]\w*\b")
@@ -149,8 +159,9 @@ def _replaces_aten(node: ast.AST) -> bool:
     return False
 
 
-def findings(source: str, filename: str = "<script>") -> list[str]:
-    """'line N: what' for everything the scan refuses in ``source``."""
+def findings(source: str, filename: str = "<script>", host_reads: bool = False) -> list[str]:
+    """'line N: what' for everything the scan refuses in ``source``; with ``host_reads`` (a chapter that counts
+    host reads) also what makes a tensor share memory with a Python object (ALIASING)."""
     try:
         tree = ast.parse(source, filename)
     except SyntaxError:
@@ -161,6 +172,8 @@ def findings(source: str, filename: str = "<script>") -> list[str]:
     session = _session_names(tree)
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
+        if host_reads and (name := _aliasing(node)) is not None:
+            found.append((line, f"{ALIASING[name]} ({name})"))
         if (reflection := _reflects_on_session(node, session)) is not None:
             found.append((line, reflection))
         if isinstance(node, ast.Attribute) and node.attr in PROBE_ATTRIBUTES:
@@ -190,15 +203,32 @@ def findings(source: str, filename: str = "<script>") -> list[str]:
     return [f"line {line}: {what}" for line, what in sorted(set(found))]
 
 
-def refuse_probes(script: Path, shown: str) -> None:
-    """Raise WorkbookError (exit 2) when the script inspects how it is measured (unless WORKBOOK_SCAN=0)."""
+def _aliasing(node: ast.AST) -> str | None:
+    """The ALIASING name a node uses: an attribute, a name, an imported name, or a string naming exactly one."""
+    if isinstance(node, ast.Attribute):
+        name = node.attr
+    elif isinstance(node, ast.Name):
+        name = node.id
+    elif isinstance(node, ast.alias):
+        name = node.name.rsplit(".", 1)[-1]
+    elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+        name = node.value.strip()
+    else:
+        return None
+    return name if name in ALIASING else None
+
+
+def refuse_probes(script: Path, shown: str, host_reads: bool = False) -> None:
+    """Raise WorkbookError (exit 2) when the script inspects how it is measured, or, with ``host_reads``, makes a
+    tensor over memory a Python object shares (unless WORKBOOK_SCAN=0)."""
     if os.environ.get("WORKBOOK_SCAN") == "0":
         return
     try:
         source = script.read_text(encoding="utf-8", errors="replace")
     except OSError as err:
         raise WorkbookError(f"{shown}: cannot be read ({err.strerror})") from None
-    found = findings(source, str(script))
+    found = findings(source, str(script), host_reads)
     if found:
-        raise WorkbookError(f"{shown} is refused: it inspects how it is measured or graded, which a lab never needs "
-                            f"to ({'; '.join(found[:3])}{'; ...' if len(found) > 3 else ''})")
+        raise WorkbookError(f"{shown} is refused: it inspects how it is measured or graded, or reads values where no "
+                            f"trace looks, which a lab never needs to ({'; '.join(found[:3])}"
+                            f"{'; ...' if len(found) > 3 else ''})")

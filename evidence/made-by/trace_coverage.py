@@ -13,6 +13,7 @@ import argparse
 import datetime
 import os
 import platform
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -46,7 +47,9 @@ def main() -> int:
             excuse = any(c.name in ("data_wait", "loader_settings") for c in chapter.checks)  # as the grader does
             found = op_coverage(trace.events, trace.get_steps(), excuse)
             verdict = hidden_work(trace.events, trace.get_steps(), excuse) or "believed"
-            role = "slow script" if "-baseline-" in path.name else "candidate"
+            role = "slow script" if "-baseline" in path.name else "candidate"
+            rank = re.search(r"\.rank(\d+)-", path.name)  # a data-parallel job's trace of one rank (rank 0: none)
+            role += f", rank {rank.group(1)}" if rank else (", rank 0" if get_chapter(path.name[:2]).number == 9 else "")
             lines.append(f"| {folder.name} | {role} | {len(found)} | {min(found):.1%} | {statistics.median(found):.1%} "
                          f"| {verdict.split(': ', 1)[0]} |")
     args.out.write_text("\n".join(lines) + "\n")

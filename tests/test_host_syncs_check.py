@@ -78,3 +78,22 @@ def test_a_read_made_while_the_harness_fetched_the_batch_is_not_blamed_on_the_lo
         "0.2 per step: aten::_local_scalar_dense while session.steps() fetched the next batch, made by the DataLoader, "
         "its sampler or dataset (a DataLoader whose workers do not outlive an epoch starts anew each epoch), iterated "
         "at train.py:40"], outcome.evidence
+
+
+def test_numpy_views_of_tensors_are_found_wherever_the_process_holds_them():
+    """A numpy array over a tensor's memory (Tensor.numpy(), np.asarray(t), a slice or a memoryview of one) lets a
+    CPU run read values no trace records: the harness counts them in globals, containers and a running function's
+    locals; an array a tensor was made over (torch.from_numpy: data coming in) is not one."""
+    import numpy as np
+    import torch
+
+    from checker.candidate.session import tensor_views
+
+    before = tensor_views()
+    kept = {"slice": torch.zeros(4).numpy()[1:], "asarray": np.asarray(torch.ones(3))}
+    local_view = torch.zeros(2).numpy()
+    raw = memoryview(torch.zeros(2).numpy())
+    assert tensor_views() - before == 4
+    del kept, local_view, raw
+    incoming = torch.from_numpy(np.zeros(3))
+    assert tensor_views() == before and incoming.sum() == 0

@@ -51,6 +51,53 @@ except ImportError:  # pragma: no cover - nvtx is a dependency
     _push_range = _pop_range = None
 
 
+def tensor_views() -> int:
+    """How many numpy arrays (or memoryviews of one) over a tensor's memory the process holds: made by
+    ``Tensor.numpy()`` or ``np.asarray(t)``, a value copied into the tensor is then read by indexing the array, which on
+    a CPU makes no op or call a trace records (on a GPU the copy is a device-to-host copy and a sync). Looked for after
+    the window, untimed and untraced: in every object the collector tracks, what each refers to, and the locals of
+    every frame on the stack (a running function's own variables)."""
+    import gc
+
+    import numpy as np
+
+    seen: set[int] = set()
+
+    def over_tensor(obj) -> bool:
+        if type(obj) is memoryview:
+            obj = obj.obj
+        if not isinstance(obj, np.ndarray) or id(obj) in seen:
+            return False
+        seen.add(id(obj))
+        base = obj
+        while isinstance(base, np.ndarray):
+            base = base.base
+        return isinstance(base, torch.Tensor)
+
+    # the collector lists the containers it tracks; one that holds only untracked objects (a dict or a tuple of
+    # arrays) it stops tracking, so those are walked into from what refers to them. Garbage first: a view dropped in
+    # a cycle is no view held
+    frames = []  # the locals of every frame on the stack, read first (a frame's cached copy of them is then current)
+    frame = sys._getframe()
+    while frame is not None:
+        frames.append(dict(frame.f_locals))
+        frame = frame.f_back
+    gc.collect()
+    pending = gc.get_objects() + frames
+    walked: set[int] = set()
+    found = 0
+    while pending:
+        obj = pending.pop()
+        found += over_tensor(obj)
+        for referent in gc.get_referents(obj):
+            found += over_tensor(referent)
+            if type(referent) in (dict, list, tuple, set, frozenset) and not gc.is_tracked(referent) \
+                    and id(referent) not in walked:
+                walked.add(id(referent))
+                pending.append(referent)
+    return found
+
+
 @dataclass
 class LaunchOptions:
     """Set by ``checker.candidate.launch`` before it runs a script; ``None`` when a script runs on its own."""
@@ -569,6 +616,8 @@ class Session:
         if _channel() is not None and self._finished is not None:  # after the trace: none of this is traced
             self._send({"type": "finished", "checked": len(self._finished.kept),
                         "unfinished": self._finished.unfinished()})
+        if _channel() is not None and self.device.type == "cpu" and any(c.name == "host_syncs" for c in self.chapter.checks):
+            self._send({"type": "views", "count": tensor_views()})
 
     def _open_tail(self) -> None:
         """After the window (its weights sent): the traced steps of a run that is also timed. Starting the profiler

@@ -84,6 +84,9 @@ class RunResult:
     sample_counts: list[int] = field(default_factory=list, repr=False)
     # (window batches compared, how many were not their keys' finished samples): checker.candidate.session.Finished
     finished_batches: tuple[int, int] | None = None
+    # numpy arrays over a tensor's memory the process held after the window (a CPU run of a chapter that counts host
+    # reads): checker.candidate.session.tensor_views
+    tensor_views: int | None = None
     marks_ns: dict[str, int] = field(default_factory=dict, repr=False)  # the grader's clock at each message
     ranks: list["RunResult"] = field(default_factory=list, repr=False)  # a job of several ranks: every rank's run
     rank_weight_gap: float | None = None  # a job: how far the ranks' trained weights are apart (0: identical)
@@ -188,6 +191,7 @@ class _Run:
         self.sample_ids: bytes | None = None
         self.sample_counts: list[int] = []
         self.finished: tuple[int, int] | None = None
+        self.views: int | None = None
 
     def broken(self, what: str) -> ScriptError:
         return ScriptError(f"{self.display} {what}; the grader stopped it")
@@ -256,6 +260,12 @@ class _Run:
                     or unfinished > checked:
                 raise self.broken("sent its finished batches out of turn or malformed")
             self.finished = (checked, unfinished)
+        elif kind == "views":
+            count = header.get("count")
+            if "weights" not in self.clock or self.views is not None or not isinstance(count, int) \
+                    or isinstance(count, bool) or count < 0:
+                raise self.broken("sent its count of numpy views out of turn or malformed")
+            self.views = count
         elif kind == "trace":
             if "weights" not in self.clock or (self.tail and "tail_close" not in self.clock) \
                     or self.trace_bytes is not None or payload is None:
@@ -515,7 +525,7 @@ def run_script(
         reports=dict(run.reports),
         forked=isinstance(proc, forkserver.ForkedRun),
         sample_ids=run.sample_ids,
-        sample_counts=list(run.sample_counts), finished_batches=run.finished,
+        sample_counts=list(run.sample_counts), finished_batches=run.finished, tensor_views=run.views,
         marks_ns=dict(run.clock),
     )
 

@@ -593,3 +593,22 @@ def test_an_nccl_trace_records_the_sizes_of_its_all_reduces_on_the_host():
     runs = sorted(e for n, e in zip(meta["name"], meta["elements"]) if n == "nccl:all_reduce")
     assert calls == [10, 4198400, 8390656] and runs == [10, 11, 4198400, 8390656]
     assert 4198400 + 8390656 == 1024 * 4096 + 4096 + 4096 * 2048 + 2048
+
+
+def test_rank_work_on_a_cpu_fails_ranks_that_spend_steps_outside_recorded_ops(monkeypatch):
+    """Work done in numpy on every rank escapes the matrix-product count but not the step's time: on a CPU each
+    rank's host time in no recorded op is held to twice the slow script's most plus 1 ms; on a GPU, or with no trace
+    of the slow script asked for, the rule does not apply."""
+    from checker.checks import data_parallel
+
+    unseen = {"candidate": 9.2, "candidate.rank1": 1.0, "baseline": 2.5, "baseline.rank1": 2.0}
+    monkeypatch.setattr(data_parallel, "rank_traces", lambda evidence, role="candidate": [role, f"{role}.rank1"])
+    monkeypatch.setattr(data_parallel, "unseen_host_ms_per_step", lambda trace: unseen[trace])
+    evidence = SimpleNamespace(device="cpu", traces={"baseline": object()})
+    measured, lines = data_parallel.unseen_beyond_slow(evidence)
+    assert measured["unseen_allowed_ms"] == 6.0 and len(lines) == 1 and "rank 0 9.2 ms" in lines[0]
+    unseen["candidate"] = 5.9
+    assert data_parallel.unseen_beyond_slow(evidence)[1] == []
+    unseen["candidate"] = 9.2
+    assert data_parallel.unseen_beyond_slow(SimpleNamespace(device="cuda", traces=evidence.traces)) == ({}, [])
+    assert data_parallel.unseen_beyond_slow(SimpleNamespace(device="cpu", traces={})) == ({}, [])

@@ -72,8 +72,8 @@ def trained_rows(evidence) -> tuple[list, list]:
 def unseen_beyond_slow(evidence) -> tuple[dict, list[str]]:
     """On a CPU: each rank's host time per step no recorded op covers, against the slow script's ranks' (measured,
     and a line for each rank past UNSEEN_VS_SLOW times the slow script's most plus UNSEEN_MARGIN_MS)."""
-    if evidence.device != "cpu":
-        return {}, []
+    if evidence.device != "cpu" or "baseline" not in (getattr(evidence, "traces", None) or {}):
+        return {}, []  # a GPU's throughput judges the time; evidence with no slow script's trace asked for none
     try:
         slow = [unseen_host_ms_per_step(trace) for trace in rank_traces(evidence, "baseline")]
         mine = [unseen_host_ms_per_step(trace) for trace in rank_traces(evidence)]

@@ -80,8 +80,13 @@ class Chapter:
     hints: tuple[Hint, ...]
     recipe: dict[str, str]
     look_for: dict[str, str]
-    not_graded_with: dict[str, str] = field(default_factory=dict)  # trace tool -> why this chapter's checks cannot use it
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def not_graded_with(self) -> dict[str, str]:
+        """Trace tool -> why this chapter's checks cannot be judged from its traces (chapter.toml's
+        [not_graded_with], checked by _parse)."""
+        return {tool: " ".join(str(why).split()) for tool, why in self.raw.get("not_graded_with", {}).items()}
 
     @property
     def trace_tools(self) -> tuple[str, ...]:
@@ -206,8 +211,9 @@ def _parse(path: Path) -> Chapter:
     hints = tuple(hints)
     recipe = dict(raw.get("recipe", {}))
     look_for = recipe.pop("look_for", {})
-    not_graded_with = {tool: " ".join(str(why).split()) for tool, why in raw.get("not_graded_with", {}).items()}
-    if set(not_graded_with) - set(TRACE_TOOLS[1:]) or not all(not_graded_with.values()):
+    not_graded_with = raw.get("not_graded_with", {})
+    if not isinstance(not_graded_with, dict) or set(not_graded_with) - set(TRACE_TOOLS[1:]) \
+            or not all(str(why).strip() for why in not_graded_with.values()):
         raise WorkbookError(f"{path}: [not_graded_with] maps {' or '.join(TRACE_TOOLS[1:])} to why the checks cannot "
                             f"use it (torch.profiler always grades); got {raw.get('not_graded_with')!r}")
     return Chapter(
@@ -223,7 +229,6 @@ def _parse(path: Path) -> Chapter:
         hints=hints,
         recipe=recipe,
         look_for=look_for,
-        not_graded_with=not_graded_with,
         raw=raw,
     )
 

@@ -26,8 +26,10 @@ REFEREE_TIMEOUT_S = 600
 # On a CPU, where no clock of the grader's backs a count: the least share of a traced step's time (the median
 # over the traced steps) that recorded PyTorch ops must cover. docs/results/cpu-trace-coverage.md and -09.md: every
 # chapter's lab and solution 55% to 96%; the eager step run with recording switched off, in a forked process or in
-# numpy, 3% at most; chapter 09's ranks evaluating a quarter of the held-out set in numpy every step, 26% and 29%.
-OP_COVERAGE_FLOOR = 0.35
+# numpy, 3% at most. A step of a tiny model is mostly Python between its ops (the grading tests' stand-in chapter
+# covers 24%), so the floor stays low: work moved out of a step partly (chapter 09's ranks evaluating a quarter of
+# the held-out set in numpy, 26% to 47%) is judged against the slow script's unseen time instead (rank_work)
+OP_COVERAGE_FLOOR = 0.15
 # On a CPU, in a chapter without loader workers: the most CPU time other processes under a traced run may use in
 # its window, as a share of the training process's and at least (evidence/history/2026-11-27-cpu-session42-other-
 # processes.md): chapters 04's and 06's solutions 0.0 ms (no process under them); a spawned helper that read three

@@ -97,3 +97,28 @@ def test_numpy_views_of_tensors_are_found_wherever_the_process_holds_them():
     del kept, local_view, raw
     incoming = torch.from_numpy(np.zeros(3))
     assert tensor_views() == before and incoming.sum() == 0
+
+
+def test_memory_a_written_tensor_shares_with_a_python_object_or_a_file_is_found(tmp_path):
+    """The other direction (red team 12): a tensor made over a numpy array, a bytearray or a file, a value copied
+    into it and read back from the array, the bytes or the file. A tensor over data coming in is written by no op,
+    so its version counter says which is which."""
+    import numpy as np
+    import torch
+
+    from checker.candidate.session import tensor_views
+
+    before = tensor_views()
+    host = np.zeros(2)
+    box = torch.as_tensor(host)
+    raw = bytearray(16)
+    mirror = torch.frombuffer(raw, dtype=torch.float64)
+    (tmp_path / "box.bin").write_bytes(bytes(16))
+    mapped = torch.from_file(str(tmp_path / "box.bin"), shared=True, size=2, dtype=torch.float64)
+    assert tensor_views() == before  # nothing written yet: data coming in
+    box[0].copy_(torch.tensor(3.0))
+    mirror.add_(1)
+    mapped[1].copy_(torch.tensor(2.0))
+    assert tensor_views() - before == 3
+    del host, box, raw, mirror, mapped
+    assert tensor_views() == before

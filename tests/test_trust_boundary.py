@@ -214,6 +214,16 @@ def test_on_a_cpu_an_aten_op_that_runs_a_model_hides_the_step():
     assert "holds aten::mm running the training's Python code (1 calls of a model" in problem
 
 
+@pytest.mark.parametrize("inside", ["einops/stephelper.py(30): train", "torch/stephelper.py(30): train",
+                                    "/tmp/lib/site-packages/einops/stephelper.py(30): train"])
+def test_on_a_cpu_any_python_but_torchs_or_pythons_own_inside_an_op_hides_the_step(inside):
+    """A step run inside an op's dispatch (a tensor subclass's __torch_dispatch__) from a module the run wrote
+    under a library's name, or under a folder named torch: no such file is that library's or torch's as installed,
+    and an aten op runs no other Python, so the trace's counts are not the step's (red team 12's nested steps)."""
+    problem = trace_problem(trace_of([5, 6, 7], python_in_op=inside), Stamped(30), 5, 3, "cpu")
+    assert problem and "running the training's Python code" in problem
+
+
 @pytest.mark.parametrize("inside", ["traceback.py(376): extract_stack", "torch/utils/checkpoint.py(1120): pack_hook"])
 def test_pytorchs_own_python_inside_an_op_is_not_hidden_work(inside):
     """Anomaly mode records a traceback inside each op; activation checkpointing runs its hooks inside ops."""

@@ -52,27 +52,62 @@ except ImportError:  # pragma: no cover - nvtx is a dependency
 
 
 def tensor_views() -> int:
-    """How many numpy arrays (or memoryviews of one) over a tensor's memory the process holds: made by
-    ``Tensor.numpy()`` or ``np.asarray(t)``, a value copied into the tensor is then read by indexing the array, which on
-    a CPU makes no op or call a trace records (on a GPU the copy is a device-to-host copy and a sync). Looked for after
-    the window, untimed and untraced: in every object the collector tracks, what each refers to, and the locals of
-    every frame on the stack (a running function's own variables)."""
+    """How many Python objects share memory with a tensor that the run can write values into and read back from
+    Python with no op a CPU trace records (on a GPU the copy into such memory is a device-to-host copy and a sync):
+    a numpy array (or a memoryview of one) over a tensor's memory, made by ``Tensor.numpy()`` or ``np.asarray(t)``;
+    a numpy array, bytearray, bytes, array, mmap or ctypes buffer that a tensor written in place was made over
+    (``torch.as_tensor``, ``from_numpy``, ``frombuffer``: its version counter moved); a tensor written in place
+    over a file (``torch.from_file(shared=True)``: the file reads it back). A tensor made over data coming in and
+    never written is not one. Looked for after the window, untimed and untraced: in every object the collector
+    tracks, what each refers to, and the locals of every frame on the stack (a running function's own variables)."""
+    import array
+    import ctypes
     import gc
+    import mmap
+    from bisect import bisect_right
 
     import numpy as np
 
     seen: set[int] = set()
+    tensors: list[torch.Tensor] = []
+    buffers: list[tuple[int, int]] = []  # the memory of Python objects a tensor may have been made over
 
     def over_tensor(obj) -> bool:
+        """Note ``obj`` (a tensor, or a buffer's memory); True for a numpy array whose memory is a tensor's."""
         if type(obj) is memoryview:
             obj = obj.obj
-        if not isinstance(obj, np.ndarray) or id(obj) in seen:
+        if id(obj) in seen:
             return False
-        seen.add(id(obj))
-        base = obj
-        while isinstance(base, np.ndarray):
-            base = base.base
-        return isinstance(base, torch.Tensor)
+        if issubclass(type(obj), torch.Tensor):  # type(): no attribute of obj is read
+            seen.add(id(obj))
+            tensors.append(obj)
+            return False
+        if issubclass(type(obj), np.ndarray):
+            seen.add(id(obj))
+            base = obj
+            while isinstance(base, np.ndarray):
+                base = base.base
+            if isinstance(base, torch.Tensor):
+                return True
+            if obj.nbytes:
+                start = obj.__array_interface__["data"][0]
+                buffers.append((start, start + obj.nbytes))
+        elif type(obj) in (bytearray, array.array, mmap.mmap) or issubclass(type(obj), ctypes.Array):
+            seen.add(id(obj))
+            try:
+                if issubclass(type(obj), ctypes.Array):
+                    start, size = ctypes.addressof(obj), ctypes.sizeof(obj)
+                else:
+                    size = len(obj) * getattr(obj, "itemsize", 1)
+                    start = np.frombuffer(obj, dtype=np.uint8).__array_interface__["data"][0] if size else 0
+            except (ValueError, TypeError, BufferError):  # a closed mmap, an exported buffer
+                return False
+            if size:
+                buffers.append((start, start + size))
+        elif type(obj) is bytes and len(obj) >= 8:  # its bytes lie inside the object itself
+            seen.add(id(obj))
+            buffers.append((id(obj), id(obj) + sys.getsizeof(obj)))
+        return False
 
     # the collector lists the containers it tracks; one that holds only untracked objects (a dict or a tuple of
     # arrays) it stops tracking, so those are walked into from what refers to them. Garbage first: a view dropped in
@@ -95,6 +130,23 @@ def tensor_views() -> int:
                     and id(referent) not in walked:
                 walked.add(id(referent))
                 pending.append(referent)
+    # the memory of the tensors written in place since they were made: a storage over a file, or over a buffer
+    written: dict[int, int] = {}
+    for tensor in tensors:
+        try:
+            if tensor.device.type != "cpu" or tensor.is_sparse \
+                    or not (tensor.is_inference() or tensor._version):  # an inference tensor counts no writes
+                continue
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError, TypeError):  # a wrapper subclass, a tensor without storage
+            continue
+        if storage.nbytes() and storage.data_ptr() not in written:
+            written[storage.data_ptr()] = storage.data_ptr() + storage.nbytes()
+            found += bool(storage.filename)
+    starts = sorted(written)
+    for start, end in set(buffers):
+        at = bisect_right(starts, end - 1) - 1  # the last storage starting before the buffer ends
+        found += at >= 0 and written[starts[at]] > start
     return found
 
 

@@ -261,7 +261,16 @@ def allreduce_rounds(evidence, spec):
              f"passes all-reduce in a step ({worst['allreduce_calls_per_step']:g} all-reduce calls); {said}; "
              f"threshold {threshold:g} round"]
     status = PASSED if rounds <= threshold else FAILED
-    if status == FAILED:
+    # one all-reduce per step is the lesson's only where the step still runs its micro-batches: a rank that trains
+    # its share in one pass instead reaches one round by dropping the accumulation (what bounds a pass's memory)
+    accum = int(cfg.get("accum", 1))
+    fewest = min(per_rank, key=lambda row: row["forwards_per_step"])
+    if fewest["forwards_per_step"] < accum:
+        status = FAILED
+        lines.append(f"rank {fewest['rank']}: {fewest['forwards_per_step']:g} forward pass(es) per optimizer step, where "
+                     f"the job accumulates {accum} micro-batches (chapter.toml's accum): keep the accumulation and "
+                     "all-reduce the micro-batches' summed gradients once (model.no_sync() on all but the last)")
+    if status == FAILED and rounds > threshold:
         by_volume = worst["rounds_by_volume"]
         if by_volume is not None and by_volume > max(threshold, worst["rounds_by_grouping"]):
             lines[0] += (": the step communicates the whole gradient more than once, however its all-reduces are "

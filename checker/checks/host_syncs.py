@@ -143,10 +143,11 @@ def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trac
     if views is not None:
         measured["numpy_views_of_tensors"] = views
         if views:
-            lines.append(f"{views} numpy array(s) over a tensor's memory held after the window (made by .numpy() or "
-                         "np.asarray): on a CPU a value copied into such a tensor and read from the array makes no op a "
-                         "trace records, so the reads are not counted; read values with .item() or .tolist(), in "
-                         "logging steps")
+            lines.append(f"{views} Python object(s) sharing memory with a tensor held after the window (a numpy "
+                         "array made by .numpy() or np.asarray, or a numpy array, bytearray or file that a tensor "
+                         "written in place was made over): on a CPU a value copied into such a tensor and read from "
+                         "the other side makes no op a trace records, so the reads are not counted; read values with "
+                         ".item() or .tolist(), in logging steps")
     elif evidence.device == "cpu" and ran:
         lines.append("the run sent no count of the numpy arrays over its tensors' memory: its reads cannot be counted")
     if rank:

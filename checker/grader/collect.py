@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -19,7 +20,7 @@ from checker.grader.runs import RunResult
 from checker.grader import forkserver
 from checker.trace.analyses.collectives import COLLECTIVE_RUN
 from checker.trace.analyses.counts import top_level_aten_ops
-from checker.trace.analyses.stack import FRAME, is_user_path
+from checker.trace.analyses.stack import FRAME
 from checker.trace.intervals import merge
 
 REFEREE_TIMEOUT_S = 600
@@ -177,10 +178,12 @@ def hidden_work(events, steps, excuse_data_wait: bool = False, script: Path | No
     python = events[events["step"].notna() & (events["kind"] == "python")]
     training = TRAINING_CODE if script is None else f"(?:{TRAINING_CODE}|{re.escape(str(script))}\\()"
     names = python["name"].astype(str)
-    # training code by its place (a model, an optimizer, the workload, the script), or any Python of the user's: a
-    # module the script wrote at run time and imported is no library, whatever it calls
-    users = {name: _users_frame(name) for name in names.unique()}  # a frame's name repeats once per call
-    python = python[(names.str.match(training) | names.map(users)).to_numpy(bool)]
+    # training code by its place (a model, an optimizer, the workload, the script), or any Python not of torch or
+    # the standard library: an aten op runs no other Python (autograd's anomaly mode and activation checkpointing
+    # run torch's and the standard library's), so a module the script wrote at run time and imported, under any
+    # name (a library's too), is no library here, whatever it calls
+    foreign = {name: _foreign_frame(name) for name in names.unique()}  # a frame's name repeats once per call
+    python = python[(names.str.match(training) | names.map(foreign)).to_numpy(bool)]
     if python.empty:
         return None
     ops = events[events["step"].notna() & (events["kind"] == "cpu_op")]
@@ -193,15 +196,48 @@ def hidden_work(events, steps, excuse_data_wait: bool = False, script: Path | No
             worst = int(np.argmax(inside))
             op = held.iloc[worst]
             return (f"holds {op['name']} running the training's Python code ({int(inside[worst])} calls of a model, "
-                    f"an optimizer or the workload inside it, in step {int(op['step'])}): an aten op runs no training "
-                    "code unless it was replaced, here to run the step where the count of ops cannot see it")
+                    f"an optimizer, the workload or code from outside torch and Python's own library inside it, in "
+                    f"step {int(op['step'])}): an aten op runs no such code unless it was replaced, here to run the "
+                    "step where the count of ops cannot see it")
     return None
 
 
-def _users_frame(name: str) -> bool:
-    """A Python frame of a file of the user's ('/tmp/x/helper.py(12): step'): not torch's, a library's or Python's."""
+def _foreign_frame(name: str) -> bool:
+    """A Python frame of a file that is not torch's, the standard library's or the harness's as installed here
+    ('/tmp/x/helper.py(12): step'; 'einops/helper.py(3): run' where einops holds no such file): any other
+    library's too. The file must be where that package is installed: a folder of the run's named 'torch' is not
+    torch."""
     match = FRAME.match(name)
-    return bool(match) and is_user_path(match.group("path"))
+    if not match:
+        return False
+    path = Path(match.group("path").replace("\\", "/"))
+    if path.is_absolute():
+        path = path.resolve()
+    for package, root in _trusted_places():
+        if path.is_absolute():
+            place = root / package if package else root
+            if path.is_relative_to(place) and path.is_file() \
+                    and not {"site-packages", "dist-packages"} & set(path.relative_to(place).parts):
+                return False
+        elif (not package or path.parts[0] == package) and (root / path).is_file():
+            return False
+    return True
+
+
+@functools.cache
+def _trusted_places() -> tuple[tuple[str, Path], ...]:
+    """(package, the folder holding it) for torch and this workbook's harness, whose frames are named from that
+    folder ('torch/nn/functional.py'), and ('', folder) for the standard library's."""
+    import sysconfig
+
+    import torch
+
+    import checker
+
+    places = [("torch", Path(torch.__file__).resolve().parent.parent),
+              ("checker", Path(checker.__file__).resolve().parent.parent)]
+    places += [("", Path(sysconfig.get_paths()[key]).resolve()) for key in ("stdlib", "platstdlib")]
+    return tuple(dict.fromkeys(places))
 
 
 def unrecorded_operators(events: pd.DataFrame) -> str | None:

@@ -63,6 +63,11 @@ PROBE_ATTRIBUTES = {
     "ctypeslib": "calls native code directly (ctypes, through numpy)",
     "_cdata": "reads a tensor's or storage's C address",
     "_workbook_loader": "reaches into the harness's count of which loader made the batches",
+    # a tensor's count of in-place writes tells the harness which tensors had values copied into them
+    "_unsafe_set_version_counter": "resets a tensor's count of in-place writes",
+    # a step run inside one operator's dispatch leaves one op where the step's are: the counts cannot see it
+    "_make_wrapper_subclass": "makes a tensor whose operators run Python, where a trace's counts cannot see it",
+    "_ForceDispatchKeyGuard": "runs operators under another dispatch state, inside an operator",
 }
 DYNAMIC_CODE = {"exec": "runs code built at run time", "eval": "runs code built at run time",
                 "compile": "compiles code at run time", "__import__": "imports modules by computed names"}
@@ -87,7 +92,7 @@ PROBE_MODULES = {"checker.candidate": "imports the harness's internals", "inspec
 ALIASING = {name: "makes a tensor share memory with a Python object, whose values are then read with no op a CPU "
                   "trace records" for name in (
                 "frombuffer", "from_numpy", "from_dlpack", "to_dlpack", "__dlpack__", "asarray",
-                "__array__", "__array_interface__", "__array_struct__", "__cuda_array_interface__")}
+                "__array__", "__array_interface__", "__array_struct__", "__cuda_array_interface__", "from_file")}
 ALIASING["memoryview"] = "reads raw memory through a memoryview, which no trace records"
 
 # a name in a string reaches what the attribute would (getattr(session, "_window_stamps_ns"), vars(session)[...]):

@@ -228,14 +228,12 @@ def _foreign_frame(name: str) -> bool:
 def _trusted_places() -> tuple[tuple[str, Path], ...]:
     """(package, the folder holding it) for torch and this workbook's harness, whose frames are named from that
     folder ('torch/nn/functional.py'), and ('', folder) for the standard library's."""
+    import importlib.util
     import sysconfig
 
-    import torch
-
-    import checker
-
-    places = [("torch", Path(torch.__file__).resolve().parent.parent),
-              ("checker", Path(checker.__file__).resolve().parent.parent)]
+    torch = importlib.util.find_spec("torch")  # where it is installed, without importing it into the grader
+    places = [("torch", Path(torch.origin).resolve().parent.parent),
+              ("checker", Path(__file__).resolve().parent.parent.parent)]
     places += [("", Path(sysconfig.get_paths()[key]).resolve()) for key in ("stdlib", "platstdlib")]
     return tuple(dict.fromkeys(places))
 

@@ -202,6 +202,7 @@ def hidden_work(events, steps, excuse_data_wait: bool = False, script: Path | No
     return None
 
 
+@functools.cache  # the same frames recur in the baseline's and the candidate's traces: each file looked up once
 def _foreign_frame(name: str) -> bool:
     """A Python frame of a file that is not torch's, the standard library's or the harness's as installed here
     ('/tmp/x/helper.py(12): step'; 'einops/helper.py(3): run' where einops holds no such file): any other
@@ -211,10 +212,11 @@ def _foreign_frame(name: str) -> bool:
     if not match:
         return False
     path = Path(match.group("path").replace("\\", "/"))
-    if path.is_absolute():
+    absolute = path.is_absolute()
+    if absolute:
         path = path.resolve()
     for package, root in _trusted_places():
-        if path.is_absolute():
+        if absolute:
             place = root / package if package else root
             if path.is_relative_to(place) and path.is_file() \
                     and not {"site-packages", "dist-packages"} & set(path.relative_to(place).parts):

@@ -14,6 +14,7 @@ from checker.base.stats import step_time_stats
 from checker.checks.evidence import Evidence
 from checker.checks.dataloader_wait import data_wait
 from checker.checks.loader_settings import loader_settings, unmet_settings
+from checker.checks.batch_copies import batch_copies
 from checker.checks.pageable_copies import pageable_copies
 from checker.base.workloads import load_workload_module
 
@@ -119,6 +120,53 @@ def test_pinned_copies_pass_and_report_their_bandwidth():
     outcome = pageable_copies(FakeEvaluation(trace), spec("pageable_copies", 0))
     assert outcome.status == PASSED and outcome.measured["pinned_gb_per_s"] == 55.0
     assert outcome.measured["pageable_copies_per_step"] == 0
+
+
+def both_traces(candidate, baseline):
+    return Evidence(chapter=None, device="cuda", trace_tool="torch", candidate=Path("train.py"), cfg={},
+                    traces={"candidate": candidate, "baseline": baseline})
+
+
+def uneven_trace(megabytes_per_step):
+    """fabricated_trace's steps, each with one pinned copy of the given size (0: no copy at all)."""
+    from checker.trace.analysis import TraceAnalysis
+    from checker.trace.events import finish
+
+    whole = fabricated_trace(count=len(megabytes_per_step), copies=[("pinned", 1.0, 0.1, False)])
+    events = whole.events
+    memcpy = events.index[events["kind"] == "memcpy"]
+    events.loc[memcpy, "bytes"] = [int(mb * 1e6) for mb in megabytes_per_step]
+    kept = events.drop(index=[row for row, mb in zip(memcpy, megabytes_per_step) if mb == 0])
+    return TraceAnalysis(finish(kept.drop(columns=["step"], errors="ignore").reset_index(drop=True)), fmt="fabricated", source="test")
+
+
+# -- batch_copies -----------------------------------------------------------------------------------------
+@needs_trace_engine
+def test_batch_copies_passes_when_every_step_copies_its_batch():
+    slow = fabricated_trace(step_ms=30, copies=[("pageable", 154.0, 12.0, True)])
+    fixed = fabricated_trace(step_ms=15, copies=[("pinned", 154.0, 2.8, False)])
+    outcome = batch_copies(both_traces(fixed, slow), spec("batch_copies", 0.99))
+    assert outcome.status == PASSED and outcome.measured["least_share"] == 1.0
+
+
+@needs_trace_engine
+@pytest.mark.parametrize("megabytes", [[0, 0, 0, 0], [154.0, 154.0, 0, 154.0], [616.0, 0, 0, 0], [154.0, 154.0, 150.0, 154.0]])
+def test_batch_copies_fails_any_step_that_copies_less_than_the_slow_scripts(megabytes):
+    """A pool kept on the GPU (nothing copied), one step that skipped its copy, every batch copied at once in one
+    step, a step short by a few MB: each fails, though the median step may be full."""
+    slow = fabricated_trace(step_ms=30, copies=[("pageable", 154.0, 12.0, True)])
+    outcome = batch_copies(both_traces(uneven_trace(megabytes), slow), spec("batch_copies", 0.99))
+    assert outcome.status == FAILED
+    assert outcome.measured["steps_short"] == sum(mb < 154.0 * 0.99 for mb in megabytes)
+    assert "traced steps copy less than" in outcome.evidence[1]
+
+
+@needs_trace_engine
+def test_batch_copies_cannot_pass_when_the_slow_scripts_bytes_are_unknown():
+    slow = fabricated_trace(step_ms=30, copies=[("pageable", 154.0, 12.0, True)])
+    slow.events["bytes"] = pd.NA
+    outcome = batch_copies(both_traces(slow, slow), spec("batch_copies", 0.99))
+    assert outcome.status == FAILED and "cannot be judged" in outcome.evidence[0]
 
 
 FIXTURES = Path(__file__).parent / "data" / "traces"

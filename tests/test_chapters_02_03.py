@@ -150,15 +150,24 @@ def test_batch_copies_passes_when_every_step_copies_its_batch():
 
 
 @needs_trace_engine
-@pytest.mark.parametrize("megabytes", [[0, 0, 0, 0], [154.0, 154.0, 0, 154.0], [616.0, 0, 0, 0], [154.0, 154.0, 150.0, 154.0]])
+@pytest.mark.parametrize("megabytes", [[0, 0, 0, 0], [154.0, 154.0, 0, 154.0], [616.0, 0, 0, 0], [154.0, 150.0, 154.0, 154.0]])
 def test_batch_copies_fails_any_step_that_copies_less_than_the_slow_scripts(megabytes):
     """A pool kept on the GPU (nothing copied), one step that skipped its copy, every batch copied at once in one
     step, a step short by a few MB: each fails, though the median step may be full."""
     slow = fabricated_trace(step_ms=30, copies=[("pageable", 154.0, 12.0, True)])
     outcome = batch_copies(both_traces(uneven_trace(megabytes), slow), spec("batch_copies", 0.99))
     assert outcome.status == FAILED
-    assert outcome.measured["steps_short"] == sum(mb < 154.0 * 0.99 for mb in megabytes)
+    assert outcome.measured["steps_short"] == sum(mb < 154.0 * 0.99 for mb in megabytes[:-1])
     assert "traced steps copy less than" in outcome.evidence[1]
+
+
+@needs_trace_engine
+def test_batch_copies_spares_a_prefetchers_last_step_only():
+    """Copied one step ahead: every step copies the next batch, and the last has none left to copy."""
+    slow = fabricated_trace(step_ms=30, copies=[("pageable", 154.0, 12.0, True)])
+    outcome = batch_copies(both_traces(uneven_trace([154.0, 154.0, 154.0, 0]), slow), spec("batch_copies", 0.99))
+    assert outcome.status == PASSED and outcome.measured["least_share"] == 1.0
+    assert any("the last traced step (3) copies 0.0 MB" in line for line in outcome.evidence)
 
 
 @needs_trace_engine

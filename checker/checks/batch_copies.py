@@ -57,7 +57,7 @@ def batch_copies(evidence, spec):
         "steps": len(candidate),
         "trace_tool": evidence.trace_tool,
     }
-    lines = [f"every step copies {least / 1e6:,.1f} MB or more to the device; the slow script's step copies "
+    lines = [f"the least a traced step copies to the device: {least / 1e6:,.1f} MB; the slow script's step copies "
              f"{expected / 1e6:,.1f} MB"]
     if short:
         shown = ", ".join(f"{step} ({copied / 1e6:,.1f} MB)" for step, copied in sorted(short.items())[:5])

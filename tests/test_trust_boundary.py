@@ -648,6 +648,7 @@ def test_operators_run_with_op_recording_switched_off_make_a_cpu_trace_unbelieve
     from checker.trace import load
 
     switch = getattr(torch.autograd, "_enable_record" + "_function")
+    switch = (getattr(switch, "__kwdefaults__", None) or {}).get("_original", switch)  # the builtin, where the harness watches it
     x = torch.randn(64, 64)
 
     def traced(hide: bool, named: bool = False):
@@ -745,3 +746,45 @@ def test_bytes_after_a_line_that_carries_none_end_the_run(tmp_path):
     """) + LOOP
     with pytest.raises(ScriptError, match="only samples, trace, weights carry bytes"):
         run(script(tmp_path, body))
+
+
+def test_a_thread_that_ended_keeps_its_cpu_time_in_the_run():
+    """Work done in a thread that started and ended between two reads still counts as the process's: a thread's
+    schedstat goes with it, its time stays in the process's utime and stime (red team 13's samples prepared in a
+    short-lived thread)."""
+    import os
+    import threading
+    import time
+
+    from checker.grader.sandbox import _cpu_ns
+
+    def burn():
+        until = time.thread_time() + 0.3
+        while time.thread_time() < until:
+            pass
+
+    before = _cpu_ns(os.getpid())[0]
+    worker = threading.Thread(target=burn)
+    worker.start()
+    worker.join()
+    assert _cpu_ns(os.getpid())[0] - before >= 0.25e9
+
+
+def test_the_harness_counts_every_call_of_the_recording_switches():
+    """Imported before the script runs, the harness wraps PyTorch's switches of what the profiler records wherever
+    a script can reach them by name, so a call from a thread the Python tracer does not follow is counted too."""
+    import threading
+
+    import torch
+    import torch.autograd.profiler
+
+    from checker.candidate import session
+
+    before = len(session._SWITCH_CALLS)
+    for module in (torch._C._autograd, torch.autograd):
+        assert getattr(module, "_enable_record_function")._workbook_watched
+    assert torch.autograd.profiler._toggle_collection_dynamic._workbook_watched
+    worker = threading.Thread(target=lambda: getattr(torch.autograd, "_enable_record" + "_function")(True))
+    worker.start()
+    worker.join()
+    assert session._SWITCH_CALLS[before:] == ["_enable_record_function"]

@@ -194,6 +194,33 @@ def _export_path() -> list[tuple[str, Any, str, Any]]:
 
 _EXPORT_PATH = _export_path()
 
+# PyTorch's switches of what the profiler records: op recording on or off in the calling thread, the collection
+# paused. The harness calls none. A call from a thread the Python tracer does not follow (one started after the
+# profiler) leaves no frame in the trace, so the harness counts every call of them, from the moment it is imported
+# (before the script runs), and a traced run that made any is ended by the grader (checker.grader.runs).
+PROFILER_SWITCHES = ("_enable_record_function", "_toggle_collection_dynamic", "_set_record_function_enabled")
+_SWITCH_CALLS: list[str] = []
+
+
+def _watch_profiler_switches() -> None:
+    import torch.autograd.profiler
+
+    for module in (torch._C, torch._C._autograd, torch.autograd, torch.autograd.profiler):
+        for name in PROFILER_SWITCHES:
+            original = getattr(module, name, None)
+            if original is None or getattr(original, "_workbook_watched", False):
+                continue
+
+            def watched(*args, _original=original, _name=name, **kwargs):
+                _SWITCH_CALLS.append(_name)
+                return _original(*args, **kwargs)
+
+            watched._workbook_watched = True
+            setattr(module, name, watched)
+
+
+_watch_profiler_switches()
+
 
 def _original(shown: str):
     """The object ``shown`` names on the export path as it was at import (the harness calls these, never what a
@@ -685,6 +712,11 @@ class Session:
         self._export_trace()
 
     def _export_trace(self) -> None:
+        if self._profiler is not None and _SWITCH_CALLS and _channel() is not None:
+            # the grader ends the run: ops ran where the profiler was told not to record them
+            self._profiler = None
+            self._send({"type": "switched", "calls": len(_SWITCH_CALLS), "first": _SWITCH_CALLS[0]})
+            return
         if self._profiler is not None:
             replaced = _replaced_on_export_path(self._profiler)
             if replaced and _channel() is not None:

@@ -275,6 +275,10 @@ class _Run:
             what = header.get("what")
             shown = ", ".join(str(w)[:80] for w in what[:5]) if isinstance(what, list) and what else "the harness's code"
             raise self.broken(f"replaced what the harness writes its trace with ({shown})")
+        elif kind == "switched":
+            calls, first = header.get("calls"), str(header.get("first"))[:40]
+            raise self.broken(f"switched what PyTorch's profiler records ({calls} call(s), the first of {first}): "
+                              "ops then ran where no trace records them, so the trace is not the run's")
         elif kind == "first_step":
             self.workers_at_first_step = sandbox.worker_processes(sandbox.descendants(self.pid))
         elif kind == "built":

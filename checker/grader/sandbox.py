@@ -449,22 +449,37 @@ def _parent(pid: int) -> int | None:
         return None
 
 
+def _ticks(stat: bytes) -> tuple[int, int, int, int]:
+    """utime, stime, cutime, cstime (clock ticks) of a /proc stat line."""
+    fields = stat.rsplit(b")", 1)[1].split()
+    return int(fields[11]), int(fields[12]), int(fields[13]), int(fields[14])
+
+
 def _cpu_ns(pid: int) -> tuple[int, int]:
-    """(ns ``pid``'s threads ran on a CPU, ns of its children that ended and were waited for), 0 where it is gone."""
-    own = 0
+    """(ns ``pid``'s threads ran on a CPU, ns of its children that ended and were waited for), 0 where it is gone.
+
+    The live threads' time comes from their schedstat (ns); a thread that started and ended between two reads has
+    no schedstat left, but its time stays in the process's own utime and stime (clock ticks): what those hold beyond
+    the live threads' ticks is added, so work done in a short-lived thread is not lost."""
+    own, live_ticks = 0, 0
     try:
         for task in os.scandir(f"/proc/{pid}/task"):  # every thread of the process (a schedstat is one thread's)
             try:
                 with open(f"{task.path}/schedstat", "rb") as handle:
-                    own += int(handle.read().split()[0])
+                    ran = int(handle.read().split()[0])
+                with open(f"{task.path}/stat", "rb") as handle:
+                    user, system, _, _ = _ticks(handle.read())
             except (OSError, ValueError, IndexError):
                 continue
+            own += ran
+            live_ticks += user + system
         with open(f"/proc/{pid}/stat", "rb") as handle:
-            fields = handle.read().rsplit(b")", 1)[1].split()
-        ended = (int(fields[14]) + int(fields[15])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")  # cutime, cstime
+            user, system, child_user, child_system = _ticks(handle.read())
     except (OSError, ValueError, IndexError):
         return 0, 0
-    return own, ended
+    tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    ended_threads = max(0, user + system - live_ticks) * tick_ns
+    return own + ended_threads, (child_user + child_system) * tick_ns
 
 
 def cpu_of_run(pid: int, below: set[int] | None = None) -> tuple[int, int]:

@@ -458,28 +458,25 @@ def _ticks(stat: bytes) -> tuple[int, int, int, int]:
 def _cpu_ns(pid: int) -> tuple[int, int]:
     """(ns ``pid``'s threads ran on a CPU, ns of its children that ended and were waited for), 0 where it is gone.
 
-    The live threads' time comes from their schedstat (ns); a thread that started and ended between two reads has
-    no schedstat left, but its time stays in the process's own utime and stime (clock ticks): what those hold beyond
-    the live threads' ticks is added, so work done in a short-lived thread is not lost."""
-    own, live_ticks = 0, 0
+    The live threads' time comes from their schedstat (ns). A thread that started and ended between two reads has no
+    schedstat left, but its time stays in the process's utime and stime, which the kernel keeps equal to the whole
+    process's run time, dead threads included, floored to clock ticks: the larger of the two is the process's time,
+    within a tick, so work done in a short-lived thread is not lost."""
+    live = 0
     try:
         for task in os.scandir(f"/proc/{pid}/task"):  # every thread of the process (a schedstat is one thread's)
             try:
                 with open(f"{task.path}/schedstat", "rb") as handle:
-                    ran = int(handle.read().split()[0])
-                with open(f"{task.path}/stat", "rb") as handle:
-                    user, system, _, _ = _ticks(handle.read())
+                    live += int(handle.read().split()[0])
             except (OSError, ValueError, IndexError):
                 continue
-            own += ran
-            live_ticks += user + system
         with open(f"/proc/{pid}/stat", "rb") as handle:
-            user, system, child_user, child_system = _ticks(handle.read())
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        user, system, child_user, child_system = (int(fields[i]) for i in (11, 12, 13, 14))
     except (OSError, ValueError, IndexError):
         return 0, 0
     tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
-    ended_threads = max(0, user + system - live_ticks) * tick_ns
-    return own + ended_threads, (child_user + child_system) * tick_ns
+    return max(live, (user + system) * tick_ns), (child_user + child_system) * tick_ns
 
 
 def cpu_of_run(pid: int, below: set[int] | None = None) -> tuple[int, int]:

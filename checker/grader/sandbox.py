@@ -449,12 +449,6 @@ def _parent(pid: int) -> int | None:
         return None
 
 
-def _ticks(stat: bytes) -> tuple[int, int, int, int]:
-    """utime, stime, cutime, cstime (clock ticks) of a /proc stat line."""
-    fields = stat.rsplit(b")", 1)[1].split()
-    return int(fields[11]), int(fields[12]), int(fields[13]), int(fields[14])
-
-
 def _cpu_ns(pid: int) -> tuple[int, int]:
     """(ns ``pid``'s threads ran on a CPU, ns of its children that ended and were waited for), 0 where it is gone.
 

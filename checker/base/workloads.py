@@ -144,6 +144,9 @@ class KeyedDraws:
             yield self.make(self.generator)
 
 
+SALT_STRIDE = 1_000_003  # an epoch's salt: (seed or window key) * SALT_STRIDE + the epoch's number
+
+
 class KeyedEpochs(Sampler):
     """A DataLoader sampler: a new shuffle every epoch, drawn when the epoch starts from (seed, epoch), and from
     (window key, epoch) for the epochs that start after the timed window opened: the same order in every variant,
@@ -164,11 +167,19 @@ class KeyedEpochs(Sampler):
         return self.size
 
     def __iter__(self):
-        salt = (self.seed if self.key is None else self.key) * 1_000_003 + self.epoch
+        salt = (self.seed if self.key is None else self.key) * SALT_STRIDE + self.epoch
         self.epoch += 1
-        order = torch.randperm(self.size, generator=torch.Generator().manual_seed(salt)).tolist()
-        self.items = [(index, salt) for index in order]
+        self.items = self.epoch_items(salt)
         return iter(self.items)
+
+    def epoch_items(self, salt: int) -> list[tuple[int, int]]:
+        """The epoch of this salt, in order."""
+        order = torch.randperm(self.size, generator=torch.Generator().manual_seed(salt)).tolist()
+        return [(index, salt) for index in order]
+
+    def is_salt(self, salt: int, window_key: int, epochs: int = 100_000) -> bool:
+        """Whether ``salt`` is one of this sampler's epochs' (from its seed, or from ``window_key``)."""
+        return any(0 <= salt - base * SALT_STRIDE < epochs for base in (self.seed, window_key))
 
 
 def load_workload_module(chapter_dir: Path):

@@ -385,6 +385,43 @@ class LoaderOrigin:
         return found
 
 
+class UpdateProbe:
+    """The model's trainable tensors before every window step, and where each step's batch sits in its epoch
+    (``probe_updates`` of the workload's settings): after the window the grader names a few steps, and gets the
+    tensors around each. checker.grader.referee then holds the update each of those steps made against one
+    optimizer step on that step's whole batch, computed afresh. A step that trained on part of its batch, on a
+    smaller model or not at all made another update, whatever the weights' distance at the end allows.
+
+    The copies stay on the device (one per window step: the model's size each) and are queued on the current
+    stream like the script's own work, so they read no value back to the host inside the window."""
+
+    def __init__(self, model: torch.nn.Module, sampler: KeyedEpochs, batch_size: int):
+        self.parameters = [p for p in model.parameters() if p.requires_grad]
+        self.sampler, self.batch_size = sampler, batch_size
+        self.flat: dict[int, torch.Tensor] = {}
+        self.places: dict[int, tuple[int, int]] = {}  # step -> (its epoch's salt, its batch's first position)
+
+    def snapshot(self, step: int) -> None:
+        """The trainable tensors as they are before ``step`` (after the last window step: ``step`` is the end)."""
+        with torch.no_grad():
+            self.flat[step] = torch.cat([p.detach().reshape(-1).float() for p in self.parameters])
+
+    def placed(self, step: int, in_epoch: int) -> None:
+        """Step ``step`` fetched the ``in_epoch``-th batch of the sampler's epoch in progress."""
+        items = self.sampler.items
+        if items:
+            self.places[step] = (int(items[0][1]), in_epoch * self.batch_size)
+
+    def payload(self, steps: list[int]) -> bytes:
+        """The tensors before ``s - 1``, ``s`` and ``s + 1`` for each named step ``s``, and the steps' places."""
+        wanted = sorted({k for s in steps for k in (s - 1, s, s + 1)} & set(self.flat))
+        buffer = io.BytesIO()
+        torch.save({"snapshots": {k: self.flat[k].to("cpu") for k in wanted},
+                    "places": {s: list(self.places[s]) for s in steps if s in self.places}}, buffer)
+        self.flat.clear()
+        return buffer.getvalue()
+
+
 class Finished:
     """Whether the batches a DataLoader handed the timed steps were finished samples (``finished_batches`` of the
     workload's settings: how many window batches to keep). A loader can hand out raw images and their random draws
@@ -513,6 +550,10 @@ class Session:
         keep = int(cfg.get("finished_batches", 0))
         self._finished = Finished(self.workload, keep) if keep and isinstance(self.extras.get("sampler"), KeyedEpochs) \
             else None
+        sampler = self.extras.get("sampler")
+        self._probe = UpdateProbe(self.model, sampler, int(cfg["batch_size"])) \
+            if int(cfg.get("probe_updates", 0)) > 0 and isinstance(sampler, KeyedEpochs) and _channel() is not None \
+            else None
         self._send({"type": "built"})
 
     @property
@@ -538,7 +579,7 @@ class Session:
         self._stepped = True
         self.loader_settings = _loader_settings(source)
         origin = LoaderOrigin(source) if self.loader_settings is not None else None
-        fetched = 0
+        fetched = in_epoch = 0
         batches = iter(source)
         for step in range(self.total_steps):
             if step == 0:
@@ -554,12 +595,15 @@ class Session:
                 self._send({"type": "step", "n": step})
             if self._window_open and self._keeps_time:
                 self._window_stamps_ns.append(time.perf_counter_ns())
+            if self._window_open and self._probe is not None:
+                self._probe.snapshot(step)
             with marked_range(f"step {step}"):
                 with marked_range("data"), origin.fetch() if origin is not None else nullcontext():
                     try:
                         batch = next(batches)
                     except StopIteration:  # a new epoch
                         self._epoch += 1
+                        in_epoch = 0
                         if self._finished is not None:
                             self._finished.new_epoch()
                         batches = iter(source)
@@ -571,6 +615,9 @@ class Session:
                                 "(a list, a DataLoader) to session.steps()"
                             ) from None
                 fetched += 1
+                if self._window_open and self._probe is not None:
+                    self._probe.placed(step, in_epoch)
+                in_epoch += 1
                 if self._finished is not None:
                     self._finished.fetched(batch, in_window=self._window_open)
                 if self._window_open:
@@ -674,6 +721,8 @@ class Session:
 
     def _close_window(self) -> None:
         self._sync()
+        if self._probe is not None:
+            self._probe.snapshot(self._window_end)
         if self._keeps_time:
             t1 = time.perf_counter_ns()
             self._window_stamps_ns.append(t1)
@@ -697,6 +746,12 @@ class Session:
                         "unfinished": self._finished.unfinished()})
         if _channel() is not None and self.device.type == "cpu" and any(c.name == "host_syncs" for c in self.chapter.checks):
             self._send({"type": "views", "count": tensor_views()})
+        if self._probe is not None:  # after the trace too: the copies to the host are not the window's
+            probe, self._probe = self._probe, None
+            channel = _channel()
+            channel.send({"type": "probe"})
+            steps = [int(s) for s in channel.receive().get("steps", [])]
+            self._send({"type": "probed"}, probe.payload(steps))
 
     def _open_tail(self) -> None:
         """After the window (its weights sent): the traced steps of a run that is also timed. Starting the profiler

@@ -47,6 +47,10 @@ DEFAULT_WEIGHT_TOLERANCE = {"cpu": 0.1, "cuda": 0.3}
 # nodes every step (a forward alone runs none), on a GPU about the same kernel time (a forward alone about a third).
 STEP_WORK_FLOOR = 0.5
 
+# How far the gradient a drawn window step applied may be from its whole batch's, by device (update_tolerance in
+# chapter.toml): the same float32 ops give the same gradient, up to the rounding of recovering it from the weights
+DEFAULT_UPDATE_TOLERANCE = {"cpu": 0.05, "cuda": 0.3}
+
 
 def _tolerance(spec, name: str, device: str, default: float) -> float:
     value = spec.options.get(name, default) if spec is not None else default
@@ -137,6 +141,8 @@ def failure_measure(measured: dict, threshold) -> str | None:
     if failed_on == "before_window":
         seconds = measured["before_window_s"]
         return f"{seconds['candidate']:.0f} s before the window > {seconds['allowed']:.0f} s"
+    if failed_on == "updates":
+        return "a drawn step's update is not one step on its whole batch"
     if failed_on == "steps_trained":
         return f"{measured['steps_trained'].get('idle', '?')} window step(s) trained on nothing"
     return {"batch_counts": "BatchNorm counts differ", "load": "weights do not fit the model",
@@ -207,6 +213,12 @@ def same_work(evidence, spec):
         if moved["line"]:
             lines.append(moved["line"])
             failed_on.append("before_window")
+    probed = updates_checked(evidence, spec)
+    if probed is not None:
+        measured["updates"] = probed["measured"]
+        if probed["line"]:
+            lines.append(probed["line"])
+            failed_on.append("updates")
     counted = steps_trained(evidence)
     if counted is not None:
         measured["steps_trained"] = counted["measured"]
@@ -253,6 +265,47 @@ def work_before_window(pairs, spec, device: str, reference: str) -> dict | None:
                 f"{worst / max(base, 1e-9):.1f}x the {reference}'s {base:.1f} s (allowed: {factor:g}x + {allowance:g} s): "
                 "work done before the timed window is not allowed")
     return {"seconds": seconds, "line": line}
+
+
+def updates_checked(evidence, spec) -> dict | None:
+    """The updates of the window steps the grader drew in each candidate run (``probe_updates`` of the workload's
+    settings; checker.grader.referee.update_errors), each against one optimizer step on its whole batch, within
+    ``update_tolerance``. None where the chapter draws none on this device. The baseline's are shown beside them:
+    how far an honest step of the slow script lands."""
+    wanted = int((evidence.cfg or {}).get("probe_updates", 0))
+    if not wanted or not evidence.verdicts:
+        return None
+    tolerance = _tolerance(spec, "update_tolerance", evidence.device, DEFAULT_UPDATE_TOLERANCE[evidence.device])
+    worst: list[tuple[float, int]] = []
+    baseline_worst: list[float] = []
+    line = None
+    for index in sorted(evidence.verdicts):
+        judged = evidence.verdicts[index]
+        base = (judged.get("baseline") or {}).get("updates") or {}
+        if base.get("worst") is not None:
+            baseline_worst.append(base["worst"])
+        cand = judged.get("candidate") or {}
+        if "load_error" in cand:
+            continue  # its weights already fail
+        updates = cand.get("updates")
+        if updates is None:
+            line = line or ("work differs: the run did not send the tensors of the window steps the grader drew, so "
+                            "the updates those steps made could not be checked")
+            continue
+        if "error" in updates:
+            line = line or f"work differs: the updates of its window steps could not be checked: {updates['error']}"
+            continue
+        worst.extend((float(found["relative"]), int(found["step"])) for found in updates.get("steps", []))
+    far = [(r, step) for r, step in worst if not r <= tolerance]  # NaN too
+    if far and line is None:
+        r, step = max(far, key=lambda f: (math.isnan(f[0]), f[0]))
+        line = (f"work differs: window step {step}'s update is not one optimizer step on its whole batch: the "
+                f"gradient it applied is {r:.2f} of the batch's own gradient away from it (tolerance {tolerance:g}; "
+                f"{len(far)} of {len(worst)} drawn step(s) over): every window step must train on its whole batch")
+    measured = {"drawn": len(worst), "worst": round(max(r for r, _ in worst), 4) if worst else None,
+                "tolerance": tolerance,
+                "baseline_worst": round(max(baseline_worst), 4) if baseline_worst else None}
+    return {"measured": measured, "line": line}
 
 
 def steps_trained(evidence) -> dict | None:

@@ -291,8 +291,13 @@ def ask_referee(chapter: Chapter, device: str, pairs: list[tuple[RunResult, RunR
             name = f"{role}{index}"
             path = folder / f"{name}.pt"
             path.write_bytes(run.weights or b"")
-            runs.append({"name": name, "seed": run.seed, "window_key": run.window_key, "weights": str(path),
-                         "reference": f"baseline{index}" if role == "candidate" else None})
+            entry = {"name": name, "seed": run.seed, "window_key": run.window_key, "weights": str(path),
+                     "reference": f"baseline{index}" if role == "candidate" else None}
+            if run.update_probe is not None:
+                probe = folder / f"{name}-updates.pt"
+                probe.write_bytes(run.update_probe)
+                entry.update(updates=str(probe), probe_steps=list(run.probe_steps))
+            runs.append(entry)
     job = folder / "job.json"
     job.write_text(json.dumps({"chapter": chapter.id, "device": device, "runs": runs, "cfg": cfg or {}}))
     proc = forkserver.run_module("checker.grader.referee", [str(job)], dict(os.environ, PYTHONDONTWRITEBYTECODE="1"),

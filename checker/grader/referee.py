@@ -66,6 +66,61 @@ def distance(candidate: dict[str, torch.Tensor], baseline: dict[str, torch.Tenso
             "counts_differ": counts_differ}
 
 
+def update_errors(workload, cfg: dict[str, Any], device: torch.device, path: Path, steps: list[int],
+                  window_key: int) -> dict[str, Any]:
+    """For each window step the grader drew, the update the run's weights took in that step against one SGD step
+    (the chapter's lr, ``probe_momentum``, ``probe_weight_decay``) on that step's whole batch.
+
+    SGD with momentum moves w by -lr * m, where m = momentum * m_before + grad + weight_decay * w: so the tensors
+    before the step before (w0), before the step (w1) and after it (w2) give the gradient the step applied,
+    (w1 - w2) / lr - momentum * (w0 - w1) / lr - weight_decay * w1, whatever the optimizer's state was. The grader
+    computes the batch's gradient at w1 here, in float32 with TF32 off, on the batch the step fetched: its place
+    in its epoch, rebuilt from the sampler's own order (a place that is not one of the run's epochs is refused).
+    ``relative``: ||applied - gradient|| / ||gradient||: a few hundredths for an honest float32 step, about a tenth
+    for bf16's arithmetic, half or more for a step on half its batch, and the whole for a step skipped."""
+    data = torch.load(path, map_location="cpu", weights_only=True)
+    snapshots, places = data.get("snapshots", {}), data.get("places", {})
+    sampler = workload.extras.get("sampler")
+    model = workload.model
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    count = sum(p.numel() for p in parameters)
+    lr, momentum, decay = float(cfg["lr"]), float(cfg["probe_momentum"]), float(cfg["probe_weight_decay"])
+    batch = int(cfg["batch_size"])
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    found = []
+    try:
+        for step in steps:
+            tensors = [snapshots.get(k) for k in (step - 1, step, step + 1)]
+            if any(not isinstance(t, torch.Tensor) or t.dim() != 1 or t.numel() != count for t in tensors):
+                return {"error": f"the run sent no tensors of the model's {count:,} trainable values around step {step}"}
+            place = places.get(step)
+            if not isinstance(place, (list, tuple)) or len(place) != 2:
+                return {"error": f"the run sent no place for step {step}'s batch"}
+            salt, position = int(place[0]), int(place[1])
+            if sampler is None or not sampler.is_salt(salt, window_key) or position % batch \
+                    or not 0 <= position <= sampler.size - batch:
+                return {"error": f"step {step}'s batch is not one of the run's epochs' (salt {salt}, position {position})"}
+            items = sampler.epoch_items(salt)[position:position + batch]
+            w0, w1, w2 = (t.to(device, torch.float64) for t in tensors)
+            applied = (w1 - w2) / lr - momentum * (w0 - w1) / lr - decay * w1
+            torch.nn.utils.vector_to_parameters(w1.float(), parameters)
+            samples = [workload.dataset[item] for item in items]
+            images = torch.stack([s[0] for s in samples]).to(device)
+            labels = torch.tensor([int(s[1]) for s in samples], device=device)
+            model.train()
+            model.zero_grad(set_to_none=True)
+            workload.loss_fn(model(images), labels).backward()
+            gradient = torch.cat([p.grad.reshape(-1) for p in parameters]).to(torch.float64)
+            relative = float((applied - gradient).norm() / gradient.norm())
+            found.append({"step": step, "relative": round(relative, 5) if math.isfinite(relative) else relative})
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+        model.zero_grad(set_to_none=True)
+    worst = max((f["relative"] for f in found), default=None)
+    return {"steps": found, "worst": worst}
+
+
 def _load(path: Path) -> dict[str, torch.Tensor]:
     state = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
@@ -81,10 +136,11 @@ def judge(job: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     states: dict[str, dict[str, torch.Tensor]] = {}
     built: dict[int, tuple] = {}
+    cfg_of: dict[int, dict[str, Any]] = {}
     for name, run in runs.items():
         seed = int(run["seed"])
         if seed not in built:
-            cfg = dict(chapter.config(job["device"]), **job.get("cfg", {}), seed=seed)
+            cfg = cfg_of[seed] = dict(chapter.config(job["device"]), **job.get("cfg", {}), seed=seed)
             torch.manual_seed(seed)
             workload = workload_module.build(cfg, device)
             initial = {k: v.detach().clone() for k, v in workload.model.state_dict().items()}
@@ -99,6 +155,13 @@ def judge(job: dict[str, Any]) -> dict[str, Any]:
             workload.model.eval()
             with torch.no_grad():
                 result["eval_loss"] = float(workload.eval_loss(workload.model))
+            if run.get("updates"):
+                try:
+                    result["updates"] = update_errors(workload, cfg_of[seed], device, Path(run["updates"]),
+                                                      [int(s) for s in run.get("probe_steps", [])],
+                                                      int(run["window_key"]))
+                except Exception as err:  # noqa: BLE001 - tensors that do not load are updates not shown
+                    result["updates"] = {"error": f"the tensors of its updates did not load: {type(err).__name__}"}
         except Exception as err:  # noqa: BLE001 - whatever the weights are, the verdict is "they do not fit"
             result["load_error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:300] if str(err).strip() else ''}"
         finally:

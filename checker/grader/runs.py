@@ -41,7 +41,7 @@ OUTPUT_TAIL = 64 * 1024  # bytes of the end of its output kept for messages
 HEADER_CAP = 64 * 1024  # one message line
 WEIGHTS_CAP = 2 * 1024**3  # bytes of weights a run may send
 # the messages the harness sends with raw bytes after their line (checker.candidate.session): everything else is one line
-PAYLOAD_KINDS = frozenset({"samples", "weights", "trace"})
+PAYLOAD_KINDS = frozenset({"samples", "weights", "trace", "probed"})
 CPU_MEMORY_MB = 6144  # memory a CPU run's process may use unless chapter.toml says (memory_mb)
 
 
@@ -88,6 +88,10 @@ class RunResult:
     # reads): checker.candidate.session.tensor_views
     tensor_views: int | None = None
     marks_ns: dict[str, int] = field(default_factory=dict, repr=False)  # the grader's clock at each message
+    # the window steps whose updates the referee checks (probe_updates: drawn by the grader after the window), and
+    # the model's trainable tensors around each, as the harness sent them (checker.candidate.session.UpdateProbe)
+    probe_steps: list[int] = field(default_factory=list)
+    update_probe: bytes | None = field(default=None, repr=False)
     ranks: list["RunResult"] = field(default_factory=list, repr=False)  # a job of several ranks: every rank's run
     rank_weight_gap: float | None = None  # a job: how far the ranks' trained weights are apart (0: identical)
 
@@ -192,6 +196,10 @@ class _Run:
         self.sample_counts: list[int] = []
         self.finished: tuple[int, int] | None = None
         self.views: int | None = None
+        # the window steps whose updates are checked: drawn when the harness asks, after the window (probe_updates)
+        self.probes = int(chapter.config(device).get("probe_updates", 0))
+        self.probe_steps: list[int] | None = None
+        self.update_probe: bytes | None = None
 
     def broken(self, what: str) -> ScriptError:
         return ScriptError(f"{self.display} {what}; the grader stopped it")
@@ -266,6 +274,15 @@ class _Run:
                     or isinstance(count, bool) or count < 0:
                 raise self.broken("sent its count of numpy views out of turn or malformed")
             self.views = count
+        elif kind == "probe":
+            if not self.probes or "weights" not in self.clock or self.probe_steps is not None:
+                raise self.broken("asked which updates are checked out of turn")
+            self.probe_steps = draw_probe_steps(self.warmup, self.total_steps, self.probes)
+            self._answer({"steps": self.probe_steps})
+        elif kind == "probed":
+            if self.probe_steps is None or self.update_probe is not None or payload is None:
+                raise self.broken("sent the tensors of its updates out of turn")
+            self.update_probe = payload
         elif kind == "trace":
             if "weights" not in self.clock or (self.tail and "tail_close" not in self.clock) \
                     or self.trace_bytes is not None or payload is None:
@@ -297,6 +314,13 @@ class _Run:
             self.clock["done"] = now
         else:
             raise self.broken(f"sent an unknown message '{kind}'")
+
+
+def draw_probe_steps(warmup: int, end: int, count: int) -> list[int]:
+    """``count`` window steps, drawn afresh for each run, whose updates the referee checks: each needs the tensors
+    of the step before it, so the window's first step is not drawn."""
+    steps = list(range(warmup + 1, end))
+    return sorted(secrets.SystemRandom().sample(steps, min(count, len(steps))))
 
 
 def nsys_profile(nsys: str, report: Path) -> list[str]:
@@ -531,6 +555,7 @@ def run_script(
         sample_ids=run.sample_ids,
         sample_counts=list(run.sample_counts), finished_batches=run.finished, tensor_views=run.views,
         marks_ns=dict(run.clock),
+        probe_steps=list(run.probe_steps or []), update_probe=run.update_probe,
     )
 
 

@@ -184,7 +184,7 @@ def _export_path() -> list[tuple[str, Any, str, Any]]:
               ("tempfile", tempfile, ("NamedTemporaryFile", "mkdtemp")),
               ("os", os, ("write", "read", "remove", "open", "close", "fstat", "lstat")), ("shutil", shutil, ("rmtree",)),
               ("json", json, ("dumps",)), ("pathlib.Path", Path, ("read_bytes",)),
-              ("Channel", Channel, ("send", "_write"))]
+              ("Channel", Channel, ("send", "_write", "intact"))]
     result = getattr(torch._C._autograd, "_ProfilerResult", None)
     if result is not None:
         owners.append(("torch._C._autograd._ProfilerResult", result, ("save",)))
@@ -265,6 +265,9 @@ def _replaced_on_export_path(profiler) -> list[str]:
     for shown, obj in (("the profiler", profiler), ("the profiler's profiler", getattr(profiler, "profiler", None))):
         shadowed = sorted(names & set(getattr(obj, "__dict__", {}) or {}))
         replaced += [f"{shown}'s own {name}" for name in shadowed]
+    channel = _channel()
+    if channel is not None and not _original("Channel.intact")(channel):
+        replaced.append("the channel to the grader (its methods or its descriptor)")
     results = getattr(getattr(profiler, "profiler", None), "kineto_results", None)
     kind = getattr(torch._C._autograd, "_ProfilerResult", None)
     if results is not None and kind is not None and type(results) is not kind:
@@ -565,7 +568,7 @@ class Session:
     def _send(message: dict[str, Any], payload: bytes | None = None) -> None:
         channel = _channel()
         if channel is not None:
-            channel.send(message, payload)
+            _original("Channel.send")(channel, message, payload)  # the class's own, not an attribute set on the object
 
     # -- what scripts call -------------------------------------------------------------------------
     def is_log_step(self, step: int) -> bool:

@@ -196,10 +196,39 @@ class _Run:
         self.sample_counts: list[int] = []
         self.finished: tuple[int, int] | None = None
         self.views: int | None = None
+        self.evt_fd: int | None = None  # the descriptor the harness writes its messages through (its hello says)
         # the window steps whose updates are checked: drawn when the harness asks, after the window (probe_updates)
         self.probes = int(chapter.config(device).get("probe_updates", 0))
         self.probe_steps: list[int] | None = None
         self.update_probe: bytes | None = None
+
+    def _channel_kept(self) -> bool:
+        """Whether the run's process still holds the grader's pipe at the descriptor the harness announced, and no
+        process under the run holds it at another (a relay between the harness and the pipe holds it elsewhere)."""
+        if self.evt_fd is None or self.pid is None:
+            return False
+        try:
+            pipe = os.stat(self.folder.path / "evt")
+            held = os.stat(f"/proc/{self.pid}/fd/{self.evt_fd}")
+        except OSError:
+            return False
+        if (held.st_dev, held.st_ino) != (pipe.st_dev, pipe.st_ino):
+            return False
+        for pid in {self.pid} | sandbox.descendants(self.pid):
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:
+                continue
+            for fd in fds:
+                if int(fd) == self.evt_fd:
+                    continue
+                try:
+                    there = os.stat(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if (there.st_dev, there.st_ino) == (pipe.st_dev, pipe.st_ino):
+                    return False
+        return True
 
     def broken(self, what: str) -> ScriptError:
         return ScriptError(f"{self.display} {what}; the grader stopped it")
@@ -220,6 +249,8 @@ class _Run:
                 raise self.broken(f"said '{kind}' before '{missing[0]}'")
             self.clock[kind] = now
         if kind == "hello":
+            fd = header.get("fd")
+            self.evt_fd = fd if isinstance(fd, int) and not isinstance(fd, bool) and fd >= 0 else None
             self.ctl = os.open(self.folder.path / "ctl", os.O_RDWR)
             self._answer({"seed": self.seed})
         elif kind == "open":
@@ -287,6 +318,10 @@ class _Run:
             if "weights" not in self.clock or (self.tail and "tail_close" not in self.clock) \
                     or self.trace_bytes is not None or payload is None:
                 raise self.broken("sent a trace out of turn")
+            if not self._channel_kept():
+                raise self.broken("sent its trace through something other than the channel it was given (the "
+                                  "descriptor the harness opened to the grader's pipe, or another one, is not "
+                                  "where it was): what arrived is not what the harness wrote")
             self.trace_bytes = payload
         elif kind == "replaced":
             what = header.get("what")

@@ -222,6 +222,67 @@ def _watch_profiler_switches() -> None:
 _watch_profiler_switches()
 
 
+# Tensors made in the window over a Python buffer's memory (a numpy array, bytes, bytearray, array, mmap), by the
+# calls that make one without copying: kept until the window closes, where each written in place since counts as a
+# view (tensor_views): values copied into it are read back from Python with no op a CPU trace records, and a tensor
+# dropped in the same line as it was written is gone before tensor_views looks. Counted on a CPU, in the chapters
+# that count host reads (Session._counts_views); the collate of honest loaders makes none it writes into.
+ALIASING_MAKERS = ("as_tensor", "from_numpy", "frombuffer", "asarray")
+_MADE_OVER_BUFFERS: list[torch.Tensor] = []
+MADE_KEPT = 50_000  # a bound on what is kept: more made in one window is counted as written
+
+
+def _shares_buffer(source: Any, made: Any) -> bool:
+    """Whether ``made`` (a CPU tensor) lies in the memory of ``source``, a Python object that is not a tensor."""
+    if issubclass(type(source), torch.Tensor) or not issubclass(type(made), torch.Tensor) or made.device.type != "cpu":
+        return False
+    try:
+        import numpy as np
+
+        memory = np.asarray(memoryview(source)) if not issubclass(type(source), np.ndarray) else source
+        start = memory.__array_interface__["data"][0]
+        end = start + memory.nbytes
+        storage = made.untyped_storage()
+    except (TypeError, ValueError, BufferError, RuntimeError, NotImplementedError):
+        return False
+    return storage.nbytes() > 0 and storage.data_ptr() < end and start < storage.data_ptr() + storage.nbytes()
+
+
+def _watch_aliasing_makers() -> None:
+    for module in (torch, torch._C._VariableFunctions):
+        for name in ALIASING_MAKERS:
+            original = getattr(module, name, None)
+            if original is None or getattr(original, "_workbook_watched", False):
+                continue
+
+            def watched(*args, _original=original, **kwargs):
+                made = _original(*args, **kwargs)
+                session = _CURRENT
+                if session is not None and session._counts_views and session._window_open:
+                    source = args[0] if args else next(
+                        (kwargs[k] for k in ("obj", "data", "buffer", "ndarray") if k in kwargs), None)
+                    if _shares_buffer(source, made):
+                        if len(_MADE_OVER_BUFFERS) < MADE_KEPT:
+                            _MADE_OVER_BUFFERS.append(made)
+                        else:
+                            session._made_beyond += 1
+                return made
+
+            watched._workbook_watched = True
+            try:
+                setattr(module, name, watched)
+            except (AttributeError, TypeError):  # a type that takes no new attributes
+                pass
+
+
+def written_made_over_buffers() -> int:
+    """How many tensors made in the window over a Python buffer were written in place (their version counter moved)."""
+    return sum(1 for t in _MADE_OVER_BUFFERS if t.is_inference() or t._version)
+
+
+_watch_aliasing_makers()
+
+
 def _original(shown: str):
     """The object ``shown`` names on the export path as it was at import (the harness calls these, never what a
     lookup on an object finds now)."""
@@ -557,6 +618,9 @@ class Session:
         self._probe = UpdateProbe(self.model, sampler, int(cfg["batch_size"])) \
             if int(cfg.get("probe_updates", 0)) > 0 and isinstance(sampler, KeyedEpochs) and _channel() is not None \
             else None
+        # a CPU run of a chapter that counts host reads: tensors made over Python buffers in the window are watched
+        self._counts_views = self.device.type == "cpu" and any(c.name == "host_syncs" for c in self.chapter.checks)
+        self._made_beyond = 0
         self._send({"type": "built"})
 
     @property
@@ -675,6 +739,7 @@ class Session:
 
     # -- the timed window --------------------------------------------------------------------------
     _window_open = False
+    _counts_views = False
     _tail_open = False
 
     @staticmethod
@@ -748,7 +813,9 @@ class Session:
             self._send({"type": "finished", "checked": len(self._finished.kept),
                         "unfinished": self._finished.unfinished()})
         if _channel() is not None and self.device.type == "cpu" and any(c.name == "host_syncs" for c in self.chapter.checks):
-            self._send({"type": "views", "count": tensor_views()})
+            made = written_made_over_buffers() + self._made_beyond
+            _MADE_OVER_BUFFERS.clear()
+            self._send({"type": "views", "count": tensor_views() + made})
         if self._probe is not None:  # after the trace too: the copies to the host are not the window's
             probe, self._probe = self._probe, None
             channel = _channel()

@@ -145,7 +145,8 @@ def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trac
         if views:
             lines.append(f"{views} Python object(s) sharing memory with a tensor held after the window (a numpy "
                          "array made by .numpy() or np.asarray, or a numpy array, bytearray or file that a tensor "
-                         "written in place was made over): on a CPU a value copied into such a tensor and read from "
+                         "written in place was made over), or tensors made in the window over a Python buffer's memory "
+                         "(torch.as_tensor, from_numpy, frombuffer, asarray) and written in place: on a CPU a value copied into such a tensor and read from "
                          "the other side makes no op a trace records, so the reads are not counted; read values with "
                          ".item() or .tolist(), in logging steps")
     elif evidence.device == "cpu" and ran:

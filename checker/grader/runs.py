@@ -278,6 +278,10 @@ class _Run:
         elif kind == "close":
             if self.expected_step != self.total_steps:
                 raise self.broken(f"closed the window after step {self.expected_step - 1}, not {self.total_steps - 1}")
+            if not self._channel_kept():  # the window's stamps are the arrivals of its messages: they came straight
+                raise self.broken("sent the window's messages through something other than the channel it was given "
+                                  "(the descriptor the harness opened to the grader's pipe, or another one, is not "
+                                  "where it was): their arrival times are not the steps'")
             self.step_stamps.append(now)
             below = sandbox.descendants(self.pid)
             self.workers_at_close = sandbox.worker_processes(below)

@@ -183,3 +183,80 @@ def test_the_gpu_tolerances_pass_every_recorded_solution_pair_and_fail_every_rec
             continue
         assert rejected == (kind == "cheat"), (variant, measured["weight_distance"], measured["worst_layer"])
     assert seen["solution"] >= 30 and seen["lab"] >= 10 and seen["cheat"] >= 10
+
+
+def _train_and_probe(tmp_path, part: float, skip: int | None = None):
+    """Three SGD steps of chapter 07's CPU workload on the sampler's batches, the trainable tensors kept before
+    each as the harness keeps them; then the referee's check of the middle step's update. ``part``: the share of
+    each batch trained on; ``skip``: a step whose update is left out."""
+    import torch
+
+    from checker.base.workloads import load_workload_module
+    from checker.candidate.session import UpdateProbe
+    from checker.grader.referee import update_errors
+
+    chapter = get_chapter(CHAPTER)
+    cfg = dict(chapter.config("cpu"), seed=5)
+    torch.manual_seed(5)
+    workload = load_workload_module(chapter.dir).build(cfg, torch.device("cpu"))
+    sampler, batch = workload.extras["sampler"], int(cfg["batch_size"])
+    sampler.set_key(77)
+    items = list(iter(sampler))
+    probe = UpdateProbe(workload.model, sampler, batch)
+    optimizer = torch.optim.SGD(workload.model.parameters(), lr=cfg["lr"], momentum=cfg["probe_momentum"],
+                                weight_decay=cfg["probe_weight_decay"])
+    for step in range(3):
+        probe.snapshot(step)
+        probe.placed(step, step)
+        chunk = items[step * batch:(step + 1) * batch][:max(1, int(batch * part))]
+        samples = [workload.dataset[item] for item in chunk]
+        images, labels = torch.stack([s[0] for s in samples]), torch.tensor([s[1] for s in samples])
+        if step != skip:
+            optimizer.zero_grad()
+            workload.loss_fn(workload.model(images), labels).backward()
+            optimizer.step()
+    probe.snapshot(3)
+    path = tmp_path / "updates.pt"
+    path.write_bytes(probe.payload([1, 2]))
+    fresh = load_workload_module(chapter.dir).build(cfg, torch.device("cpu"))
+    return update_errors(fresh, cfg, torch.device("cpu"), path, [1, 2], 77)
+
+
+def test_the_referee_finds_each_drawn_update_one_step_on_its_whole_batch_and_nothing_less(tmp_path):
+    """The drawn steps' updates (probe_updates): an honest float32 step recomputes to its applied gradient; a step on
+    three quarters of its batch, or one skipped, lands far past update_tolerance on a CPU."""
+    from checker.checks.same_work import _tolerance
+
+    tolerance = _tolerance(get_chapter(CHAPTER).check("same_work"), "update_tolerance", "cpu", 0.0)
+    honest = _train_and_probe(tmp_path, 1.0)
+    assert [s["step"] for s in honest["steps"]] == [1, 2] and honest["worst"] < tolerance / 10, honest
+    assert _train_and_probe(tmp_path, 0.75)["worst"] > 3 * tolerance
+    skipped = _train_and_probe(tmp_path, 1.0, skip=2)
+    assert next(s for s in skipped["steps"] if s["step"] == 2)["relative"] > 0.5
+
+
+def test_a_drawn_step_whose_batch_is_not_one_of_the_runs_epochs_is_refused(tmp_path):
+    import torch
+
+    from checker.base.workloads import load_workload_module
+    from checker.grader.referee import update_errors
+
+    chapter = get_chapter(CHAPTER)
+    cfg = dict(chapter.config("cpu"), seed=5)
+    workload = load_workload_module(chapter.dir).build(cfg, torch.device("cpu"))
+    count = sum(p.numel() for p in workload.model.parameters())
+    flat = torch.zeros(count)
+    path = tmp_path / "updates.pt"
+    torch.save({"snapshots": {0: flat, 1: flat, 2: flat}, "places": {1: [123, 0]}}, path)
+    assert "not one of the run's epochs" in update_errors(workload, cfg, torch.device("cpu"), path, [1], 77)["error"]
+    torch.save({"snapshots": {0: flat, 1: flat[:-1], 2: flat}, "places": {1: [77 * 1_000_003, 0]}}, path)
+    assert "no tensors" in update_errors(workload, cfg, torch.device("cpu"), path, [1], 77)["error"]
+
+
+def test_probe_steps_are_drawn_inside_the_window_after_its_first_step():
+    from checker.grader.runs import draw_probe_steps
+
+    for _ in range(50):
+        steps = draw_probe_steps(30, 80, 2)
+        assert len(steps) == 2 and steps == sorted(set(steps)) and all(31 <= s <= 79 for s in steps)
+    assert draw_probe_steps(8, 10, 5) == [9]

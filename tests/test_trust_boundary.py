@@ -788,3 +788,25 @@ def test_the_harness_counts_every_call_of_the_recording_switches():
     worker.start()
     worker.join()
     assert session._SWITCH_CALLS[before:] == ["_enable_record_function"]
+
+
+def test_tensors_made_over_python_buffers_in_the_window_count_once_written(monkeypatch):
+    """The harness's watch on as_tensor/from_numpy/frombuffer/asarray: in a CPU window of a chapter that counts host
+    reads, a tensor made over a numpy array or a bytearray without a copy is kept, and counts once written in place;
+    one made from a list, converted (a copy), or made outside the window is not kept."""
+    from types import SimpleNamespace
+
+    from checker.candidate import session as harness
+
+    monkeypatch.setattr(harness, "_MADE_OVER_BUFFERS", [])
+    monkeypatch.setattr(harness, "_CURRENT", SimpleNamespace(_counts_views=True, _window_open=True, _made_beyond=0))
+    out = np.empty(3, dtype=np.float32)
+    torch.as_tensor(out).copy_(torch.ones(3))  # written and dropped in one line
+    torch.from_numpy(np.zeros(2))  # made, never written
+    torch.frombuffer(bytearray(16), dtype=torch.float32).add_(1)
+    torch.as_tensor([1.0, 2.0]).add_(1)  # a list: a fresh tensor
+    torch.as_tensor(np.zeros(3), dtype=torch.float32).add_(1)  # converted: a copy
+    assert len(harness._MADE_OVER_BUFFERS) == 3 and harness.written_made_over_buffers() == 2
+    harness._CURRENT._window_open = False
+    torch.as_tensor(np.empty(2, dtype=np.float32)).add_(1)  # outside the window
+    assert harness.written_made_over_buffers() == 2

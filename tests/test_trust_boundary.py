@@ -744,7 +744,7 @@ def test_bytes_after_a_line_that_carries_none_end_the_run(tmp_path):
         evt = os.open("evt", os.O_WRONLY)
         os.write(evt, json.dumps({"type": "report", "name": "x", "value": 1, "nbytes": 26}).encode() + b"\\n")
     """) + LOOP
-    with pytest.raises(ScriptError, match="only samples, trace, weights carry bytes"):
+    with pytest.raises(ScriptError, match="only probed, samples, trace, weights carry bytes"):
         run(script(tmp_path, body))
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from checker.base.ranks import world_from_env
 from checker.candidate import session as harness
-from checker.candidate.channel import Channel
+from checker.candidate.channel import Channel, deliver
 
 
 def _where(exc: BaseException, script: Path) -> str | None:
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     outcome = _outcome(script, error)
     if channel is not None:
-        channel.send(outcome)
+        deliver(channel, outcome)
     if args.result is not None:
         session = harness.current()
         result = dict(session._window_measured() if session else {}, outcome=outcome["type"])

@@ -810,3 +810,26 @@ def test_tensors_made_over_python_buffers_in_the_window_count_once_written(monke
     harness._CURRENT._window_open = False
     torch.as_tensor(np.empty(2, dtype=np.float32)).add_(1)  # outside the window
     assert harness.written_made_over_buffers() == 2
+
+
+def test_a_numpy_view_made_before_the_window_counts_once_its_tensor_is_written_in_the_window(monkeypatch):
+    """The harness's watch on Tensor.numpy (red team 15): a view made before the window, its tensor written in place
+    in the window, counts even when the view is hidden or dropped before the window closes; a view of a tensor the
+    window never writes does not."""
+    import weakref
+    from types import SimpleNamespace
+
+    from checker.candidate import session as harness
+
+    monkeypatch.setattr(harness, "_NUMPY_OF", weakref.WeakSet())
+    monkeypatch.setattr(harness, "_NUMPY_HELD", {})
+    state = SimpleNamespace(_counts_views=True, _window_open=False, _made_beyond=0)
+    monkeypatch.setattr(harness, "_CURRENT", state)
+    written, untouched = torch.zeros(3), torch.zeros(3)
+    hidden = np.empty(2, dtype=object)
+    hidden[0], hidden[1] = written.numpy(), np.asarray(untouched)  # made before the window, hidden in an object array
+    state._window_open = True
+    harness.hold_numpy_views()
+    written.copy_(torch.ones(3))
+    del hidden
+    assert harness.written_numpy_views() == 1

@@ -32,6 +32,7 @@ import os
 import stat
 import sys
 import time
+import weakref
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -273,6 +274,61 @@ def _watch_aliasing_makers() -> None:
                 setattr(module, name, watched)
             except (AttributeError, TypeError):  # a type that takes no new attributes
                 pass
+
+
+# Tensors a numpy view was made of (Tensor.numpy, which np.asarray and __array__ call too), watched from import: a
+# view made before the window, written through the tensor in each step and read from numpy, is a host read no CPU
+# trace records, and the view may be hidden (an object array) or dropped before tensor_views looks. The harness holds
+# each such tensor from the window's open to its close and counts those written in place meanwhile.
+_NUMPY_OF: "weakref.WeakSet[torch.Tensor]" = weakref.WeakSet()
+_NUMPY_HELD: dict[int, tuple[torch.Tensor, int]] = {}  # id -> (the tensor, its version when the window opened or the view was made)
+
+
+def _watch_numpy_views() -> None:
+    original = torch.Tensor.numpy
+    if getattr(original, "_workbook_watched", False):
+        return
+
+    def numpy(self, *args, _original=original, **kwargs):
+        made = _original(self, *args, **kwargs)
+        try:
+            session = _CURRENT
+            if session is not None and session._counts_views and session._window_open:
+                if id(self) not in _NUMPY_HELD and len(_NUMPY_HELD) < MADE_KEPT:
+                    _NUMPY_HELD[id(self)] = (self, self._version)
+            else:
+                _NUMPY_OF.add(self)
+        except (TypeError, RuntimeError):  # a tensor that takes no weak reference or has no version
+            pass
+        return made
+
+    numpy._workbook_watched = True
+    torch.Tensor.numpy = numpy
+
+
+def hold_numpy_views() -> None:
+    """At the window's open: hold every tensor a numpy view was made of so far, with its version now."""
+    for tensor in list(_NUMPY_OF):
+        if len(_NUMPY_HELD) < MADE_KEPT:
+            try:
+                _NUMPY_HELD[id(tensor)] = (tensor, tensor._version)
+            except RuntimeError:
+                pass
+
+
+def written_numpy_views() -> int:
+    """How many held tensors with a numpy view were written in place since the window opened (or the view was made)."""
+    written = 0
+    for tensor, version in _NUMPY_HELD.values():
+        try:
+            written += tensor._version != version
+        except RuntimeError:
+            pass
+    _NUMPY_HELD.clear()
+    return written
+
+
+_watch_numpy_views()
 
 
 def written_made_over_buffers() -> int:
@@ -779,6 +835,8 @@ class Session:
         else:
             window_key = self.seed + 1  # on its own a run behaves as under the grader, with a known key
         redraw_head(self.model, window_key, self._head_rms)
+        if self._counts_views:
+            hold_numpy_views()
         if self.workload.on_window is not None:
             self.workload.on_window(window_key)
         self._window_open = True
@@ -813,7 +871,7 @@ class Session:
             self._send({"type": "finished", "checked": len(self._finished.kept),
                         "unfinished": self._finished.unfinished()})
         if _channel() is not None and self.device.type == "cpu" and any(c.name == "host_syncs" for c in self.chapter.checks):
-            made = written_made_over_buffers() + self._made_beyond
+            made = written_made_over_buffers() + self._made_beyond + written_numpy_views()
             _MADE_OVER_BUFFERS.clear()
             self._send({"type": "views", "count": tensor_views() + made})
         if self._probe is not None:  # after the trace too: the copies to the host are not the window's

@@ -870,7 +870,7 @@ class Session:
         if _channel() is not None and self._finished is not None:  # after the trace: none of this is traced
             self._send({"type": "finished", "checked": len(self._finished.kept),
                         "unfinished": self._finished.unfinished()})
-        if _channel() is not None and self.device.type == "cpu" and any(c.name == "host_syncs" for c in self.chapter.checks):
+        if _channel() is not None and self._counts_views:
             made = written_made_over_buffers() + self._made_beyond + written_numpy_views()
             _MADE_OVER_BUFFERS.clear()
             self._send({"type": "views", "count": tensor_views() + made})

@@ -30,6 +30,7 @@ NOT_SELECTED = "not selected"  # how a skip left out by `workbook check --only` 
 
 # What a check may need of the grader (checker.grader.plan turns these into runs):
 TIMED = "timed"                    # the timed pairs, where this device grades speed
+TIMED_CPU = "timed_cpu"            # the same pairs, on a CPU only (the training process's CPU time over every pair)
 RUN = "run"                        # the candidate's run the grader watched (its processes, its step times)
 TRACE = "trace"                    # the candidate's traced run and its trace
 BASELINE_TRACE = "baseline_trace"  # the slow script traced the same way, over the same steps
@@ -37,7 +38,7 @@ BASELINE_TRACE_CPU = "baseline_trace_cpu"  # the same, on a CPU only (what the s
 VERDICTS = "verdicts"              # the referee's judgement of every pair's weights
 NCU = "ncu"                        # Nsight Compute on one kernel the check picks from the candidate's trace
 JOBS = "jobs"                      # the grader's own traced run of every job of the learner's assignment (chapter 08)
-NEEDS = (TIMED, RUN, TRACE, BASELINE_TRACE, BASELINE_TRACE_CPU, VERDICTS, NCU, JOBS)
+NEEDS = (TIMED, TIMED_CPU, RUN, TRACE, BASELINE_TRACE, BASELINE_TRACE_CPU, VERDICTS, NCU, JOBS)
 
 
 @dataclass

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from checker import checks
 from checker.base.chapters import Chapter
 from checker.base.errors import WorkbookError
-from checker.checks import BASELINE_TRACE, BASELINE_TRACE_CPU, JOBS, NCU, NOT_SELECTED, RUN, TIMED, TRACE, VERDICTS
+from checker.checks import (BASELINE_TRACE, BASELINE_TRACE_CPU, JOBS, NCU, NOT_SELECTED, RUN, TIMED, TIMED_CPU, TRACE,
+                            VERDICTS)
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,8 @@ def make_plan(chapter: Chapter, device: str, only: set[str] | None = None, with_
     selected = tuple(name for name in declared if name not in skipped)
     needs = {name: checks.KINDS[name].needs for name in selected}
     wanted = set().union(*needs.values()) if needs else set()
-    trials = int(chapter.config(device).get("trials", 3)) if TIMED in wanted else 0
+    timed = TIMED in wanted or (device == "cpu" and TIMED_CPU in wanted)
+    trials = int(chapter.config(device).get("trials", 3)) if timed else 0
     # the traced pair: for what only a traced run shows, or as the one pair the referee judges
     traced = bool(wanted & {RUN, TRACE, BASELINE_TRACE, NCU}) or (VERDICTS in wanted and not trials)
     trace_baseline = BASELINE_TRACE in wanted or (device == "cpu" and BASELINE_TRACE_CPU in wanted)

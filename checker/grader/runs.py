@@ -450,7 +450,7 @@ def run_script(
     server = forkserver.server() if trace != "nsys" and profiler is None and extra_env is None else None
     known_children = sandbox.descendants(os.getpid())
     run = _Run(chapter, script, device, total_steps, warmup, seed, window_key, folder, display, tail=traced_after,
-               watch_cpu=device == "cpu" and trace == "torch")
+               watch_cpu=device == "cpu")
     protocol = _Protocol(run)
     evt = os.open(folder.path / "evt", os.O_RDWR | os.O_NONBLOCK)  # RDWR: never an EOF before the run connects
     tail: deque[bytes] = deque()

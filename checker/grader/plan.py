@@ -3,9 +3,9 @@
 No check is named here. A check that is skipped on this device (chapter.toml's ``skip``), left out by
 ``--only``, or has no threshold here needs nothing; the others' ``needs`` (checker.checks) decide:
 
-* timed pairs, when a check needs TIMED: the slow script (or a grading worker's reference) and the candidate,
-  untraced, taking turns, until the timed checks are settled (one pair for a clear verdict) or ``trials`` pairs
-  were made;
+* timed pairs, when a check needs TIMED (or TIMED_CPU, on a CPU): the slow script (or a grading worker's
+  reference) and the candidate, untraced, taking turns, until the timed checks are settled (one pair for a clear
+  verdict) or ``trials`` pairs were made, and at least ``min_trials``;
 * the traced pair, when a check needs the candidate's run or trace, or the referee has only it to judge
   (speed is not graded here): the candidate traced with the chosen tool, its baseline traced too when a
   check needs BASELINE_TRACE. Where the chapter sets ``traced_tail`` for the device, speed is graded and the

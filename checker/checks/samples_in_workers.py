@@ -101,22 +101,21 @@ def _training_cpu(evidence, spec, measured: dict) -> str | None:
     if share_max is None or evidence.device != "cpu":
         return None
     slow = evidence.chapter.slow_script
-    sums = [0, 0, 0, 0]  # the candidate's CPU ns and steps, the slow script's CPU ns and steps
-    pairs = 0
-    for baseline, candidate in evidence.pairs:
-        if baseline is None or candidate is None or baseline.window_cpu_ns is None \
-                or candidate.window_cpu_ns is None or getattr(baseline, "script", slow) != slow:
-            continue
-        pairs += 1
-        for at, run in ((0, candidate), (2, baseline)):
-            sums[at] += run.window_cpu_ns[0]
-            sums[at + 1] += max(len(run.step_ms), 1)
-    if not pairs or sums[2] <= 0:
+    pooled = [(baseline, candidate) for baseline, candidate in evidence.pairs
+              if baseline is not None and baseline.script == slow and baseline.window_cpu_ns is not None
+              and candidate is not None and candidate.window_cpu_ns is not None]
+
+    def per_step(runs: list) -> float:
+        return sum(run.window_cpu_ns[0] for run in runs) / sum(max(len(run.step_ms), 1) for run in runs)
+
+    if not pooled:
         return None
-    mine, theirs = sums[0] / sums[1], sums[2] / sums[3]
+    mine, theirs = per_step([c for _, c in pooled]), per_step([b for b, _ in pooled])
+    if theirs <= 0:
+        return None
     share = mine / theirs
     measured["training_cpu_share"] = round(share, 3)
-    measured["cpu_pairs"] = pairs
+    measured["cpu_pairs"] = pairs = len(pooled)
     if share <= float(share_max):
         return None
     return (f"the training process used {mine / 1e6:.1f} ms of CPU per window step, {share:.0%} of the slow script's "

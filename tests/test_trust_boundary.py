@@ -634,6 +634,39 @@ def test_every_traced_cpu_step_stores_gradients_into_every_trainable_tensor_of_t
     assert "fewer than the model's 24 trainable tensors" in decoy["line"] and decoy["measured"]["parameters"] == 24
 
 
+def test_each_step_is_held_to_its_own_share_of_the_work_where_the_slow_scripts_trace_holds_it():
+    """Chapter 00's steps differ by design (a long batch every fourth step: a short step runs about a quarter of a long
+    one's GPU time, in the slow script as in the solution); an H200 check of the solution failed on it when every
+    step was held to the busiest steps' work. Held to the slow script's same step, the same profile passes, and a
+    step that skipped its training fails whatever its share."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from checker.checks.same_work import steps_trained
+
+    def trace(work):
+        frame = pd.DataFrame({"step": list(range(10, 10 + len(work))), "work": work, "step_ns": 1,
+                              "leaves": 0})
+        return SimpleNamespace(get_step_work=lambda: frame, has_cuda=True)
+
+    design = [100, 26, 26, 26] * 3  # a long step, then three short ones
+    def judged(candidate, baseline=design):
+        run = SimpleNamespace(trace_first_step=10, steps=10 + len(candidate))
+        traces = {"candidate": trace(candidate)}
+        if baseline is not None:
+            traces["baseline"] = trace(baseline)
+        return steps_trained(SimpleNamespace(traces=traces, candidate_run=run, traced=None, pairs=[], verdicts={}))
+
+    honest = judged([v * 0.4 for v in design])  # faster, with the slow script's profile
+    assert honest["line"] is None and honest["measured"]["against"] == "slow script's same step"
+    assert "busy steps' work" in judged(design, baseline=None)["line"]  # without the slow script's trace: the old rule
+    skipped = [v * 0.4 for v in design]
+    skipped[5] = 1  # a short step that did not train
+    failed = judged(skipped)
+    assert "1 of 12 window steps" in failed["line"] and "step 15 " in failed["line"]
+
+
 def test_operators_run_with_op_recording_switched_off_make_a_cpu_trace_unbelieved(tmp_path):
     """An operator called from Python always runs an aten op the profiler records inside its call; calls that hold
     none ran with recording switched off (here through a computed name, past the source scan, and called from C, so

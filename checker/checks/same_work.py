@@ -47,6 +47,9 @@ DEFAULT_WEIGHT_TOLERANCE = {"cpu": 0.1, "cuda": 0.3}
 # (forward, backward, optimizer step on its batch) does about the same work as the next: on a CPU the same backward
 # nodes every step (a forward alone runs none), on a GPU about the same kernel time (a forward alone about a third).
 STEP_WORK_FLOOR = 0.5
+# A baseline step's share is floored here before a candidate's step is held to it, so that a step the baseline ran
+# almost nothing in cannot excuse any candidate step
+BASELINE_SHARE_FLOOR = 0.1
 # What a step's work is held against: the steps' work at this quantile. An honest window's steps do the same work
 # (on a CPU the same backward nodes; on a GPU kernel time within a few percent), so any quantile is theirs. The median
 # was not: a script that ran its forward alone every other step made the median half a step's, and its forward-only
@@ -284,6 +287,7 @@ def updates_checked(evidence, spec) -> dict | None:
         return None
     tolerance = _tolerance(spec, "update_tolerance", evidence.device, DEFAULT_UPDATE_TOLERANCE[evidence.device])
     worst: list[tuple[float, int]] = []
+    shown: list[dict] = []  # each drawn step, kept in the results so that a tolerance can be set from them
     baseline_worst: list[float] = []
     line = None
     for index in sorted(evidence.verdicts):
@@ -303,6 +307,8 @@ def updates_checked(evidence, spec) -> dict | None:
             line = line or f"work differs: the updates of its window steps could not be checked: {updates['error']}"
             continue
         worst.extend((float(found["relative"]), int(found["step"])) for found in updates.get("steps", []))
+        shown.extend({k: found[k] for k in ("step", "relative", "bf16_noise") if k in found}
+                     for found in updates.get("steps", []))
     far = [(r, step) for r, step in worst if not r <= tolerance]  # NaN too
     if far and line is None:
         r, step = max(far, key=lambda f: (math.isnan(f[0]), f[0]))
@@ -311,7 +317,7 @@ def updates_checked(evidence, spec) -> dict | None:
                 f"{len(far)} of {len(worst)} drawn step(s) over): every window step must train on its whole batch")
     measured = {"drawn": len(worst), "worst": round(max(r for r, _ in worst), 4) if worst else None,
                 "tolerance": tolerance,
-                "baseline_worst": round(max(baseline_worst), 4) if baseline_worst else None}
+                "baseline_worst": round(max(baseline_worst), 4) if baseline_worst else None, "steps": shown}
     return {"measured": measured, "line": line}
 
 
@@ -341,15 +347,25 @@ def steps_trained(evidence) -> dict | None:
     if middle <= 0:
         return {"measured": {"counted": False, "why": "the trace shows no backward pass in most window steps"},
                 "line": "work differs: even the busiest window steps show no backward pass in the trace: the steps did not train"}
-    share = work["work"] / middle if middle > 0 else work["work"] * 0.0
-    idle = work[share < STEP_WORK_FLOOR]
+    share = work["work"] / middle
+    # where the slow script's trace holds the same steps, each step is held to its own share there: a chapter's
+    # steps may differ by design (chapter 00's long batch every fourth step: its short steps run a quarter of a long
+    # one's kernel time in both scripts), and a step that skipped its training is far under its share either way
+    expected = _baseline_shares(evidence, work["step"], window_end)
+    if expected is not None:
+        share = share / expected
+    work = work.assign(share=share)
+    idle = work[work["share"] < STEP_WORK_FLOOR]
     measured = {"counted": True, "steps": int(len(work)), "least_share": round(float(share.min()), 3),
-                "idle": int(len(idle)), "floor": STEP_WORK_FLOOR}
+                "idle": int(len(idle)), "floor": STEP_WORK_FLOOR, "against": "slow script's same step"
+                if expected is not None else "the busy steps"}
     line = None
     if len(idle):
-        shown = ", ".join(f"{int(r.step)} ({r.work / middle:.0%})" for r in idle.itertuples()) if middle else "all"
-        line = (f"work differs: {len(idle)} of {len(work)} window steps did less than {STEP_WORK_FLOOR:.0%} of the "
-                f"busy steps' work (step {shown}): every window step must train on its batch (forward, backward, "
+        shown = ", ".join(f"{int(r.step)} ({r.share:.0%})" for r in idle.itertuples())
+        than = ("its share of the run's work in the slow script's same step" if expected is not None
+                else "the busy steps' work")
+        line = (f"work differs: {len(idle)} of {len(work)} window steps did less than {STEP_WORK_FLOOR:.0%} of "
+                f"{than} (step {shown}): every window step must train on its batch (forward, backward, "
                 "optimizer step)")
     # on a CPU trace a step's work is a count of backward nodes, which a step of a model's own can be measured
     # against: every trainable tensor of the chapter's model gets its gradient in the traced process in every step
@@ -364,6 +380,25 @@ def steps_trained(evidence) -> dict | None:
                     f"fewer than the model's {parameters} trainable tensors (step {shown}): every window step must "
                     "run the model's backward here, in the script's own process")
     return {"measured": measured, "line": line}
+
+
+def _baseline_shares(evidence, steps, window_end: int):
+    """Each of ``steps``' share of the busy steps' work in the baseline's trace of the same pair (a Series aligned with
+    ``steps``), between BASELINE_SHARE_FLOOR and 1; None where that trace is missing, unread, or lacks any of the steps."""
+    found = evidence.traces.get("baseline")
+    if found is None or isinstance(found, Exception):
+        return None
+    base = found.get_step_work()
+    base = base[base["step"] < window_end].set_index("step")["work"]
+    if base.empty or not set(steps).issubset(base.index):
+        return None
+    middle = float(base.quantile(STEP_WORK_REFERENCE))
+    if middle <= 0:
+        return None
+    # at most 1: a step heavier than the busy ones in the baseline (an epoch's first, say) asks no more of the
+    # candidate than the rule without a baseline does, so this rule is never the stricter one
+    shares = (base / middle).clip(lower=BASELINE_SHARE_FLOOR, upper=1.0)
+    return shares.reindex(steps.to_numpy()).set_axis(steps.index)
 
 
 def _parameters(evidence) -> int | None:

@@ -113,7 +113,18 @@ def update_errors(workload, cfg: dict[str, Any], device: torch.device, path: Pat
             workload.loss_fn(model(images), labels).backward()
             gradient = torch.cat([p.grad.reshape(-1) for p in parameters]).to(torch.float64)
             relative = float((applied - gradient).norm() / gradient.norm())
-            found.append({"step": step, "relative": round(relative, 5) if math.isfinite(relative) else relative})
+            entry = {"step": step, "relative": round(relative, 5) if math.isfinite(relative) else relative,
+                     "gradient_norm": float(gradient.norm()), "applied_norm": float(applied.norm())}
+            if device.type == "cuda" and str(cfg.get("amp", "none")) == "bf16":
+                # shown, not judged: how far bf16 autocast's own arithmetic moves this step's gradient from the
+                # float32 one, at the same weights and batch (the noise an honest bf16 step carries here)
+                model.zero_grad(set_to_none=True)
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = workload.loss_fn(model(images), labels)
+                loss.backward()
+                low = torch.cat([p.grad.reshape(-1) for p in parameters]).to(torch.float64)
+                entry["bf16_noise"] = round(float((low - gradient).norm() / gradient.norm()), 5)
+            found.append(entry)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
         model.zero_grad(set_to_none=True)

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     if fixes:
         parser.error(f"--before-fix names no row: {', '.join(f'{n}:{i}' for n, i in fixes)}")
     out = [
-        f"# The grader's trust boundary on a GPU",
+        "# The grader's trust boundary on a GPU",
         "",
         f"Measured on {env['gpu']}, driver {env['driver']}, torch {env['torch']} (CUDA {env['cuda']}), "
         f"{env['date'][:10]}; rows in {', '.join(sorted({p.name for p in args.rows}))}. Cheats were graded with "

@@ -389,7 +389,7 @@ def _baseline_shares(evidence, steps, window_end: int):
     if found is None or isinstance(found, Exception):
         return None
     base = found.get_step_work()
-    base = base[base["step"] < window_end].set_index("step")["work"]
+    base = base[base["step"] < window_end].groupby("step")["work"].sum()  # one row per step, whatever the ranges
     if base.empty or not set(steps).issubset(base.index):
         return None
     middle = float(base.quantile(STEP_WORK_REFERENCE))

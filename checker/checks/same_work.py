@@ -307,8 +307,7 @@ def updates_checked(evidence, spec) -> dict | None:
             line = line or f"work differs: the updates of its window steps could not be checked: {updates['error']}"
             continue
         worst.extend((float(found["relative"]), int(found["step"])) for found in updates.get("steps", []))
-        shown.extend({k: found[k] for k in ("step", "relative", "bf16_noise") if k in found}
-                     for found in updates.get("steps", []))
+        shown.extend(updates.get("steps", []))
     far = [(r, step) for r, step in worst if not r <= tolerance]  # NaN too
     if far and line is None:
         r, step = max(far, key=lambda f: (math.isnan(f[0]), f[0]))

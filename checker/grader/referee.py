@@ -111,7 +111,7 @@ def update_errors(workload, cfg: dict[str, Any], device: torch.device, path: Pat
             model.train()
             model.zero_grad(set_to_none=True)
             workload.loss_fn(model(images), labels).backward()
-            gradient = torch.cat([p.grad.reshape(-1) for p in parameters]).to(torch.float64)
+            gradient = _flat_gradient(parameters)
             relative = float((applied - gradient).norm() / gradient.norm())
             entry = {"step": step, "relative": round(relative, 5) if math.isfinite(relative) else relative,
                      "gradient_norm": float(gradient.norm()), "applied_norm": float(applied.norm())}
@@ -122,14 +122,18 @@ def update_errors(workload, cfg: dict[str, Any], device: torch.device, path: Pat
                 with torch.autocast("cuda", dtype=torch.bfloat16):
                     loss = workload.loss_fn(model(images), labels)
                 loss.backward()
-                low = torch.cat([p.grad.reshape(-1) for p in parameters]).to(torch.float64)
-                entry["bf16_noise"] = round(float((low - gradient).norm() / gradient.norm()), 5)
+                entry["bf16_noise"] = round(float((_flat_gradient(parameters) - gradient).norm() / gradient.norm()), 5)
             found.append(entry)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
         model.zero_grad(set_to_none=True)
     worst = max((f["relative"] for f in found), default=None)
     return {"steps": found, "worst": worst}
+
+
+def _flat_gradient(parameters: list[torch.Tensor]) -> torch.Tensor:
+    """The gradients the last backward stored into ``parameters``, as one float64 vector."""
+    return torch.cat([p.grad.reshape(-1) for p in parameters]).to(torch.float64)
 
 
 def _load(path: Path) -> dict[str, torch.Tensor]:

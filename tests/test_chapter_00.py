@@ -275,12 +275,31 @@ def _pieces(model, optimizer, batch, pieces):
     return [part(i) for i in range(pieces)]
 
 
-def recorded(path, split=False, queued=False, shapes=True):
+def _meta_padded(model, optimizer, batch, long):
+    """One long batch trained on a quarter of its rows, the other rows' products replayed on a meta copy of the
+    model (their shapes recorded, nothing computed), as evidence/redteam/2026-12-02-session52-open/meta_flops_00
+    does; a short batch trained whole."""
+    import copy
+
+    import torch.nn.functional as F
+
+    tokens, labels = batch
+    optimizer.zero_grad(set_to_none=True)
+    real = len(tokens) // 4 if long else len(tokens)
+    F.cross_entropy(model(tokens[:real]).mean(dim=1), labels[:real]).backward()
+    if real < len(tokens):
+        ghost = copy.deepcopy(model).to("meta")
+        F.cross_entropy(ghost(tokens[real:].to("meta")).mean(dim=1), labels[real:].to("meta")).backward()
+    optimizer.step()
+
+
+def recorded(path, split=False, queued=False, shapes=True, meta=False, size=(16, 32, 6)):
     """A real CPU trace (torch.profiler) of 8 steps of a small token model on batches of 8 rows, every fourth
     24 tokens long and the others 6, each step ranged ``step N`` as the harness ranges it. ``split``: a long batch
     is trained as four micro-batches of 2 rows (48 tokens each, as many as a short batch); ``queued``: the pieces
     wait in a queue and every step runs two of them (the last step runs what is left), as
-    tests/redteam/cheats/queued_steps_00 does."""
+    tests/redteam/cheats/queued_steps_00 does; ``meta``: a long batch trained on a quarter of its rows, the rest
+    replayed on the meta device (``_meta_padded``). ``size``: features, hidden width and a short batch's tokens (a long one's 4x)."""
     from collections import deque
 
     import torch
@@ -289,13 +308,18 @@ def recorded(path, split=False, queued=False, shapes=True):
     from checker.trace import load
 
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+    features, hidden, short = size
+    model = nn.Sequential(nn.Linear(features, hidden), nn.GELU(), nn.Linear(hidden, 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    batches = [(torch.randn(8, 24 if i % 4 == 3 else 6, 16), torch.randint(0, 4, (8,))) for i in range(8)]
+    batches = [(torch.randn(8, 4 * short if i % 4 == 3 else short, features), torch.randint(0, 4, (8,)))
+               for i in range(8)]
     pending = deque()
     with torch.profiler.profile(record_shapes=shapes) as prof:
         for step, batch in enumerate(batches):
             with torch.profiler.record_function(f"step {step}"):
+                if meta:
+                    _meta_padded(model, optimizer, batch, long=step % 4 == 3)
+                    continue
                 pending.extend(_pieces(model, optimizer, batch, 4 if (split or queued) and batch[0].shape[1] > 6 else 1))
                 budget = min(2, len(pending)) if queued and step < len(batches) - 1 else len(pending)
                 for _ in range(budget):
@@ -359,6 +383,52 @@ def test_the_same_training_passes_and_micro_batches_within_their_own_step_are_th
         outcome = step_work(work_evidence(candidate, honest), declared("step_work"))
         assert outcome.status == PASSED, outcome.evidence
         assert outcome.measured["steps"] == 8 and outcome.measured["worst_off"] == pytest.approx(0.0)
+
+
+def test_products_replayed_on_the_meta_device_record_shapes_but_are_credited_only_their_time(tmp_path):
+    """A meta product's recorded shapes count the FLOPs of the slow script's step, and it computes nothing: on a CPU
+    trace a product is credited at most its duration at RATE_HEADROOM times the slow script's best rate."""
+    from checker.trace.analyses.collectives import RATE_HEADROOM, best_matmul_rate, matmul_work, rate_cap
+
+    # products large enough that a CPU's time follows their FLOPs (a tiny one's time is the call's overhead)
+    size = (256, 1024, 96)
+    honest = recorded(tmp_path / "honest.json", size=size)
+    padded = recorded(tmp_path / "padded.json", meta=True, size=size)
+    recorded_flops = matmul_work(padded)
+    assert recorded_flops["matmul_flops"].tolist() == matmul_work(honest)["matmul_flops"].tolist()  # the claim
+    cap = rate_cap([honest])
+    assert cap == pytest.approx(RATE_HEADROOM * best_matmul_rate(honest))
+    outcome = step_work(work_evidence(padded, honest), declared("step_work"))
+    assert outcome.status == FAILED, outcome.evidence
+    # the short steps trained whole; the long ones (3 and 7) did a quarter of their products for real
+    assert outcome.measured["steps_differing"] == 2 and outcome.measured["worst_step"] in (3, 7)
+    assert outcome.measured["credited_up_to_gflops_per_s"] == pytest.approx(round(cap, 1))
+    assert any("meta device" in line for line in outcome.evidence)
+    again = step_work(work_evidence(recorded(tmp_path / "again.json", size=size), honest), declared("step_work"))
+    assert again.status == PASSED and again.measured["worst_off"] == pytest.approx(0.0), again.evidence
+
+
+def test_on_a_gpu_trace_a_product_counts_only_where_it_launched_a_kernel():
+    import numpy as np
+
+    from tests.trace.trace_helpers import make_events
+
+    from checker.trace.analyses.collectives import credited_flops
+
+    events = make_events([
+        {"kind": "cuda_api", "name": "cudaLaunchKernel", "start_ns": 110, "end_ns": 120, "tid": 1, "correlation": 7},
+        {"kind": "kernel", "name": "gemm", "start_ns": 130, "end_ns": 200, "tid": 1, "device": 0, "stream": 7,
+         "correlation": 7},
+        # a CUDA call that launched nothing, inside the second product
+        {"kind": "cuda_api", "name": "cudaGetDevice", "start_ns": 310, "end_ns": 311, "tid": 1, "correlation": 8},
+        # a launch on another thread, inside the third product's interval
+        {"kind": "cuda_api", "name": "cudaLaunchKernel", "start_ns": 510, "end_ns": 520, "tid": 2, "correlation": 9},
+        {"kind": "kernel", "name": "gemm", "start_ns": 530, "end_ns": 600, "tid": 2, "device": 0, "stream": 7,
+         "correlation": 9},
+    ])
+    starts, ends = np.array([100, 300, 500]), np.array([150, 350, 550])
+    flops = credited_flops(events, starts, ends, np.array([1, 1, 1]), np.array([1e9, 1e9, 1e9]), rate_cap=1.0)
+    assert flops.tolist() == [1e9, 0.0, 0.0]  # the cap is a CPU trace's: a GPU trace credits by launches
 
 
 def test_without_recorded_shapes_the_work_is_unknown_and_the_check_fails(tmp_path):

@@ -27,7 +27,7 @@ from checker.checks import BASELINE_TRACE_CPU, FAILED, PASSED, RUN, TRACE, check
 from checker.checks.evidence import TraceMismatch, rank_traces
 from checker.trace.analyses.collectives import allreduce_rounds as _rounds
 from checker.trace.analyses.collectives import (backward_flops_per_sample, bucket_launches, collective_volume,
-                                                extra_work, forward_flops_per_sample, matmul_work,
+                                                extra_work, forward_flops_per_sample, matmul_work, rate_cap,
                                                 model_gradient_elements, overlap_share, rank_waits, straggler_summary,
                                                 unseen_host_ms_per_step, work_per_step)
 
@@ -59,8 +59,14 @@ def trained_rows(evidence) -> tuple[list, list]:
     whole = per_sample + forward_flops_per_sample(int(cfg["in_features"]), int(cfg["width"]), int(cfg["layers"]),
                                                   int(cfg["classes"]))
     rows, totals = [], []
+    cap = None  # on a CPU each product is credited at most its duration at a rate the slow script's ranks reached
+    if evidence.device == "cpu" and "baseline" in (getattr(evidence, "traces", None) or {}):
+        try:
+            cap = rate_cap(rank_traces(evidence, "baseline"))
+        except (TraceMismatch, KeyError):
+            cap = None
     for trace in rank_traces(evidence):
-        work = matmul_work(trace)
+        work = matmul_work(trace, cap)
         rows.append(round(float(work["backward_flops"].median()) / per_sample, 2) if len(work) else None)
         # every step but a logging step is judged (a count of products, not a time: no noise to take a median of),
         # so that work beyond training in a minority of the steps is seen too

@@ -47,6 +47,7 @@ import numpy as np
 from checker.checks import BASELINE_TRACE, FAILED, PASSED, RUN, TRACE, check, result
 from checker.checks.evidence import TraceMismatch
 from checker.trace.analyses.clocks import clock_reads, clock_step_ms
+from checker.trace.analyses.collectives import RATE_HEADROOM, rate_cap
 from checker.trace.analyses.work import describe_step, training_work, work_by_step
 
 KNOWN = ("steps", "p50_ms", "p90_ms", "mean_ms")
@@ -334,15 +335,19 @@ def step_cost(evidence, spec):
 SHOWN_STEPS = 4  # the steps a failure names, the most different first
 
 
-def _traced_work(evidence, role: str, who: str):
-    """(a run's training work per traced step, why there is none)."""
+def _trace_of(evidence, role: str, who: str):
+    """(a run's trace, why there is none)."""
     try:
-        trace = evidence.trace(role)
+        return evidence.trace(role), None
     except KeyError:
         return None, f"the grader holds no trace of {who}, so what each step trained is unknown"
     except TraceMismatch as err:
         return None, str(err)
-    work = training_work(trace)
+
+
+def _traced_work(trace, who: str, cap: float | None):
+    """(a run's training work per traced step, why there is none)."""
+    work = training_work(trace, cap)
     if work.empty:
         return None, (f"the trace of {who} recorded no matrix product with its shapes (torch.profiler with "
                       "record_shapes, which chapter.toml sets for this chapter), so what each step trained is unknown")
@@ -357,8 +362,13 @@ def step_work(evidence, spec):
         return result(spec, FAILED, threshold=tolerance, evidence=[
             f"step_work counts each step's matrix products from the shapes torch.profiler records; a {evidence.trace_tool} "
             "trace records none, so what each step trained is unknown: check with --trace-tool torch (the default)"])
-    candidate, missing = _traced_work(evidence, "candidate", "your run")
-    baseline, missing_too = (None, None) if missing else _traced_work(evidence, "baseline", "the slow script's run")
+    slow, missing = _trace_of(evidence, "baseline", "the slow script's run")
+    mine, missing_too = (None, None) if missing else _trace_of(evidence, "candidate", "your run")
+    if missing or missing_too:
+        return result(spec, FAILED, threshold=tolerance, evidence=[missing or missing_too])
+    cap = rate_cap([slow])
+    baseline, missing = _traced_work(slow, "the slow script's run", cap)
+    candidate, missing_too = (None, None) if missing else _traced_work(mine, "your run", cap)
     if missing or missing_too:
         return result(spec, FAILED, threshold=tolerance, evidence=[missing or missing_too])
     both = work_by_step(candidate, baseline, tolerance)
@@ -368,7 +378,8 @@ def step_work(evidence, spec):
     measured = {"steps": int(len(judged)), "steps_differing": int(len(differs)),
                 "worst_off": None if worst is None or not math.isfinite(worst["off"]) else round(float(worst["off"]), 4),
                 "worst_step": None if worst is None else int(worst["step"]),
-                "optimizer_steps_differing": int((judged["optimizer_steps"] != judged["baseline_optimizer_steps"]).sum())}
+                "optimizer_steps_differing": int((judged["optimizer_steps"] != judged["baseline_optimizer_steps"]).sum()),
+                "credited_up_to_gflops_per_s": None if cap is None else round(cap, 1)}
     if not len(judged):
         return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=[
             "your run's trace and the slow script's share no traced step, so no step's work could be compared"])
@@ -383,6 +394,10 @@ def step_work(evidence, spec):
         lines += [describe_step(row) for row in shown.head(SHOWN_STEPS).itertuples()]
         if len(differs) > SHOWN_STEPS:
             lines.append(f"... and {len(differs) - SHOWN_STEPS} more step(s)")
+        lines.append("a product counts only the work it can have done: " + (
+            f"at most its duration at {cap:.0f} GFLOP/s ({RATE_HEADROOM:g}x the best rate of the slow script's products "
+            "in this check)" if cap is not None else "one that launched a GPU kernel") + "; one on the meta device "
+            "records its shapes and computes nothing")
         lines.append("a step is what runs from one step stamp to the next (each next() of session.steps()): its batch "
                      "must be trained there (forward, backward, one optimizer step), not split or queued into other "
                      "steps, or what is timed and traced per step is not the training's steps")

@@ -365,10 +365,15 @@ def _inside(times: np.ndarray, tids: np.ndarray, spans: pd.DataFrame) -> np.ndar
     return inside
 
 
-def matmul_work(trace) -> pd.DataFrame:
+def matmul_work(trace, rate_cap: float | None = None) -> pd.DataFrame:
     """Per traced step: the FLOPs of the matrix multiplies the rank ran, all of them and those of backward passes
     (inside an autograd node), from the shapes the trace recorded (``meta["matmuls"]``: the profiler's
-    record_shapes). Empty where the trace recorded no shapes."""
+    record_shapes). Empty where the trace recorded no shapes.
+
+    A recorded shape is a claim, not the work: a product on the meta device (or under a fake-tensor mode) is
+    recorded with its shapes and computes nothing. So each product is credited only with work it could have done
+    (``credited_flops``): on a trace with GPU rows, a product that launched no GPU work counts nothing; on a CPU
+    trace, given ``rate_cap`` (FLOPs per ns), a product counts at most its own duration at that rate."""
     found = (getattr(trace, "meta", None) or {}).get("matmuls") or {}
     steps = trace.get_steps()
     columns = ["step", "matmul_flops", "backward_flops"]
@@ -376,8 +381,8 @@ def matmul_work(trace) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     starts = np.asarray(found["start_ns"], dtype=np.int64)
     tids = np.asarray(found["tid"], dtype=np.int64)
-    flops = np.asarray(found["flops"], dtype=np.float64)
     ends = starts + np.asarray(found.get("dur_ns") or np.zeros(len(starts)), dtype=np.int64)
+    flops = credited_flops(trace.events, starts, ends, tids, np.asarray(found["flops"], dtype=np.float64), rate_cap)
     # a product inside another (aten::mv runs aten::addmv_, aten::ger runs aten::outer) is that one's work: once
     nested = _inside_other(starts, ends, tids)
     starts, tids, flops = starts[~nested], tids[~nested], flops[~nested]
@@ -389,6 +394,67 @@ def matmul_work(trace) -> pd.DataFrame:
         here = (starts >= row.start_ns) & (starts < row.end_ns)
         rows.append((int(row.step), float(flops[here].sum()), float(flops[here & backward].sum())))
     return pd.DataFrame(rows, columns=columns)
+
+
+def credited_flops(events: pd.DataFrame, starts: np.ndarray, ends: np.ndarray, tids: np.ndarray, flops: np.ndarray,
+                   rate_cap: float | None = None) -> np.ndarray:
+    """Each recorded product's FLOPs as far as it can have computed them. On a trace with GPU rows: its FLOPs where
+    a CUDA call on its thread, inside it, launched GPU work (a kernel with that call's correlation id), else 0 (a
+    product nested in a launching one is dropped as nested anyway). On a CPU trace with ``rate_cap``: at most its
+    duration times the cap. Otherwise its FLOPs as recorded."""
+    gpu = events[events["device"].notna() & (events["kind"] == "kernel")]
+    if len(gpu):
+        kernels = gpu[gpu["correlation"].notna()]
+        work = set(zip(kernels["pid"].to_numpy(), kernels["correlation"].astype(np.int64).to_numpy()))
+        api = events[(events["kind"] == "cuda_api") & events["correlation"].notna()]
+        launched = [(pid, corr) in work for pid, corr in zip(api["pid"].to_numpy(),
+                                                               api["correlation"].astype(np.int64).to_numpy())]
+        launches = api[np.asarray(launched, dtype=bool)] if len(api) else api
+        did = np.zeros(len(starts), dtype=bool)
+        for tid, mine in launches.groupby("tid"):
+            at = np.sort(mine["start_ns"].to_numpy(np.int64))
+            here = tids == tid
+            did[here] = np.searchsorted(at, ends[here], side="right") > np.searchsorted(at, starts[here], side="left")
+        return np.where(did, flops, 0.0)
+    if rate_cap is not None and rate_cap > 0:
+        return np.minimum(flops, np.maximum(ends - starts, 0).astype(np.float64) * rate_cap)
+    return flops
+
+
+# On a CPU trace a product is credited at most its own duration at this many times the best rate the slow script's
+# products reached on the same machine in the same check (their 99th percentile): a product on the meta device is
+# recorded with its shapes and takes microseconds whatever its size, 25-130x that rate (meta_flops_00, red team 16);
+# an honest product of the same shapes runs at the slow script's rate, both runs traced alike
+RATE_HEADROOM = 3.0
+
+
+def rate_cap(slow_traces) -> float | None:
+    """The most FLOPs per ns a product of a CPU trace may be credited with: RATE_HEADROOM times the best rate of the
+    slow script's products (``best_matmul_rate``, the fastest of its traces). None on GPU traces, where a product is
+    credited by the kernels it launched, or where the slow script's traces recorded no timed product."""
+    rates = []
+    for trace in slow_traces:
+        if trace.events["device"].notna().any():
+            return None
+        best = best_matmul_rate(trace)
+        if best is not None:
+            rates.append(best)
+    return RATE_HEADROOM * max(rates) if rates else None
+
+
+def best_matmul_rate(trace, min_dur_ns: int = 1000) -> float | None:
+    """The rate (FLOPs per ns) a trace's matrix products reached on its machine: the 99th percentile over the
+    products that lasted at least ``min_dur_ns`` (a shorter one's rate is its clock's rounding). None where the
+    trace recorded no shapes or none lasted that long."""
+    found = (getattr(trace, "meta", None) or {}).get("matmuls") or {}
+    if not found.get("flops"):
+        return None
+    flops = np.asarray(found["flops"], dtype=np.float64)
+    durations = np.asarray(found.get("dur_ns") or np.zeros(len(flops)), dtype=np.float64)
+    timed = durations >= min_dur_ns
+    if not timed.any():
+        return None
+    return float(np.percentile(flops[timed] / durations[timed], 99))
 
 
 def _inside_other(starts: np.ndarray, ends: np.ndarray, tids: np.ndarray) -> np.ndarray:

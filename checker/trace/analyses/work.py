@@ -55,13 +55,15 @@ TRAINING_COLUMNS = {"step": "int64", "forward_flops": "float64", "backward_flops
 MEASURES = ("forward_flops", "backward_flops")
 
 
-def training_work(trace) -> pd.DataFrame:
+def training_work(trace, rate_cap: float | None = None) -> pd.DataFrame:
     """One row per traced step: step, forward_flops (the matrix products outside any autograd node: the forward
     pass, and any other product the step ran), backward_flops (those inside one), optimizer_steps (torch.optim's
     ``Optimizer.step#...`` ranges that start in the step). The FLOPs are
-    checker.trace.analyses.collectives.matmul_work's, from the shapes the profiler recorded. Empty where the trace
-    recorded no shapes (a trace without record_shapes, or nsys)."""
-    work = matmul_work(trace)
+    checker.trace.analyses.collectives.matmul_work's, from the shapes the profiler recorded, each product credited
+    only with what it can have computed (on a GPU trace, a product that launched no kernel counts nothing; on a CPU
+    trace, at most its duration at ``rate_cap`` FLOPs per ns). Empty where the trace recorded no shapes (a trace
+    without record_shapes, or nsys)."""
+    work = matmul_work(trace, rate_cap)
     if work.empty:
         return pd.DataFrame({c: pd.Series(dtype=t) for c, t in TRAINING_COLUMNS.items()})
     events = trace.events

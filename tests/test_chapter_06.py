@@ -48,3 +48,30 @@ def test_a_rewrite_that_changes_the_mean_fails_same_work(tmp_path):
     report = evaluate(get_chapter(CHAPTER), submission=tmp_path, device="cpu", only={"same_work"})
     same_work = report.checks[0]
     assert same_work.status == "failed" and any("work differs" in line for line in same_work.evidence), same_work
+
+
+def test_each_window_batch_has_its_own_seed_and_is_drawn_only_when_the_harness_fetches():
+    """No generator runs on from one batch to the next (a copy of one predicted the next batches: red team 16's
+    predicted_draws_06), and once keyed the source draws only inside session.steps()'s fetch."""
+    import torch
+
+    from checker.base.workloads import KeyedDraws, harness_fetch
+
+    def source():
+        return KeyedDraws(lambda g: torch.randint(0, 1000, (4,), generator=g), per_pass=3, seed=5, device="cpu")
+
+    first, second = source(), source()
+    assert not any(isinstance(value, torch.Generator) for value in vars(first).values())
+    assert [b.tolist() for b in first] == [b.tolist() for b in second]  # before the key: drawn freely, from the seed
+    first.set_key(77), second.set_key(77)
+    with pytest.raises(RuntimeError, match="drawn outside session.steps"):
+        next(iter(first))
+    with harness_fetch():
+        drawn = [next(iter(first)) for _ in range(2)]
+    with harness_fetch():
+        again = [next(iter(second)) for _ in range(2)]
+    assert [b.tolist() for b in drawn] == [b.tolist() for b in again] and drawn[0].tolist() != drawn[1].tolist()
+    other = source()
+    other.set_key(78)
+    with harness_fetch():
+        assert next(iter(other)).tolist() != drawn[0].tolist()

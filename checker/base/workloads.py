@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -117,31 +118,61 @@ class KeyedOrder:
             yield self.batches[index]
 
 
+_HARNESS_FETCHING = [False]  # set only while session.steps() fetches a step's batch
+
+
+@contextmanager
+def harness_fetch():
+    """While the harness fetches a step's batch (checker.candidate.session): KeyedDraws draws the window's only then."""
+    _HARNESS_FETCHING[0] = True
+    try:
+        yield
+    finally:
+        _HARNESS_FETCHING[0] = False
+
+
 class KeyedDraws:
     """A re-iterable of batches each made fresh by ``make(generator)`` as a step fetches it: from the run's seed until
-    the window opens, then from the window key. Each pass yields ``per_pass`` batches; the draw continues across passes.
+    the window opens, then from the window key. Each pass yields ``per_pass`` batches; the draws are numbered across
+    passes.
 
     Unlike :class:`KeyedOrder`, no batch of the window exists before the window opens, so nothing a script computes
-    from batches in set-up can be reused in a step. ``make`` draws on ``device`` (a generator of that device), with
-    queued ops only: the batch costs the step no wait for the device.
+    from batches in set-up can be reused in a step. Each batch has a generator of its own, seeded when the step
+    fetches it from the key and the batch's number (``_draw_seed``) and dropped after: no generator whose state runs
+    on from one batch to the next is left to copy, so a script cannot replay the next batches' draws ahead of their
+    steps (a logging step's excused reads spent on them: predicted_draws_06, red team 16). Once keyed, a batch is
+    drawn only while ``session.steps()`` fetches a step's batch (``harness_fetch``), whatever wraps the source: a script
+    that drew the next batches itself, read them in a logging step and trained them in their steps would have the
+    steps' batches without its steps' reads. ``make`` draws on
+    ``device`` (a generator of that device), with queued ops only: the batch costs the step no wait for the device.
     """
 
     def __init__(self, make: Callable[[torch.Generator], Any], per_pass: int, seed: int, device: torch.device):
         self.make, self.per_pass, self.device = make, int(per_pass), torch.device(device)
-        self.generator = self._generator(seed)
-
-    def _generator(self, seed: int) -> torch.Generator:
-        return torch.Generator(device=self.device).manual_seed(int(seed))
+        self._draw_key, self._draws = int(seed), 0
+        self._keyed = False
 
     def __len__(self) -> int:
         return self.per_pass
 
     def set_key(self, window_key: int) -> None:
-        self.generator = self._generator(window_key)
+        self._draw_key, self._draws, self._keyed = int(window_key), 0, True
+
+    def _draw_seed(self) -> int:
+        seed = self._draw_key * SALT_STRIDE + self._draws
+        self._draws += 1
+        return seed
 
     def __iter__(self) -> Iterator:
         for _ in range(self.per_pass):
-            yield self.make(self.generator)
+            if self._keyed and not _HARNESS_FETCHING[0]:
+                raise RuntimeError(DRAWN_OUTSIDE_FETCH)
+            yield self.make(torch.Generator(device=self.device).manual_seed(self._draw_seed()))
+
+
+DRAWN_OUTSIDE_FETCH = ("a batch of the timed window was drawn outside session.steps()'s fetch: the window's batches are "
+                       "drawn one per step, as session.steps() fetches it; pass the batch source to session.steps() "
+                       "and train the batch it yields")
 
 
 SALT_STRIDE = 1_000_003  # an epoch's salt: (seed or window key) * SALT_STRIDE + the epoch's number

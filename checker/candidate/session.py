@@ -41,7 +41,8 @@ from typing import Any, Iterable, Iterator
 import torch
 
 from checker.base.ranks import LoggedSamples, world_from_env
-from checker.base.workloads import KeyedEpochs, Workload, initial_rms, load_workload_module, redraw_head
+from checker.base.workloads import (KeyedEpochs, Workload, harness_fetch, initial_rms, load_workload_module,
+                                     redraw_head)
 from checker.candidate.channel import Channel, deliver
 
 try:  # the `nvtx` package; torch's own NVTX bindings work too when CUDA is there
@@ -721,7 +722,8 @@ class Session:
             if self._window_open and self._probe is not None:
                 self._probe.snapshot(step)
             with marked_range(f"step {step}"):
-                with marked_range("data"), origin.fetch() if origin is not None else nullcontext():
+                with marked_range("data"), origin.fetch() if origin is not None else nullcontext(), \
+                        harness_fetch():
                     try:
                         batch = next(batches)
                     except StopIteration:  # a new epoch

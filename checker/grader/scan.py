@@ -63,6 +63,9 @@ PROBE_ATTRIBUTES = {
     "ctypeslib": "calls native code directly (ctypes, through numpy)",
     "_cdata": "reads a tensor's or storage's C address",
     "_workbook_loader": "reaches into the harness's count of which loader made the batches",
+    # a batch's seed is the key and its number: who reads them predicts the next batches (checker.base.workloads)
+    **{name: "reaches into the batch source's draws" for name in (
+        "_draw_key", "_draws", "_draw_seed", "_keyed", "_HARNESS_FETCHING")},
     # a tensor's count of in-place writes tells the harness which tensors had values copied into them
     "_unsafe_set_version_counter": "resets a tensor's count of in-place writes",
     # a step run inside one operator's dispatch leaves one op where the step's are: the counts cannot see it

@@ -556,7 +556,7 @@ def test_chapter_06s_window_batches_do_not_exist_before_the_window():
     import torch
 
     from checker.base.chapters import get_chapter
-    from checker.base.workloads import load_workload_module
+    from checker.base.workloads import harness_fetch, load_workload_module
 
     chapter = get_chapter("06_hidden_syncs")
     cfg = dict(chapter.config("cpu"), seed=3)
@@ -565,7 +565,8 @@ def test_chapter_06s_window_batches_do_not_exist_before_the_window():
         workload = load_workload_module(chapter.dir).build(cfg, torch.device("cpu"))
         before = [batch for _ in range(3) for batch in workload.batches]  # every batch set-up could see, and more
         workload.on_window(key)
-        return before, [batch for batch in workload.batches]
+        with harness_fetch():  # once keyed, a batch is drawn only while session.steps() fetches
+            return before, [batch for batch in workload.batches]
 
     before, window = draws(key=5)
     assert not hasattr(load_workload_module(chapter.dir).build(cfg, torch.device("cpu")).batches, "batches")

@@ -330,6 +330,19 @@ def test_matmul_flops_reads_recorded_shapes():
     # a convolution is a product too (a 1x1 conv1d is a Linear layer): 2 * batch * out * in * kernel * positions
     assert matmul_flops("aten::conv1d", [[4, 8, 16], [6, 8, 1], [], [], [], [], []]) == 2 * 4 * 6 * 8 * 16
     assert matmul_flops("aten::convolution_backward", [[4, 6, 16], [4, 8, 16], [6, 8, 1], [], []]) == 2 * 2 * 4 * 6 * 8 * 16
+    # its output's positions follow the stride, padding and dilation the trace records ("Concrete Inputs"): a strided
+    # convolution computes a stride's share of its input's positions (red team 17's strided_conv_00)
+    conv = [[2, 4, 32], [8, 4, 3], [], [], [], [], []]
+    assert matmul_flops("aten::conv1d", conv, ["", "", "", "[2]", "[1]", "[1]", "1"]) == 2 * 2 * 8 * 4 * 3 * 16
+    assert matmul_flops("aten::conv1d", conv, ["", "", "", "[1]", "[0]", "[2]", "1"]) == 2 * 2 * 8 * 4 * 3 * 28
+    square = [[2, 4, 9, 9], [8, 4, 3, 3]] + [[]] * 7
+    strided = ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"]
+    assert matmul_flops("aten::convolution", square, strided) == 2 * 2 * 8 * 4 * 9 * 5 * 5
+    assert matmul_flops("aten::convolution", square, strided[:6] + ["True"] + strided[7:]) == 2 * 2 * 8 * 4 * 9 * 81
+    # a product scaled by alpha = 0 computes nothing; a product with its activation fused is one
+    assert matmul_flops("aten::addmm", [[8], [4, 3], [3, 8], [], []], ["", "", "", "1", "0"]) == 0
+    assert matmul_flops("aten::_addmm_activation", [[8], [4, 3], [3, 8], [], [], []], ["", "", "", "1", "1", "False"]) \
+        == 2 * 4 * 3 * 8
 
 
 def test_a_product_inside_another_counts_once(tmp_path):

@@ -122,3 +122,25 @@ def test_memory_a_written_tensor_shares_with_a_python_object_or_a_file_is_found(
     assert tensor_views() - before == 3
     del host, box, raw, mirror, mapped
     assert tensor_views() == before
+
+
+def test_a_sparse_size_inferred_from_its_indices_and_a_padded_length_read_values_on_a_cpu(tmp_path):
+    """A sparse tensor whose size is inferred from its indices hands their largest value to Python as its shape
+    (aten::sparse_coo_tensor holding aten::max), and pad_packed_sequence sizes its result by its batch sizes:
+    each is a read on a CPU trace (red team 17's sparse_size_06 and packed_shape_06); a size given is none."""
+    import torch
+    from torch.nn.utils.rnn import PackedSequence, pad_packed_sequence
+
+    from checker.trace import load
+    from checker.trace.analyses.syncs import cpu_sync_op_rows
+
+    values = torch.tensor([3, 1, 4])
+    with torch.profiler.profile(record_shapes=True) as prof:
+        torch.sparse_coo_tensor(values.reshape(1, -1), torch.ones(3), check_invariants=False).shape
+        torch.sparse_coo_tensor(values.reshape(1, -1), torch.ones(3), (10,), check_invariants=False)
+        pad_packed_sequence(PackedSequence(torch.zeros(5, 1), torch.tensor([3, 2])))
+    path = tmp_path / "reads.json"
+    prof.export_chrome_trace(str(path))
+    events = load(path).events
+    read = events.iloc[cpu_sync_op_rows(events)]["name"].tolist()
+    assert sorted(read) == ["aten::_pad_packed_sequence", "aten::sparse_coo_tensor"], read

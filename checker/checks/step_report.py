@@ -371,7 +371,8 @@ def step_work(evidence, spec):
     candidate, missing_too = (None, None) if missing else _traced_work(mine, "your run", cap)
     if missing or missing_too:
         return result(spec, FAILED, threshold=tolerance, evidence=[missing or missing_too])
-    both = work_by_step(candidate, baseline, tolerance)
+    same_products = bool(spec.options.get("same_products", False))
+    both = work_by_step(candidate, baseline, tolerance, same_products)
     differs = both[both["differs"]]
     judged = both[both["traced"] == "both"]
     worst = judged.loc[judged["off"].idxmax()] if len(judged) else None
@@ -379,7 +380,8 @@ def step_work(evidence, spec):
                 "worst_off": None if worst is None or not math.isfinite(worst["off"]) else round(float(worst["off"]), 4),
                 "worst_step": None if worst is None else int(worst["step"]),
                 "optimizer_steps_differing": int((judged["optimizer_steps"] != judged["baseline_optimizer_steps"]).sum()),
-                "credited_up_to_gflops_per_s": None if cap is None else round(cap, 1)}
+                "credited_up_to_gflops_per_s": None if cap is None else round(cap, 1),
+                "steps_with_other_products": int(judged["products_differ"].sum())}
     if not len(judged):
         return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=[
             "your run's trace and the slow script's share no traced step, so no step's work could be compared"])
@@ -390,7 +392,9 @@ def step_work(evidence, spec):
         less = int(((differs["forward_off"] < -tolerance) | (differs["backward_off"] < -tolerance)).sum())
         lines = [f"{len(differs)} of {len(both)} timed steps did other training work than the slow script's step of "
                  f"the same number, on the same batch ({more} more, {less} less; matrix-product FLOPs from the traces' "
-                 f"recorded shapes, tolerance {tolerance:.0%}; optimizer steps counted):"]
+                 f"recorded shapes, tolerance {tolerance:.0%}; optimizer steps counted"
+                 + ("; each step's products size by size, as this chapter's fix leaves the training as the slow script "
+                    "runs it" if same_products else "") + "):"]
         lines += [describe_step(row) for row in shown.head(SHOWN_STEPS).itertuples()]
         if len(differs) > SHOWN_STEPS:
             lines.append(f"... and {len(differs) - SHOWN_STEPS} more step(s)")
@@ -405,4 +409,4 @@ def step_work(evidence, spec):
     return result(spec, PASSED, measured=measured, threshold=tolerance, evidence=[
         f"each of the {len(judged)} timed steps trained its own batch: matrix-product FLOPs forward and backward within "
         f"{tolerance:.0%} of the slow script's same step (at most {float(judged['off'].max()):.1%} off), as many "
-        "optimizer steps"])
+        "optimizer steps" + (", the same products size by size" if same_products else "")])

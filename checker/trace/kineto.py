@@ -55,8 +55,8 @@ from checker.trace.events import (COPY_KINDS, DTYPES, KINDS, MEM_KINDS, MISSING,
 # ops whose recorded input shapes are kept (``metadata["op_shapes"]``): a model's matrix and vector products,
 # whose shapes are its sizes (chapter 08 recognizes a learner's trace as one job's by them) and whose FLOPs are
 # the work a rank did (chapter 09). A product can be written many ways (torch.mv, torch.outer, baddbmm): all count.
-SHAPED_OPS = frozenset({"aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::mv",
-                        "aten::addmv", "aten::addmv_", "aten::dot", "aten::vdot", "aten::outer", "aten::ger",
+SHAPED_OPS = frozenset({"aten::addmm", "aten::_addmm_activation", "aten::_int_mm", "aten::_scaled_mm", "aten::mm",
+                        "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::mv", "aten::addmv", "aten::addmv_", "aten::dot", "aten::vdot", "aten::outer", "aten::ger",
                         "aten::addr", "aten::addr_", "aten::conv1d", "aten::conv2d", "aten::conv3d",
                         "aten::convolution", "aten::_convolution", "aten::convolution_backward",
                         # a weighted bag of embedding rows is a product too: rows x (a row of weights per bag)
@@ -72,18 +72,56 @@ SIZED_NAMES = frozenset({"torch::autograd::AccumulateGrad"})
 _UNSIZED = frozenset({"c10d::barrier", "gloo:barrier", "nccl:barrier"})
 
 
-def matmul_flops(name: str, dims: list) -> int | None:
+def matmul_flops(name: str, dims: list, concrete: list | None = None) -> int | None:
     """2*m*k*n of a recorded matrix (or matrix-vector, vector) product: aten::addmm (bias, input, weight), mm, bmm
     and baddbmm/addbmm (times the batch), mv/addmv (k = n = 1 ...), dot, outer/ger/addr (an m x n product of
-    rank one); None where its recorded shapes are not those of one."""
+    rank one); None where its recorded shapes are not those of one. ``concrete``: the scalars the trace recorded
+    (its "Concrete Inputs"): a product scaled by alpha = 0 is none (BLAS does not compute it), and a convolution's
+    output positions follow its stride, padding and dilation (where recorded)."""
+    first = 1 if name in _ADD_PRODUCTS else 0
+    if first and _number(concrete, 4) == 0:  # self, the two factors, beta, alpha
+        return 0
+    return _product_flops(name, dims, concrete)
+
+
+# (_addmm_activation: addmm with its ReLU or GELU fused, bias, input, weight, beta, alpha: red team 17's
+# fused_eval_straggler_09 ran a whole evaluation in it, uncounted)
+_ADD_PRODUCTS = ("aten::addmm", "aten::_addmm_activation", "aten::baddbmm", "aten::addbmm", "aten::addmv",
+                 "aten::addmv_", "aten::addr", "aten::addr_")
+
+
+def _number(concrete, index: int) -> float | None:
+    """A recorded scalar argument as a number, or None (not recorded, not a number)."""
+    if type(concrete) is not list or index >= len(concrete) or type(concrete[index]) is not str:
+        return None
+    try:
+        return float(concrete[index])
+    except ValueError:
+        return None
+
+
+def _ints(concrete, index: int) -> list[int] | None:
+    """A recorded int-list argument ("[2, 1]") as a list, or None."""
+    if type(concrete) is not list or index >= len(concrete) or type(concrete[index]) is not str:
+        return None
+    text = concrete[index].strip()
+    if not (text.startswith("[") and text.endswith("]")):
+        return None
+    try:
+        values = [int(v) for v in text[1:-1].split(",") if v.strip()]
+    except ValueError:
+        return None
+    return values if all(v >= 0 for v in values) else None
+
+
+def _product_flops(name: str, dims: list, concrete: list | None) -> int | None:
     def shape(d, rank):
         return d if type(d) is list and len(d) == rank and all(type(x) is int and x >= 0 for x in d) else None
-    first = 1 if name in ("aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::addmv", "aten::addmv_",
-                          "aten::addr", "aten::addr_") else 0
+    first = 1 if name in _ADD_PRODUCTS else 0
     if len(dims) < first + 2:
         return None
     x, y = dims[first], dims[first + 1]
-    if name in ("aten::addmm", "aten::mm"):
+    if name in ("aten::addmm", "aten::_addmm_activation", "aten::mm", "aten::_int_mm", "aten::_scaled_mm"):
         a, b = shape(x, 2), shape(y, 2)
         return 2 * a[0] * a[1] * b[1] if a and b else None
     if name in ("aten::bmm", "aten::baddbmm", "aten::addbmm"):
@@ -105,8 +143,32 @@ def matmul_flops(name: str, dims: list) -> int | None:
     if name == "aten::convolution_backward" and len(dims) >= 3:  # grad_output, input, weight: both gradients
         return _conv_flops(dims[0], dims[2], 2)
     if name in ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution"):
-        return _conv_flops(x, y, 1)  # input, weight; its output's size taken as its input's (stride 1)
+        # input, weight; its output's positions from the stride, padding and dilation recorded (arguments 3-5), else
+        # taken as its input's (stride 1); a transposed convolution's (argument 6 of convolution) as its input's
+        transposed = name in ("aten::convolution", "aten::_convolution") and type(concrete) is list \
+            and len(concrete) > 6 and concrete[6] == "True"
+        return _conv_flops(x, y, 1, None if transposed else _out_positions(x, y, concrete))
     return None
+
+
+def _out_positions(image, weight, concrete) -> list[int] | None:
+    """A convolution's output size per spatial dimension, from its input and kernel sizes and the stride, padding and
+    dilation its trace recorded; None where they were not recorded as int lists."""
+    if not (type(image) is list and type(weight) is list and len(image) == len(weight) >= 3):
+        return None
+    spatial = len(image) - 2
+    stride, padding, dilation = (_ints(concrete, i) for i in (3, 4, 5))
+    if stride is None or padding is None or dilation is None:
+        return None
+    stride, padding, dilation = (v * spatial if len(v) == 1 else v for v in (stride, padding, dilation))
+    if not len(stride) == len(padding) == len(dilation) == spatial or 0 in stride:
+        return None
+    out = []
+    for size, kernel, s, p, d in zip(image[2:], weight[2:], stride, padding, dilation):
+        if type(size) is not int or type(kernel) is not int:
+            return None
+        out.append(max((size + 2 * p - d * (kernel - 1) - 1) // s + 1, 0))
+    return out
 
 
 # bytes per element of the dtypes a trace names ("Input type"); a name not here (a list of tensors: "TensorList")
@@ -127,14 +189,14 @@ def _elements(arg, top: bool = True) -> int:
     return sum(_elements(a, False) for a in arg if type(a) is list)
 
 
-def _conv_flops(image, weight, passes: int) -> int | None:
+def _conv_flops(image, weight, passes: int, out: list[int] | None = None) -> int | None:
     """2 * batch * out channels * (in channels x kernel) * positions, ``passes`` times: a convolution as the matrix
-    product it is (positions: the spatial size of ``image``)."""
+    product it is (positions: ``out``, its output's spatial size, where known; else the spatial size of ``image``)."""
     if not (type(image) is list and type(weight) is list and len(image) == len(weight) >= 3
             and all(type(v) is int and v >= 0 for v in image + weight)):
         return None
     positions = 1
-    for size in image[2:]:
+    for size in (out if out is not None else image[2:]):
         positions *= size
     per_output = 1
     for size in weight[1:]:
@@ -288,7 +350,7 @@ class _Columns:
         if type(dims) is list:
             key = f"{name} {json.dumps(dims, separators=(',', ':'))[:200]}"
             self.shapes[key] = self.shapes.get(key, 0) + 1
-            flops = matmul_flops(name, dims)
+            flops = matmul_flops(name, dims, args.get("Concrete Inputs"))
             if flops is not None and type(ts) in (int, float) and math.isfinite(ts):
                 self.matmuls["ts"].append(float(ts))
                 self.matmuls["dur"].append(float(dur) if type(dur) in (int, float) and math.isfinite(dur) else 0.0)

@@ -93,7 +93,7 @@ def sized_events(trace) -> pd.DataFrame:
     columns = ["step", "name", "start_ns", "end_ns", "tid", "elements"]
     steps = trace.get_steps()
     if not found.get("start_ns") or steps.empty:
-        return pd.DataFrame(columns=columns)
+        return pd.DataFrame(columns=columns + ["products"])
     starts = np.asarray(found["start_ns"], dtype=np.int64)
     ends = starts + np.asarray(found["dur_ns"], dtype=np.int64)
     tids = np.asarray(found["tid"], dtype=np.int64)
@@ -368,7 +368,8 @@ def _inside(times: np.ndarray, tids: np.ndarray, spans: pd.DataFrame) -> np.ndar
 def matmul_work(trace, rate_cap: float | None = None) -> pd.DataFrame:
     """Per traced step: the FLOPs of the matrix multiplies the rank ran, all of them and those of backward passes
     (inside an autograd node), from the shapes the trace recorded (``meta["matmuls"]``: the profiler's
-    record_shapes). Empty where the trace recorded no shapes.
+    record_shapes), and ``products``: each product's recorded FLOPs, sorted (what sizes of products the step ran).
+    Empty where the trace recorded no shapes.
 
     A recorded shape is a claim, not the work: a product on the meta device (or under a fake-tensor mode) is
     recorded with its shapes and computes nothing. So each product is credited only with work it could have done
@@ -378,22 +379,25 @@ def matmul_work(trace, rate_cap: float | None = None) -> pd.DataFrame:
     steps = trace.get_steps()
     columns = ["step", "matmul_flops", "backward_flops"]
     if not found.get("start_ns") or steps.empty:
-        return pd.DataFrame(columns=columns)
+        return pd.DataFrame(columns=columns + ["products"])
     starts = np.asarray(found["start_ns"], dtype=np.int64)
     tids = np.asarray(found["tid"], dtype=np.int64)
     ends = starts + np.asarray(found.get("dur_ns") or np.zeros(len(starts)), dtype=np.int64)
-    flops = credited_flops(trace.events, starts, ends, tids, np.asarray(found["flops"], dtype=np.float64), rate_cap)
+    recorded = np.asarray(found["flops"], dtype=np.float64)
+    flops = credited_flops(trace.events, starts, ends, tids, recorded, rate_cap)
     # a product inside another (aten::mv runs aten::addmv_, aten::ger runs aten::outer) is that one's work: once
     nested = _inside_other(starts, ends, tids)
     starts, tids, flops = starts[~nested], tids[~nested], flops[~nested]
+    recorded = recorded[~nested]
     events = trace.events
     nodes = events[(events["kind"] == "cpu_op") & events["name"].str.contains(BACKWARD_ANY)]
     backward = _inside(starts, tids, nodes[["start_ns", "end_ns", "tid"]])
     rows = []
     for row in steps.itertuples():
         here = (starts >= row.start_ns) & (starts < row.end_ns)
-        rows.append((int(row.step), float(flops[here].sum()), float(flops[here & backward].sum())))
-    return pd.DataFrame(rows, columns=columns)
+        rows.append((int(row.step), float(flops[here].sum()), float(flops[here & backward].sum()),
+                     tuple(sorted(int(f) for f in recorded[here]))))
+    return pd.DataFrame(rows, columns=columns + ["products"])
 
 
 def credited_flops(events: pd.DataFrame, starts: np.ndarray, ends: np.ndarray, tids: np.ndarray, flops: np.ndarray,

@@ -71,7 +71,9 @@ SYNC_COPY = re.compile(r"^cu(?:da)?Memcpy(?!.*Async)\w*$")
 # (it reads it), equal answers a Python bool; on the CPU their kernels read the values themselves, with no op
 # that shows it
 # (_pack_padded_sequence reads its lengths, which must be on the CPU: a GPU run copies them there)
-READING_OPS = ("aten::bincount", "aten::equal", "aten::_pack_padded_sequence")
+# (_pad_packed_sequence reads its batch sizes, which must be on the CPU, and sizes its result by the first: a shape that
+# hands a value to Python, red team 17's packed_shape_06)
+READING_OPS = ("aten::bincount", "aten::equal", "aten::_pack_padded_sequence", "aten::_pad_packed_sequence")
 # ops whose result's size is the number of distinct or nonzero values: a sparse tensor coalesced (its nnz then read
 # as a size, `_nnz()`, no op) or made from a dense one; on a GPU each copies that count back and waits for it
 # (the inner ops that do the work: `coalesce` and `to_sparse` call them, counted once)
@@ -82,9 +84,11 @@ SPARSE_SIZE_OPS = ("aten::_coalesce", "aten::_to_sparse", "aten::_to_sparse_csr"
 # model or a loss calls it
 TOLIST_OP = "aten::resolve_conj"
 CPU_SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", *UNIQUE_OPS, *READING_OPS, *SPARSE_SIZE_OPS})
-# ops that read a tensor argument's values only in one overload: tensor_split given a tensor of indices (it calls
-# the overload of Python ints inside itself, one op nested in the other), not given ints
-READING_OUTER_OPS = ("aten::tensor_split",)
+# ops that read a tensor argument's values only in one overload, told by the op they hold: tensor_split given a
+# tensor of indices (it calls the overload of Python ints inside itself, one op nested in the other), not given ints;
+# sparse_coo_tensor given no size (it reads its indices' largest values, aten::max inside it, to size the result,
+# whose .shape then hands them to Python: red team 17's sparse_size_06), not given one
+READING_OUTER_OPS = {"aten::tensor_split": "aten::tensor_split", "aten::sparse_coo_tensor": "aten::max"}
 # torch.optim's helper that reads a step counter (or NAdam's mu_product, ASGD's eta and mu) as a number
 OPTIMIZER_GET_VALUE = re.compile(r"(?:^|/)torch/optim/optimizer\.py\(\d+\): _get_value$")
 # where torch.optim's own code calls it from: a step function of torch/optim (a script calling it is not excused)
@@ -147,20 +151,26 @@ def sync_rows(events: pd.DataFrame) -> np.ndarray:
 
 def cpu_sync_op_rows(events: pd.DataFrame) -> np.ndarray:
     """Row numbers of the aten ops of a CPU trace that read a tensor's values (CPU_SYNC_OPS, and an op of
-    READING_OUTER_OPS holding another of its name), sorted."""
+    READING_OUTER_OPS holding its inner op), sorted."""
     ops = (events["kind"] == "cpu_op").to_numpy()
     names = events["name"]
-    rows = np.flatnonzero(ops & names.isin(list(CPU_SYNC_OPS)).to_numpy())
-    outer = np.flatnonzero(ops & names.isin(list(READING_OUTER_OPS)).to_numpy())
-    if len(outer) > 1:
-        # the op it calls is the next of its name to start on its thread, inside it
-        tid, start = events["tid"].to_numpy()[outer], events["start_ns"].to_numpy()[outer]
-        outer = outer[np.lexsort((start, tid))]
-        tid, name = events["tid"].to_numpy()[outer], names.to_numpy()[outer]
-        start, end = events["start_ns"].to_numpy()[outer], events["end_ns"].to_numpy()[outer]
-        holds = (tid[:-1] == tid[1:]) & (name[:-1] == name[1:]) & (start[1:] >= start[:-1]) & (end[1:] <= end[:-1])
-        rows = np.concatenate([rows, outer[:-1][holds]])
-    return np.sort(rows)
+    rows = [np.flatnonzero(ops & names.isin(list(CPU_SYNC_OPS)).to_numpy())]
+    tids, starts, ends = (events[c].to_numpy() for c in ("tid", "start_ns", "end_ns"))
+    for outer_name, inner_name in READING_OUTER_OPS.items():
+        outer = np.flatnonzero(ops & (names == outer_name).to_numpy())
+        inner = np.flatnonzero(ops & (names == inner_name).to_numpy())
+        if not len(outer) or not len(inner):
+            continue
+        holds = np.zeros(len(outer), dtype=bool)
+        for tid in np.unique(tids[outer]):
+            mine = outer[tids[outer] == tid]
+            at = np.sort(starts[inner[tids[inner] == tid]])
+            # inner ops that start inside the outer one (a thread's ops nest), the outer one itself not counted
+            inside = np.searchsorted(at, ends[mine], side="right") - np.searchsorted(at, starts[mine], side="left")
+            held = inside > (1 if outer_name == inner_name else 0)
+            holds[np.isin(outer, mine)] = held
+        rows.append(outer[holds])
+    return np.sort(np.concatenate(rows))
 
 
 def python_reads(events: pd.DataFrame) -> np.ndarray:

@@ -17,6 +17,7 @@ that differs did other work than its own batch's, whatever its time.
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import numpy as np
 import pandas as pd
@@ -51,7 +52,8 @@ def step_work(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
 
 # torch.optim's own range around every Optimizer.step() call ("Optimizer.step#SGD.step"), on the host
 OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
-TRAINING_COLUMNS = {"step": "int64", "forward_flops": "float64", "backward_flops": "float64", "optimizer_steps": "int64"}
+TRAINING_COLUMNS = {"step": "int64", "forward_flops": "float64", "backward_flops": "float64", "optimizer_steps": "int64",
+                    "products": object}
 MEASURES = ("forward_flops", "backward_flops")
 
 
@@ -74,6 +76,7 @@ def training_work(trace, rate_cap: float | None = None) -> pd.DataFrame:
         "forward_flops": (work["matmul_flops"] - work["backward_flops"]).to_numpy(np.float64),
         "backward_flops": work["backward_flops"].to_numpy(np.float64),
         "optimizer_steps": [int(optimizer.get(s, 0)) for s in work["step"]],
+        "products": list(work["products"]),
     })
     return frame.astype(TRAINING_COLUMNS)
 
@@ -85,12 +88,18 @@ def relative_difference(mine: float, theirs: float) -> float:
     return 0.0 if not mine else float("inf")
 
 
-def work_by_step(candidate: pd.DataFrame, baseline: pd.DataFrame, tolerance: float) -> pd.DataFrame:
+def work_by_step(candidate: pd.DataFrame, baseline: pd.DataFrame, tolerance: float,
+                 same_products: bool = False) -> pd.DataFrame:
     """Two runs' training work (``training_work``) side by side, one row per step either traced: each measure of
     both (``forward_flops`` and ``baseline_forward_flops``, ...), each FLOPs measure's relative difference
     (``forward_off``: (candidate - baseline) / baseline), ``off``: the larger of the two in size, and ``differs``:
     a FLOPs measure off by more than ``tolerance``, another count of optimizer steps, or a step only one run traced
-    (``traced``: "both", "candidate" or "baseline"). Every step is judged: no median."""
+    (``traced``: "both", "candidate" or "baseline"). With ``same_products``, a step also differs where its products'
+    sizes do (``products_differ``: the multiset of each product's recorded FLOPs, where a chapter's fix leaves the
+    training as the slow script runs it: the same FLOPs made of other products are other work). Every step is
+    judged: no median."""
+    candidate, baseline = (frame if "products" in frame else frame.assign(products=[()] * len(frame))
+                           for frame in (candidate, baseline))
     theirs = baseline.rename(columns={c: f"baseline_{c}" for c in TRAINING_COLUMNS if c != "step"})
     both = candidate.merge(theirs, on="step", how="outer", indicator=True).sort_values("step").reset_index(drop=True)
     both["traced"] = both.pop("_merge").map({"both": "both", "left_only": "candidate",
@@ -101,7 +110,10 @@ def work_by_step(candidate: pd.DataFrame, baseline: pd.DataFrame, tolerance: flo
             for mine, theirs, traced in zip(both[measure], both[f"baseline_{measure}"], both["traced"])]
     both["off"] = both[["forward_off", "backward_off"]].abs().max(axis=1)
     optimizer = both["optimizer_steps"] != both["baseline_optimizer_steps"]
-    both["differs"] = (both["traced"] != "both") | (both["off"] > tolerance) | optimizer
+    both["products_differ"] = [bool(same_products) and traced == "both" and tuple(mine) != tuple(theirs)
+                               for mine, theirs, traced in zip(both["products"], both["baseline_products"],
+                                                               both["traced"])]
+    both["differs"] = (both["traced"] != "both") | (both["off"] > tolerance) | optimizer | both["products_differ"]
     return both
 
 
@@ -115,4 +127,8 @@ def describe_step(row) -> str:
         off = getattr(row, f"{measure}_off")
         parts.append(f"{measure} {mine / 1e6:.1f} vs {theirs / 1e6:.1f} MFLOP" + (f" ({off:+.0%})" if np.isfinite(off) else ""))
     parts.append(f"{int(row.optimizer_steps)} optimizer step(s) vs {int(row.baseline_optimizer_steps)}")
+    if getattr(row, "products_differ", False):
+        mine, theirs = Counter(row.products), Counter(row.baseline_products)
+        parts.append(f"{sum((mine - theirs).values())} product(s) of sizes the slow script's step does not run, "
+                     f"{sum((theirs - mine).values())} of its not run")
     return f"step {int(row.step)}: " + ", ".join(parts)

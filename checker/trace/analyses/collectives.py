@@ -427,8 +427,8 @@ def credited_flops(events: pd.DataFrame, starts: np.ndarray, ends: np.ndarray, t
 
 # On a CPU trace a product is credited at most its own duration at this many times the best rate the slow script's
 # products reached on the same machine in the same check (their 99th percentile): a product on the meta device is
-# recorded with its shapes and takes microseconds whatever its size, 25-130x that rate (meta_flops_00, red team 16);
-# an honest product of the same shapes runs at the slow script's rate, both runs traced alike
+# recorded with its shapes and takes about the same short time whatever its size, so a large one runs far above that
+# rate; an honest product of the same shapes runs at the slow script's rate, both runs traced alike
 RATE_HEADROOM = 3.0
 
 

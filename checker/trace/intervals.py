@@ -83,3 +83,15 @@ def covered_before(points: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> 
     i = np.maximum(np.searchsorted(run_start, points, side="right") - 1, 0)
     inside = np.clip(points - run_start[i], 0, run_end[i] - run_start[i])
     return np.where(points >= run_start[0], covered[i] + inside, 0.0)
+
+
+def points_within(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray, points: np.ndarray,
+                  point_threads: np.ndarray) -> np.ndarray:
+    """For each interval [start, end] of a thread, how many of the points of that same thread fall in it."""
+    counts = np.zeros(len(starts), dtype=np.int64)
+    for thread in np.unique(threads):
+        here = threads == thread
+        at = np.sort(points[point_threads == thread])
+        counts[here] = np.searchsorted(at, ends[here], side="right") - np.searchsorted(at, starts[here], side="left")
+    return counts
+

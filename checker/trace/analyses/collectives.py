@@ -16,7 +16,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from checker.trace.intervals import merge, union_length
+from checker.trace.intervals import merge, points_within, union_length
 
 # a collective as it runs: gloo's range on its own thread; NCCL's kernel on the GPU
 COLLECTIVE_RUN = re.compile(r"^gloo:all_?reduce|^nccl(?:Dev)?Kernel_AllReduce|^ncclKernel_AllReduce", re.IGNORECASE)
@@ -400,25 +400,24 @@ def matmul_work(trace, rate_cap: float | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns + ["products"])
 
 
+def has_kernels(events: pd.DataFrame) -> bool:
+    """Whether a trace recorded GPU kernels: its products are then credited by their launches, not their time."""
+    return bool(((events["kind"] == "kernel") & events["device"].notna()).any())
+
+
 def credited_flops(events: pd.DataFrame, starts: np.ndarray, ends: np.ndarray, tids: np.ndarray, flops: np.ndarray,
                    rate_cap: float | None = None) -> np.ndarray:
     """Each recorded product's FLOPs as far as it can have computed them. On a trace with GPU rows: its FLOPs where
     a CUDA call on its thread, inside it, launched GPU work (a kernel with that call's correlation id), else 0 (a
     product nested in a launching one is dropped as nested anyway). On a CPU trace with ``rate_cap``: at most its
     duration times the cap. Otherwise its FLOPs as recorded."""
-    gpu = events[events["device"].notna() & (events["kind"] == "kernel")]
-    if len(gpu):
-        kernels = gpu[gpu["correlation"].notna()]
-        work = set(zip(kernels["pid"].to_numpy(), kernels["correlation"].astype(np.int64).to_numpy()))
+    if has_kernels(events):
+        kernels = events[(events["kind"] == "kernel") & events["correlation"].notna()]
         api = events[(events["kind"] == "cuda_api") & events["correlation"].notna()]
-        launched = [(pid, corr) in work for pid, corr in zip(api["pid"].to_numpy(),
-                                                               api["correlation"].astype(np.int64).to_numpy())]
-        launches = api[np.asarray(launched, dtype=bool)] if len(api) else api
-        did = np.zeros(len(starts), dtype=bool)
-        for tid, mine in launches.groupby("tid"):
-            at = np.sort(mine["start_ns"].to_numpy(np.int64))
-            here = tids == tid
-            did[here] = np.searchsorted(at, ends[here], side="right") > np.searchsorted(at, starts[here], side="left")
+        launches = api[pd.MultiIndex.from_frame(api[["pid", "correlation"]]).isin(
+            pd.MultiIndex.from_frame(kernels[["pid", "correlation"]]))]
+        did = points_within(starts, ends, tids, launches["start_ns"].to_numpy(np.int64),
+                            launches["tid"].to_numpy(np.int64)) > 0
         return np.where(did, flops, 0.0)
     if rate_cap is not None and rate_cap > 0:
         return np.minimum(flops, np.maximum(ends - starts, 0).astype(np.float64) * rate_cap)
@@ -438,7 +437,7 @@ def rate_cap(slow_traces) -> float | None:
     credited by the kernels it launched, or where the slow script's traces recorded no timed product."""
     rates = []
     for trace in slow_traces:
-        if trace.events["device"].notna().any():
+        if has_kernels(trace.events):
             return None
         best = best_matmul_rate(trace)
         if best is not None:

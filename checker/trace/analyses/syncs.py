@@ -56,7 +56,7 @@ import numpy as np
 import pandas as pd
 
 from checker.trace.analyses.stack import FRAME, is_user_path, op_of, where_of
-from checker.trace.intervals import innermost
+from checker.trace.intervals import innermost, points_within
 from checker.trace.steps import rows_in_steps
 
 RUNTIME_SYNCS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
@@ -161,15 +161,9 @@ def cpu_sync_op_rows(events: pd.DataFrame) -> np.ndarray:
         inner = np.flatnonzero(ops & (names == inner_name).to_numpy())
         if not len(outer) or not len(inner):
             continue
-        holds = np.zeros(len(outer), dtype=bool)
-        for tid in np.unique(tids[outer]):
-            mine = outer[tids[outer] == tid]
-            at = np.sort(starts[inner[tids[inner] == tid]])
-            # inner ops that start inside the outer one (a thread's ops nest), the outer one itself not counted
-            inside = np.searchsorted(at, ends[mine], side="right") - np.searchsorted(at, starts[mine], side="left")
-            held = inside > (1 if outer_name == inner_name else 0)
-            holds[np.isin(outer, mine)] = held
-        rows.append(outer[holds])
+        # inner ops that start inside the outer one (a thread's ops nest), the outer one itself not counted
+        inside = points_within(starts[outer], ends[outer], tids[outer], starts[inner], tids[inner])
+        rows.append(outer[inside > (1 if outer_name == inner_name else 0)])
     return np.sort(np.concatenate(rows))
 
 

@@ -29,12 +29,24 @@ def leftovers() -> list[Path]:
             + [*Path("/dev/shm").glob("redteam-decoded-*"), *Path("/tmp").glob("redteam-decoded-*")])
 
 
+def selected_checks(cheat: dict) -> str | None:
+    """The checks a cheat is graded on: its `only`, else the checks it must fail. The bank asks whether the named
+    rule rejects the cheat; the checks it does not name are graded on the labs and solutions elsewhere in the suite,
+    and leaving them out halves a chapter 03 cheat's time. A cheat rejected by whichever check fails (`checks_any`,
+    `expect` "any" or "refused") is graded on every check."""
+    if cheat.get("only"):
+        return cheat["only"]
+    if cheat.get("checks") and not cheat.get("checks_any") and cheat["expect"] == "failed":
+        return ",".join(cheat["checks"])
+    return None
+
+
 def grade(name: str, cheat: dict, root: Path, scan: bool = True) -> tuple[int, str, dict | None]:
     """`workbook check` of one cheat from ``root``: (exit code, everything printed, the JSON report if any)."""
     command = [sys.executable, "-m", "checker", "check", cheat["chapter"], "--submission", str(BANK / "cheats" / name),
                "--device", "cpu", "--json"]
-    if cheat.get("only"):
-        command += ["--only", cheat["only"]]
+    if only := selected_checks(cheat):
+        command += ["--only", only]
     env = dict(os.environ, WORKBOOK_ROOT=str(root), PYTHONPATH=str(root), WORKBOOK_SCAN="1" if scan else "0")
     if cheat.get("shared_scratch"):  # as where the kernel allows no mount namespace: what a run left is looked for
         env["WORKBOOK_PRIVATE_SCRATCH"] = "0"

@@ -340,6 +340,41 @@ def written_made_over_buffers() -> int:
 _watch_aliasing_makers()
 
 
+# The session model's weights are trained by this process, whose trace the grader reads. Weights in shared memory
+# (a CPU tensor's storage moved there by share_memory_() or by sending it to another process; a CUDA tensor's memory
+# handed to another process) can be trained by a loader worker, out of the trace's sight. The harness looks at every
+# timed step; a CUDA tensor's export is seen where torch hands its memory over (the storage's _share_cuda_).
+_EXPORTED_CUDA: set[int] = set()
+
+
+def _watch_cuda_sharing() -> None:
+    original = getattr(torch.UntypedStorage, "_share_cuda_", None)
+    if original is None or getattr(original, "_workbook_watched", False):
+        return
+
+    def watched(storage, *args, _original=original, **kwargs):
+        _EXPORTED_CUDA.add(storage.data_ptr())
+        return _original(storage, *args, **kwargs)
+
+    watched._workbook_watched = True
+    torch.UntypedStorage._share_cuda_ = watched
+
+
+_watch_cuda_sharing()
+
+
+def shared_weights(model: torch.nn.Module) -> list[str]:
+    """The model's parameters and buffers another process can write: in shared memory, or handed over by CUDA."""
+    shared = []
+    for name, tensor in (*model.named_parameters(), *model.named_buffers()):
+        if tensor.device.type == "cuda":
+            if tensor.untyped_storage().data_ptr() in _EXPORTED_CUDA:
+                shared.append(name)
+        elif tensor.device.type == "cpu" and tensor.is_shared():
+            shared.append(name)
+    return shared
+
+
 def _original(shown: str):
     """The object ``shown`` names on the export path as it was at import (the harness calls these, never what a
     lookup on an object finds now)."""
@@ -716,6 +751,7 @@ class Session:
                 self._close_window()
                 self._open_tail()
             if self._window_open or self._tail_open:
+                self._check_weights_private()
                 self._send({"type": "step", "n": step})
             if self._window_open and self._keeps_time:
                 self._window_stamps_ns.append(time.perf_counter_ns())
@@ -847,7 +883,16 @@ class Session:
             # warm-up: first-step costs (torch.compile, cudnn autotuning, allocator growth), outside the window
             self.warmup_s = (self._t0 - self._t_first_step) / 1e9
 
+    def _check_weights_private(self) -> None:
+        shared = shared_weights(self.model)
+        if shared and _channel() is not None:  # the grader ends the run
+            self._send({"type": "shared", "what": shared[:5], "count": len(shared)})
+        elif shared:
+            raise RuntimeError(f"{len(shared)} of the model's tensors ({', '.join(shared[:3])}) are in shared memory: "
+                               "another process can train them where no trace looks; keep the model in this process")
+
     def _close_window(self) -> None:
+        self._check_weights_private()
         self._sync()
         if self._probe is not None:
             self._probe.snapshot(self._window_end)

@@ -335,6 +335,11 @@ class _Run:
             calls, first = header.get("calls"), str(header.get("first"))[:40]
             raise self.broken(f"switched what PyTorch's profiler records ({calls} call(s), the first of {first}): "
                               "ops then ran where no trace records them, so the trace is not the run's")
+        elif kind == "shared":
+            what = header.get("what")
+            shown = ", ".join(str(w)[:60] for w in what[:5]) if isinstance(what, list) and what else "the model's weights"
+            raise self.broken(f"put the model's weights where another process can train them ({header.get('count')} "
+                              f"tensor(s) in shared memory: {shown}): the traced process must do its own training")
         elif kind == "first_step":
             self.workers_at_first_step = sandbox.worker_processes(sandbox.descendants(self.pid))
         elif kind == "built":

@@ -69,6 +69,9 @@ PROBE_ATTRIBUTES = {
     # a tensor's count of in-place writes tells the harness which tensors had values copied into them
     "_unsafe_set_version_counter": "resets a tensor's count of in-place writes",
     # a step run inside one operator's dispatch leaves one op where the step's are: the counts cannot see it
+    # weights in shared memory are trained by whichever process holds them: a loader worker, out of the trace's sight
+    **{name: "puts tensors in shared memory, where another process can train them out of the trace's sight" for name in (
+        "share_memory", "share_memory_", "_share_cuda_", "_share_fd_cpu_", "_share_filename_cpu_")},
     "_make_wrapper_subclass": "makes a tensor whose operators run Python, where a trace's counts cannot see it",
     "_ForceDispatchKeyGuard": "runs operators under another dispatch state, inside an operator",
 }

@@ -79,6 +79,19 @@ def test_a_forged_message_ends_the_run(tmp_path):
 
 
 @pytest.mark.slow
+def test_weights_handed_to_another_process_end_the_run(tmp_path):
+    """Pickled for another process (a spawned loader worker's dataset holding the model), a CPU tensor's storage moves
+    to shared memory in place: that process could train it where no trace looks."""
+    body = HEAD + textwrap.dedent("""
+        from multiprocessing.reduction import ForkingPickler
+        import torch.multiprocessing
+        handed = ForkingPickler.dumps(session.model.state_dict())
+    """) + LOOP
+    with pytest.raises(ScriptError, match="in shared memory"):
+        run(script(tmp_path, body))
+
+
+@pytest.mark.slow
 def test_a_run_that_prints_without_end_is_stopped_and_the_grader_keeps_only_a_tail(tmp_path):
     body = "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n"
     with pytest.raises(ScriptError, match="printed more than"):

@@ -757,13 +757,14 @@ class Session:
                 self._close_window()
                 self._open_tail()
             if self._window_open or self._tail_open:
-                self._check_weights_private()
                 self._send({"type": "step", "n": step})
             if self._window_open and self._keeps_time:
                 self._window_stamps_ns.append(time.perf_counter_ns())
             if self._window_open and self._probe is not None:
                 self._probe.snapshot(step)
             with marked_range(f"step {step}"):
+                if self._window_open or self._tail_open:  # inside the step's range: whatever it runs is the step's
+                    self._check_weights_private()
                 with marked_range("data"), origin.fetch() if origin is not None else nullcontext(), \
                         harness_fetch():
                     try:
@@ -894,12 +895,18 @@ class Session:
 
     def _check_weights_private(self, tensors: list[tuple[str, torch.Tensor]] | None = None) -> None:
         """Every timed step looks at the tensors the window opened with (microseconds); the window's open and close
-        walk the model again, for a tensor put in one's place."""
+        walk the model again, for a tensor put in one's place. And at the harness's own code (changed_harness)."""
+        changed = changed_harness(self)
+        if changed and _channel() is not None:  # the grader ends the run
+            Session._send({"type": "harness", "what": changed[:5]})
+        elif changed:
+            raise RuntimeError(f"the script changed the harness's session ({', '.join(changed[:3])}): its code runs "
+                               "between two steps' ranges, where no trace looks")
         if tensors is None:
             tensors = self._window_tensors
         shared = shared_weights(tensors)
         if shared and _channel() is not None:  # the grader ends the run
-            self._send({"type": "shared", "what": shared[:5], "count": len(shared)})
+            Session._send({"type": "shared", "what": shared[:5], "count": len(shared)})
         elif shared:
             raise RuntimeError(f"{len(shared)} of the model's tensors ({', '.join(shared[:3])}) are in shared memory: "
                                "another process can train them where no trace looks; keep the model in this process")
@@ -1047,6 +1054,24 @@ def _one_rank_group(device: str) -> None:
         return
     backend = "nccl" if device.startswith("cuda") else "gloo"
     dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+
+
+# The harness's own code, as it was defined: a script that puts its code where the harness calls (a property or
+# method on the session's class, a method on the session itself) runs work between two steps' ranges, where no
+# step's trace looks. Compared at every timed step.
+_SESSION_CLASS = dict(vars(Session))
+
+
+def changed_harness(session: Session) -> list[str]:
+    """What the script changed of the session's code: its class, the class's attributes, or a method of the class
+    shadowed on the session itself."""
+    if type(session) is not Session:
+        return [f"the session's class (now {type(session).__name__})"]
+    now = vars(Session)
+    changed = [name for name in set(now) | set(_SESSION_CLASS) if now.get(name) is not _SESSION_CLASS.get(name)]
+    shadowed = [name for name in vars(session) if callable(_SESSION_CLASS.get(name))
+                or isinstance(_SESSION_CLASS.get(name), property)]
+    return sorted(changed + shadowed)
 
 
 def start(chapter_id: str, argv: list[str] | None = None) -> Session:

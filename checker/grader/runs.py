@@ -340,6 +340,11 @@ class _Run:
             shown = ", ".join(str(w)[:60] for w in what[:5]) if isinstance(what, list) and what else "the model's weights"
             raise self.broken(f"put the model's weights where another process can train them ({header.get('count')} "
                               f"tensor(s) in shared memory: {shown}): the traced process must do its own training")
+        elif kind == "harness":
+            what = header.get("what")
+            shown = ", ".join(str(w)[:60] for w in what[:5]) if isinstance(what, list) and what else "its code"
+            raise self.broken(f"changed the harness's session ({shown}): its code then runs between two steps' "
+                              "ranges, where no step's trace looks")
         elif kind == "first_step":
             self.workers_at_first_step = sandbox.worker_processes(sandbox.descendants(self.pid))
         elif kind == "built":

@@ -26,7 +26,7 @@ import pandas as pd
 from checker.trace.analyses import copies as copies_mod
 from checker.trace.analyses import counts, dataloader, diff, gpu_idle, kernels, ops, syncs
 from checker.trace.errors import TraceError
-from checker.trace.steps import DEFAULT_STEP_REGEX, assign_steps, compile_step_regex, find_steps
+from checker.trace.steps import DEFAULT_STEP_REGEX, assign_steps, compile_step_regex, fill_gaps, find_steps
 
 
 class TraceAnalysis:
@@ -170,6 +170,12 @@ class TraceAnalysis:
     def get_steps(self) -> pd.DataFrame:
         """The steps, one row each: step, name, start_ns, end_ns, dur_ns, pid, tid (warm-ups skipped)."""
         return self._steps.copy()
+
+    def window_steps(self) -> pd.Series:
+        """Every event's step, with the gaps between two steps' ranges given to the step before (steps.fill_gaps)."""
+        if getattr(self, "_window_steps", None) is None:
+            self._window_steps = pd.Series(fill_gaps(self.events, self._steps), index=self.events.index)
+        return self._window_steps
 
     def get_step_metrics(self, exclude_steps=()) -> pd.DataFrame:
         """One row per step: dur_ns, host_syncs, kernels, launches, gpu_busy_ns, gpu_idle_ns,

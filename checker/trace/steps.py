@@ -222,6 +222,28 @@ def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> pd.arrays.Integer
     return pd.arrays.IntegerArray(out, out < 0)
 
 
+def fill_gaps(events: pd.DataFrame, steps: pd.DataFrame) -> pd.arrays.IntegerArray:
+    """The steps of ``assign_steps`` with the gaps between step ranges filled: a host event of a stepping process that
+    starts after its first step's range opens and before its last one closes, in no step's range, gets the step
+    whose range (on the process's stepping thread) ended last before it, and GPU work follows its launch. For the
+    counts that must see all of the traced steps' work: code run between two ranges is the window's too."""
+    step = events["step"]
+    out = step.to_numpy(dtype=np.int64, na_value=-1).copy()
+    if steps.empty or not len(events):
+        return pd.arrays.IntegerArray(out, out < 0)
+    is_gpu = events["device"].notna().to_numpy()
+    t = events["start_ns"].to_numpy()
+    pid = events["pid"].to_numpy()
+    for step_pid, by_pid in steps.groupby("pid", sort=False):
+        main = by_pid[by_pid["tid"] == by_pid["tid"].value_counts().index[0]].sort_values("start_ns")
+        starts, ends = main["start_ns"].to_numpy(), main["end_ns"].to_numpy()
+        rows = np.flatnonzero((~is_gpu) & (pid == step_pid) & (out < 0) & (t >= starts[0]) & (t < ends[-1]))
+        before = np.searchsorted(ends, t[rows], side="right") - 1
+        out[rows] = main["step"].to_numpy()[np.maximum(before, 0)]
+    _gpu_steps_from_launches(events, is_gpu, out)
+    return pd.arrays.IntegerArray(out, out < 0)
+
+
 def _gpu_steps_from_launches(events: pd.DataFrame, is_gpu: np.ndarray, out: np.ndarray) -> None:
     """GPU rows take the step of the cuda_api call with the same (process, correlation id)."""
     corr = events["correlation"]

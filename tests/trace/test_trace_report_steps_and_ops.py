@@ -142,3 +142,26 @@ def test_report_prints_the_top_ops(capsys):
     assert 0 < len(by_self) <= 15 and by_self == sorted(by_self, reverse=True)
     assert by_count == sorted(by_count, reverse=True)
     assert all(op["self_ms_per_step"] <= op["total_ms_per_step"] + 1e-9 for op in summary["top_ops"])
+
+
+def test_a_count_of_a_steps_work_sees_what_ran_between_two_ranges():
+    """Ops between two steps' ranges are the window's: the op counts give them to the step before (steps.fill_gaps);
+    before the first range and after the last one nothing is counted."""
+    events = make_events([
+        {"kind": "cpu_op", "name": "aten::mul", "start_ns": 10, "end_ns": 20, "pid": 1, "tid": 1},  # before
+        {"kind": "range", "name": "step 0", "start_ns": 100, "end_ns": 200, "pid": 1, "tid": 1},
+        {"kind": "cpu_op", "name": "aten::add", "start_ns": 110, "end_ns": 120, "pid": 1, "tid": 1},
+        {"kind": "cpu_op", "name": "aten::gelu", "start_ns": 210, "end_ns": 220, "pid": 1, "tid": 1},  # between
+        {"kind": "cpu_op", "name": "aten::sigmoid", "start_ns": 230, "end_ns": 240, "pid": 1, "tid": 7},  # between
+        {"kind": "range", "name": "step 1", "start_ns": 300, "end_ns": 400, "pid": 1, "tid": 1},
+        {"kind": "cpu_op", "name": "aten::add", "start_ns": 310, "end_ns": 320, "pid": 1, "tid": 1},
+        {"kind": "cpu_op", "name": "aten::mul", "start_ns": 410, "end_ns": 420, "pid": 1, "tid": 1},  # after
+    ])
+    from checker.trace.analysis import TraceAnalysis
+
+    trace = TraceAnalysis(events, "kineto", source="hand-made")
+    assert trace.events["step"].isna().sum() == 4  # a step's own range holds only its own ops
+    counted = trace.count_elementwise("cpu")
+    assert (counted.total, counted.steps) == (4, 2)
+    assert dict(counted.top) == {"aten::add": 1.0, "aten::gelu": 0.5, "aten::sigmoid": 0.5}
+    assert trace.count_launches("cpu").total == 4

@@ -71,8 +71,12 @@ def step_numbers(trace) -> list[int]:
     return [int(s) for s in trace.get_steps()["step"]]
 
 
-def _in_steps(frame: pd.DataFrame, steps: list[int]) -> pd.DataFrame:
-    return frame[frame["step"].isin(steps)]
+def _in_steps(frame: pd.DataFrame, steps: list[int], trace=None) -> pd.DataFrame:
+    """The rows of ``frame`` in the traced steps; given the trace, those between two steps' ranges too (each with
+    the step before it): a count of a step's work sees what ran between its range and the next one."""
+    if trace is None:
+        return frame[frame["step"].isin(steps)]
+    return frame[trace.window_steps().reindex(frame.index).isin(steps)]
 
 
 def launch_calls(events: pd.DataFrame) -> pd.DataFrame:
@@ -159,15 +163,15 @@ def count_launches(trace, device: str) -> StepCount:
     steps = step_numbers(trace)
     events = trace.events
     if device == "cuda":
-        calls = _in_steps(launch_calls(events), steps)
+        calls = _in_steps(launch_calls(events), steps, trace)
         by_op = attribute_to_ops(calls, events)
         names = by_op.where(by_op.notna(), calls["name"].astype(str))
         graphs = int(calls["name"].astype(str).str.match(GRAPH_LAUNCH_API).sum())
-        kernels = len(_in_steps(gpu_kernels(events), steps))
+        kernels = len(_in_steps(gpu_kernels(events), steps, trace))
         extra = {"graph_launches_per_step": round(graphs / len(steps), 2) if steps else 0.0,
                  "gpu_kernels_per_step": round(kernels / len(steps), 2) if steps else 0.0}
         return StepCount("kernel launches", len(calls), len(steps), _top(names, len(steps)), extra)
-    ops = _in_steps(top_level_aten_ops(events), steps)
+    ops = _in_steps(top_level_aten_ops(events), steps, trace)
     return StepCount("top-level aten ops", len(ops), len(steps), _top(ops["name"], len(steps)))
 
 
@@ -177,15 +181,15 @@ def count_elementwise(trace, device: str) -> StepCount:
     steps = step_numbers(trace)
     events = trace.events
     if device == "cuda":
-        kernels = _in_steps(elementwise_kernels(events), steps)
-        all_kernels = len(_in_steps(gpu_kernels(events), steps))
+        kernels = _in_steps(elementwise_kernels(events), steps, trace)
+        all_kernels = len(_in_steps(gpu_kernels(events), steps, trace))
         extra = {"gpu_kernels_per_step": round(all_kernels / len(steps), 2) if steps else 0.0}
         if "end_ns" in kernels and len(kernels):
             extra["elementwise_gpu_ms_per_step"] = round(
                 float((kernels["end_ns"] - kernels["start_ns"]).sum()) / 1e6 / len(steps), 3)
         names = kernels["name"].map(short_kernel_name)
         return StepCount("elementwise kernels", len(kernels), len(steps), _top(names, len(steps)), extra)
-    ops = _in_steps(pass_aten_ops(events), steps)
+    ops = _in_steps(pass_aten_ops(events), steps, trace)
     return StepCount("aten ops passing over memory", len(ops), len(steps), _top(ops["name"], len(steps)))
 
 

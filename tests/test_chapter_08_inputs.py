@@ -75,3 +75,36 @@ def test_profile_08_says_what_to_look_for_on_a_cpu(workbook):
     assert proc.returncode == 0, proc.stderr
     assert "on a CPU, look for:" in proc.stderr and "host time" in proc.stderr
     assert "torch_cpu" in get_chapter(CHAPTER).look_for
+
+
+def _fetching(calls: list[str]):
+    """A trace of two steps whose fetches run these Python calls, one after another."""
+    import pandas as pd
+
+    from checker.trace.analysis import TraceAnalysis
+    from checker.trace.events import finish
+
+    rows = []
+    for step in (0, 1):
+        base = step * 10_000_000
+        rows += [{"kind": "range", "name": f"step {step}", "start_ns": base, "end_ns": base + 9_000_000, "pid": 1, "tid": 1},
+                 {"kind": "range", "name": "data", "start_ns": base + 10, "end_ns": base + 8_000_000, "pid": 1, "tid": 1}]
+        rows += [{"kind": "python", "name": name, "start_ns": base + 100 + 100 * i, "end_ns": base + 150 + 100 * i,
+                  "pid": 1, "tid": 1} for i, name in enumerate(calls)]
+    return TraceAnalysis(finish(pd.DataFrame(rows)), "kineto", source="hand-made")
+
+
+def test_a_fetch_runs_the_jobs_data_work_by_function_not_by_count():
+    """Chapter 08's data work in a learner's trace is the job's own calls, by function, as the grader's fetch of the
+    job makes them: as many calls of other functions (a no-op in a loop) do not stand in (red team 18's
+    junk_calls_08), and the same code run from another folder (other file names, other addresses) does."""
+    from checker.checks.triage import missing_data_work
+
+    job = ["chapters/08_triage/workload.py(120): round_of_noise", "<built-in method sum of numpy.ndarray object at 0x7f01>",
+           "numpy/_core/fromnumeric.py(71): _wrapreduction"] * 1000
+    ours = _fetching(job)
+    copied = [name.replace("chapters/08_triage/", "/home/me/lab/").replace("0x7f01", "0x5a5a") for name in job]
+    assert missing_data_work("mine.json", "b", _fetching(copied), ours, "ships") is None
+    junk = job[:200] + ["tools/make_trace.py(25): nothing"] * 3000
+    said = missing_data_work("mine.json", "b", _fetching(junk), ours, "ships")
+    assert said and "ran 200 of the Python calls the job's fetches run (3000), and 3000 calls of other functions" in said

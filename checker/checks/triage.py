@@ -143,29 +143,35 @@ def shown_problem(job: str, trace, run, device: str) -> str | None:
 # where the data work is a round or none, and 17,000-20,500 where it is the design (the data-bound jobs' numpy rounds,
 # every sample fetched in the training process): evidence/history/2026-11-28-cpu-session46-fetch-calls.md. Where the
 # grader's own trace of the job fetches with this many calls or more, every fetch of the learner's trace must run at
-# least FETCH_CALLS_SHARE of them.
+# least FETCH_CALLS_SHARE of them, counted by function: calls the job's fetch makes too (a no-op called in a loop
+# reaches a count, not the job's functions).
 FETCH_WORK_CALLS = 2000
 FETCH_CALLS_SHARE = 0.5
 
 
 def missing_data_work(name: str, job: str, trace, ours, ships: str) -> str | None:
     """Why the learner's trace of a job with data work in its fetches lacks that work (a trace of the job with its
-    dataset changed, a sleep in place of the work), or None. On a CPU: the GPU reference traces keep no Python."""
+    dataset changed, a sleep in place of the work, calls of other functions making up the count), or None. The
+    calls are compared by function, as a multiset: what counts of a learner's fetch is what the grader's own fetch
+    of the job calls too. On a CPU: the GPU reference traces keep no Python."""
     from checker.trace.analyses.dataloader import fetch_calls
 
-    base = sorted(fetch_calls(ours.events).values())
-    if not base or base[len(base) // 2] < FETCH_WORK_CALLS:
+    base = sorted(fetch_calls(ours.events).values(), key=lambda calls: sum(calls.values()))
+    if not base or sum(base[len(base) // 2].values()) < FETCH_WORK_CALLS:
         return None
-    expected = base[len(base) // 2]
+    job_calls = base[len(base) // 2]
+    expected = sum(job_calls.values())
     theirs = fetch_calls(trace.events)
     if not theirs:
         return f"trace {name} records no fetch of a batch (the harness's `data` ranges): {ships}"
-    step, fewest = min(theirs.items(), key=lambda kv: kv[1])
+    shared = {step: sum((calls & job_calls).values()) for step, calls in theirs.items()}
+    step, fewest = min(shared.items(), key=lambda kv: kv[1])
     if fewest >= FETCH_CALLS_SHARE * expected:
         return None
-    return (f"trace {name} does not run job {job}'s data work: its fetch of step {step} ran {fewest} Python calls "
-            f"where the job's fetches run {expected} (a trace of the job with its dataset changed, or recorded without "
-            f"Python calls; {ships})")
+    other = sum(theirs[step].values()) - fewest
+    return (f"trace {name} does not run job {job}'s data work: its fetch of step {step} ran {fewest} of the Python calls "
+            f"the job's fetches run ({expected}){f', and {other} calls of other functions' if other else ''} (a trace of "
+            f"the job with its dataset changed, or recorded without Python calls; {ships})")
 
 
 def ops_by_name(trace) -> dict[str, float]:

@@ -13,6 +13,7 @@ aten op), and each such call grows to the frame that prepared that one sample, h
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import numpy as np
 import pandas as pd
@@ -39,18 +40,27 @@ def wait_ranges(events: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return ranges, "DataLoader __next__" if len(ranges) else "none"
 
 
-def fetch_calls(events: pd.DataFrame) -> dict[int, int]:
-    """Per step, how many Python calls (frames and C calls, as Python's tracer records them) run inside the step's
-    fetch of its batch: the loader's own machinery, and with no workers, the dataset's work for every sample.
-    Steps without a fetch range are left out; a trace without Python events gives 0 for each fetch."""
+def call_name(name: str) -> str:
+    """A Python call as the same code records it anywhere: its function's name without the file and line a frame's
+    name starts with (a copy of the code elsewhere), and a built-in's without the address of its object."""
+    name = re.sub(r" at 0x[0-9a-fA-F]+", "", str(name))
+    return name.rsplit("): ", 1)[-1] if "): " in name else name
+
+
+def fetch_calls(events: pd.DataFrame) -> dict[int, Counter]:
+    """Per step, the Python calls (frames and C calls, as Python's tracer records them, by ``call_name``) that run
+    inside the step's fetch of its batch: the loader's own machinery, and with no workers, the dataset's work for
+    every sample. Steps without a fetch range are left out; a trace without Python events gives an empty count."""
     ranges, _kind = wait_ranges(events)
     python = events[events["kind"] == "python"]
-    out: dict[int, int] = {}
+    out: dict[int, Counter] = {}
     for pid, mine in ranges.groupby("pid"):
         theirs = python[python["pid"] == pid]
         starts, ends = theirs["start_ns"].to_numpy(np.int64), theirs["end_ns"].to_numpy(np.int64)
+        names = theirs["name"].astype(str).map(call_name).to_numpy()
         for step, lo, hi in zip(mine["step"], mine["start_ns"], mine["end_ns"]):
-            out[int(step)] = out.get(int(step), 0) + int(((starts >= lo) & (ends <= hi)).sum())
+            inside = names[(starts >= lo) & (ends <= hi)]
+            out.setdefault(int(step), Counter()).update(inside.tolist())
     return out
 
 

@@ -900,8 +900,8 @@ class Session:
         if changed and _channel() is not None:  # the grader ends the run
             Session._send({"type": "harness", "what": changed[:5]})
         elif changed:
-            raise RuntimeError(f"the script changed the harness's session ({', '.join(changed[:3])}): its code runs "
-                               "between two steps' ranges, where no trace looks")
+            raise RuntimeError(f"the script changed the harness's session ({', '.join(changed[:3])}): the harness's "
+                               "own code marks, times and traces the steps")
         if tensors is None:
             tensors = self._window_tensors
         shared = shared_weights(tensors)

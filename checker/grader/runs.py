@@ -343,8 +343,8 @@ class _Run:
         elif kind == "harness":
             what = header.get("what")
             shown = ", ".join(str(w)[:60] for w in what[:5]) if isinstance(what, list) and what else "its code"
-            raise self.broken(f"changed the harness's session ({shown}): its code then runs between two steps' "
-                              "ranges, where no step's trace looks")
+            raise self.broken(f"changed the harness's session ({shown}): the harness's own code marks, times and "
+                              "traces the steps, and code put in its place runs where no step's trace looks")
         elif kind == "first_step":
             self.workers_at_first_step = sandbox.worker_processes(sandbox.descendants(self.pid))
         elif kind == "built":

@@ -32,7 +32,9 @@ def _events(rows):
 
 def _trace(rows, steps):
     """A stand-in for TraceAnalysis over these rows: its events, its steps and the analyses the checks use."""
-    trace = SimpleNamespace(events=_events(rows), get_steps=lambda: pd.DataFrame({"step": steps}))
+    events = _events(rows)
+    trace = SimpleNamespace(events=events, get_steps=lambda: pd.DataFrame({"step": steps}),
+                            window_steps=lambda: events["step"])  # its rows lie in steps: no gap to fill
     trace.get_hottest_kernels = lambda limit=5: step_counts.hottest_kernels(trace, limit)
     return trace
 

@@ -363,6 +363,14 @@ def _watch_cuda_sharing() -> None:
 _watch_cuda_sharing()
 
 
+def _stop(message: dict[str, Any], alone: str) -> None:
+    """A step guard's finding: told to the grader, which ends the run; on its own, an error saying ``alone``."""
+    channel = _channel()
+    if channel is None:
+        raise RuntimeError(alone)
+    deliver(channel, message)
+
+
 def model_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     """The model's parameters and buffers by name (a walk over its modules: the window's open and close)."""
     return [*model.named_parameters(), *model.named_buffers()]
@@ -764,7 +772,7 @@ class Session:
                 self._probe.snapshot(step)
             with marked_range(f"step {step}"):
                 if self._window_open or self._tail_open:  # inside the step's range: whatever it runs is the step's
-                    self._check_weights_private()
+                    self._guard_step()
                 with marked_range("data"), origin.fetch() if origin is not None else nullcontext(), \
                         harness_fetch():
                     try:
@@ -882,7 +890,7 @@ class Session:
             window_key = self.seed + 1  # on its own a run behaves as under the grader, with a known key
         redraw_head(self.model, window_key, self._head_rms)
         self._window_tensors = model_tensors(self.model)
-        self._check_weights_private()
+        self._guard_step()
         if self._counts_views:
             hold_numpy_views()
         if self.workload.on_window is not None:
@@ -893,26 +901,20 @@ class Session:
             # warm-up: first-step costs (torch.compile, cudnn autotuning, allocator growth), outside the window
             self.warmup_s = (self._t0 - self._t_first_step) / 1e9
 
-    def _check_weights_private(self, tensors: list[tuple[str, torch.Tensor]] | None = None) -> None:
+    def _guard_step(self, tensors: list[tuple[str, torch.Tensor]] | None = None) -> None:
         """Every timed step looks at the tensors the window opened with (microseconds); the window's open and close
         walk the model again, for a tensor put in one's place. And at the harness's own code (changed_harness)."""
-        changed = changed_harness(self)
-        if changed and _channel() is not None:  # the grader ends the run
-            Session._send({"type": "harness", "what": changed[:5]})
-        elif changed:
-            raise RuntimeError(f"the script changed the harness's session ({', '.join(changed[:3])}): the harness's "
-                               "own code marks, times and traces the steps")
-        if tensors is None:
-            tensors = self._window_tensors
-        shared = shared_weights(tensors)
-        if shared and _channel() is not None:  # the grader ends the run
-            Session._send({"type": "shared", "what": shared[:5], "count": len(shared)})
-        elif shared:
-            raise RuntimeError(f"{len(shared)} of the model's tensors ({', '.join(shared[:3])}) are in shared memory: "
-                               "another process can train them where no trace looks; keep the model in this process")
+        if changed := changed_harness(self):
+            _stop({"type": "harness", "what": changed[:5]},
+                  f"the script changed the harness's session ({', '.join(changed[:3])}): the harness's own code marks, "
+                  "times and traces the steps")
+        if shared := shared_weights(self._window_tensors if tensors is None else tensors):
+            _stop({"type": "shared", "what": shared[:5], "count": len(shared)},
+                  f"{len(shared)} of the model's tensors ({', '.join(shared[:3])}) are in shared memory: another "
+                  "process can train them where no trace looks; keep the model in this process")
 
     def _close_window(self) -> None:
-        self._check_weights_private(model_tensors(self.model))
+        self._guard_step(model_tensors(self.model))
         self._sync()
         if self._probe is not None:
             self._probe.snapshot(self._window_end)

@@ -222,6 +222,13 @@ def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> pd.arrays.Integer
     return pd.arrays.IntegerArray(out, out < 0)
 
 
+def step_ended_before(steps: pd.DataFrame, times: np.ndarray) -> np.ndarray:
+    """For each time, the step whose range ended last before it (the first step, for a time before any ended)."""
+    ordered = steps.sort_values("end_ns")
+    before = np.searchsorted(ordered["end_ns"].to_numpy(), times, side="right") - 1
+    return ordered["step"].to_numpy(dtype=np.int64)[np.maximum(before, 0)]
+
+
 def fill_gaps(events: pd.DataFrame, steps: pd.DataFrame) -> pd.arrays.IntegerArray:
     """The steps of ``assign_steps`` with the gaps between step ranges filled: a host event of a stepping process that
     starts after its first step's range opens and before its last one closes, in no step's range, gets the step
@@ -235,11 +242,10 @@ def fill_gaps(events: pd.DataFrame, steps: pd.DataFrame) -> pd.arrays.IntegerArr
     t = events["start_ns"].to_numpy()
     pid = events["pid"].to_numpy()
     for step_pid, by_pid in steps.groupby("pid", sort=False):
-        main = by_pid[by_pid["tid"] == by_pid["tid"].value_counts().index[0]].sort_values("start_ns")
-        starts, ends = main["start_ns"].to_numpy(), main["end_ns"].to_numpy()
-        rows = np.flatnonzero((~is_gpu) & (pid == step_pid) & (out < 0) & (t >= starts[0]) & (t < ends[-1]))
-        before = np.searchsorted(ends, t[rows], side="right") - 1
-        out[rows] = main["step"].to_numpy()[np.maximum(before, 0)]
+        main = by_pid[by_pid["tid"] == by_pid["tid"].value_counts().index[0]]
+        rows = np.flatnonzero((~is_gpu) & (pid == step_pid) & (out < 0) & (t >= main["start_ns"].min())
+                              & (t < main["end_ns"].max()))
+        out[rows] = step_ended_before(main, t[rows])
     _gpu_steps_from_launches(events, is_gpu, out)
     return pd.arrays.IntegerArray(out, out < 0)
 

@@ -74,10 +74,9 @@ def step_numbers(trace) -> list[int]:
 def _in_steps(frame: pd.DataFrame, steps: list[int], trace=None) -> pd.DataFrame:
     """The rows of ``frame`` in the traced steps; given the trace, those between two steps' ranges too (each with
     the step before it): a count of a step's work sees what ran between its range and the next one."""
-    window_steps = getattr(trace, "window_steps", None)  # a trace's own analysis (a stand-in may hold events only)
-    if window_steps is None:
+    if trace is None:
         return frame[frame["step"].isin(steps)]
-    return frame[window_steps().reindex(frame.index).isin(steps)]
+    return frame[trace.window_steps().reindex(frame.index).isin(steps)]
 
 
 def launch_calls(events: pd.DataFrame) -> pd.DataFrame:

@@ -57,7 +57,7 @@ import pandas as pd
 
 from checker.trace.analyses.stack import FRAME, is_user_path, op_of, where_of
 from checker.trace.intervals import innermost, points_within
-from checker.trace.steps import rows_in_steps
+from checker.trace.steps import rows_in_steps, step_ended_before
 
 RUNTIME_SYNCS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
                            "cudaThreadSynchronize"})
@@ -461,10 +461,7 @@ def window_syncs(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=()) ->
     step = events["step"].to_numpy(dtype=np.int64, na_value=-1)[rows]
     between = step < 0
     if between.any():
-        ordered = steps.sort_values("end_ns")
-        ends, numbers = ordered["end_ns"].to_numpy(), ordered["step"].to_numpy(dtype=np.int64)
-        before = np.searchsorted(ends, starts[rows][between], side="right") - 1
-        step[between] = np.where(before >= 0, numbers[np.maximum(before, 0)], int(ordered["step"].min()))
+        step[between] = step_ended_before(steps, starts[rows][between])
     keep = ~(np.isin(step, [int(s) for s in exclude_steps]) & ~between) if exclude_steps else np.ones(len(rows), bool)
     rows, resident, step, between = rows[keep], resident[keep], step[keep], between[keep]
     if not len(rows):

@@ -311,7 +311,9 @@ def test_progress_lines_name_each_run_of_a_script(pristine_lab):
         parts = dict(part.rsplit(" ", 1) for part in phases.split(", "))
         assert list(parts) == ["start-up", "build", "setup", "warm-up", "timed", "after", "exit"], line
         assert all(float(v) >= 0 for v in parts.values())
-        assert abs(sum(float(v) for v in parts.values()) - float(total)) < 0.3
+        # each number is printed to a tenth, so the printed phases may miss the printed total by up to half a
+        # tenth per number (seven phases and the total); more than that is a phase lost or counted twice
+        assert abs(sum(float(v) for v in parts.values()) - float(total)) <= 0.05 * (len(parts) + 1) + 1e-9
 
 
 def test_fewer_steps_than_the_warm_up_is_one_line_not_a_traceback(workbook):

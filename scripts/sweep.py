@@ -44,6 +44,18 @@ def held_out_losses(chapter, device: str, runs: dict, base: str, overrides: list
     return {v: [x for x in xs if x is not None] for v, xs in out.items()}
 
 
+def run_detail(run) -> dict:
+    """One run's timed window: its speed, its steps' times on the grader's clock (is a slow run slow in every step,
+    or in a few?), and the CPU its own process used per second of window (below 1: it waited, or was not scheduled)."""
+    steps = sorted(run.step_ms)
+    at = lambda q: round(steps[min(len(steps) - 1, int(q * len(steps)))], 3) if steps else None  # noqa: E731
+    detail = {"samples_per_s": round(run.samples_per_s, 1), "step_ms_p10": at(0.1), "step_ms_p50": at(0.5),
+              "step_ms_p90": at(0.9), "step_ms_max": at(1.0), "steps": len(steps)}
+    if run.window_cpu_ns and run.window_s:
+        detail["cpu_per_window_s"] = round(run.window_cpu_ns[0] / 1e9 / run.window_s, 3)
+    return detail
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("chapter")
@@ -88,6 +100,8 @@ def main() -> int:
             if v != base and runs[base] and len(runs[v]) == len(runs[base]):
                 ratios = [c.samples_per_s / b.samples_per_s for c, b in zip(runs[v], runs[base])]
                 row[f"{v}_speedup"] = round(statistics.median(ratios), 3)
+                row[f"{v}_speedups"] = [round(x, 3) for x in ratios]
+            row[f"{v}_runs"] = [run_detail(r) for r in runs[v]]
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.json:

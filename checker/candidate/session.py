@@ -596,14 +596,16 @@ class Finished:
     """Whether the batches a DataLoader handed the timed steps were finished samples (``finished_batches`` of the
     workload's settings: how many window batches to keep). A loader can hand out raw images and their random draws
     and the step augment them by whatever ops it likes; the batch itself says which happened. The k-th batch of an
-    epoch holds the items k*B .. (k+1)*B-1 of the workload's KeyedEpochs order; it is finished when one of its 4-D
-    tensors is the workload's datasets' samples of those items (the dataset's own, or its ``extras["uint8_dataset"]``),
-    made by this harness after the window from the datasets' methods as they were built, before the script ran."""
+    epoch holds the items k*B .. (k+1)*B-1 of the workload's KeyedEpochs order, B the workload's batch size (never
+    what the batch says of itself); it is finished when its first 4-D tensor is the workload's datasets' samples of
+    those B items (the dataset's own, or its ``extras["uint8_dataset"]``), made by this harness after the window from
+    the datasets' methods as they were built, before the script ran."""
 
-    def __init__(self, workload: Workload, keep: int):
+    def __init__(self, workload: Workload, keep: int, batch_size: int):
         self.sampler = workload.extras.get("sampler")
         self.sources = [(ds, type(ds).__getitem__) for ds in (workload.dataset, workload.extras.get("uint8_dataset"))
                         if ds is not None]
+        self.batch_size = batch_size
         self.keep, self.kept, self.in_epoch = keep, [], 0
 
     def new_epoch(self) -> None:
@@ -616,8 +618,7 @@ class Finished:
         if not in_window or len(self.kept) >= self.keep:
             return
         images = next((t for t in _batch_tensors(batch) if isinstance(t, torch.Tensor) and t.dim() == 4), None)
-        size = _batch_size(batch)
-        items = self.sampler.items[index * size:(index + 1) * size]
+        items = self.sampler.items[index * self.batch_size:(index + 1) * self.batch_size]
         self.kept.append((None if images is None else images.detach().to("cpu", copy=True), items))
 
     def unfinished(self) -> int:
@@ -718,7 +719,7 @@ class Session:
         self._window_sample_ids: list[int] = []
         self._window_sample_counts: list[int] = []
         keep = int(cfg.get("finished_batches", 0))
-        self._finished = Finished(self.workload, keep) if keep and isinstance(self.extras.get("sampler"), KeyedEpochs) \
+        self._finished = Finished(self.workload, keep, int(cfg["batch_size"])) if keep and isinstance(self.extras.get("sampler"), KeyedEpochs) \
             else None
         sampler = self.extras.get("sampler")
         self._probe = UpdateProbe(self.model, sampler, int(cfg["batch_size"])) \

@@ -260,3 +260,33 @@ def test_probe_steps_are_drawn_inside_the_window_after_its_first_step():
         steps = draw_probe_steps(30, 80, 2)
         assert len(steps) == 2 and steps == sorted(set(steps)) and all(31 <= s <= 79 for s in steps)
     assert draw_probe_steps(8, 10, 5) == [9]
+
+
+def test_the_audit_of_finished_batches_takes_each_batchs_items_by_the_workloads_batch_size():
+    """A batch that says it holds one sample (its first tensor one row long) is still the k-th batch of B: its
+    items are the sampler's k*B .. (k+1)*B-1, and a first 4-D tensor of one finished sample is not those B."""
+    import torch
+    from torch.utils.data import Dataset
+
+    from checker.base.workloads import KeyedEpochs, Workload
+    from checker.candidate.session import Finished
+
+    class Samples(Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, item):
+            index, salt = item
+            return torch.full((1, 2, 2), float(index * 1000 + salt % 7)), index
+
+    dataset, sampler = Samples(), KeyedEpochs(8, seed=3)
+    workload = Workload(model=torch.nn.Linear(1, 1), loss_fn=None, eval_loss=None, dataset=dataset,
+                        extras={"sampler": sampler})
+    finished = Finished(workload, keep=8, batch_size=4)
+    items = list(iter(sampler))
+    whole = torch.stack([dataset[item][0] for item in items[0:4]])
+    finished.fetched((whole, torch.zeros(4)), in_window=True)                  # batch 0: its four finished samples
+    one = torch.stack([dataset[items[4]][0]])
+    finished.fetched((one, torch.zeros(4), torch.zeros(4, 1, 2, 2)), in_window=True)  # batch 1 says one sample
+    assert finished.unfinished() == 1
+    assert [len(kept_items) for _, kept_items in finished.kept] == [4, 4]

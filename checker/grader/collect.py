@@ -41,6 +41,13 @@ OTHER_PROCESS_FLOOR_NS = 1_000_000
 # workload. Inside an aten op they mean the op was replaced to run the step (autograd's anomaly mode and
 # activation checkpointing run their own Python inside ops: traceback.py, torch/utils/checkpoint.py).
 TRAINING_CODE = r"(torch/nn/modules/|torch/optim/|chapters/)"
+# What an aten op never runs inside itself: autograd's engine (a backward pass) and an optimizer's step, each
+# recorded under its own name wherever it runs, and operators called back from Python. A hook that runs inside an
+# op's dispatch (autograd's saved-tensor hooks run while the op saves its inputs, in the op's autograd kernel)
+# nests a whole backward or any forward work under one top-level op, out of the top-level counts' sight. Activation
+# checkpointing's own hooks (torch/utils/checkpoint.py) detach what they save: their ops are excused.
+NESTED_TRAINING = re.compile(r"^(?:autograd::engine::evaluate_function: |Optimizer\.(?:step|zero_grad)#)")
+CHECKPOINT_HOOK = re.compile(r"^(?:.*/)?torch/utils/checkpoint\.py\(")
 # Python's calls of PyTorch operators, as its tracer names them, and the operators whose call always runs an aten op
 # of the same name (elementwise and normalization ops, products): one of them holding no recorded op ran with op
 # recording switched off. A few are allowed (a call too short for the clocks to order).
@@ -161,7 +168,8 @@ def op_coverage(events, steps, excuse_data_wait: bool = False) -> list[float]:
 def hidden_work(events, steps, excuse_data_wait: bool = False, script: Path | None = None) -> str | None:
     """Why a CPU trace's steps are not what ran in them, or None: recorded ops must cover most of each step,
     and no top-level aten op may run training code (a model, an optimizer, the workload, or the run's own
-    ``script``: a step written out in the script and run as an op's kernel). With ``excuse_data_wait`` (chapters about loading data), the
+    ``script``: a step written out in the script and run as an op's kernel), nor a backward pass, an optimizer's step
+    or operators called from Python (nested_training). With ``excuse_data_wait`` (chapters about loading data), the
     time a step waited for its batch is left out of the step: waiting is the lesson there, not hidden work."""
 
     shares = op_coverage(events, steps, excuse_data_wait)
@@ -185,7 +193,7 @@ def hidden_work(events, steps, excuse_data_wait: bool = False, script: Path | No
     foreign = {name: _foreign_frame(name) for name in names.unique()}  # a frame's name repeats once per call
     python = python[(names.str.match(training) | names.map(foreign)).to_numpy(bool)]
     if python.empty:
-        return None
+        return nested_training(events)
     ops = events[events["step"].notna() & (events["kind"] == "cpu_op")]
     for tid, calls in python.groupby("tid"):
         starts = np.sort(calls["start_ns"].to_numpy(np.int64))
@@ -199,6 +207,61 @@ def hidden_work(events, steps, excuse_data_wait: bool = False, script: Path | No
                     f"an optimizer, the workload or code from outside torch and Python's own library inside it, in "
                     f"step {int(op['step'])}): an aten op runs no such code unless it was replaced, here to run the "
                     "step where the count of ops cannot see it")
+    return nested_training(events)
+
+
+def nested_training(events: pd.DataFrame) -> str | None:
+    """Why a top-level aten op of the steps ran training inside itself, or None: a backward pass or an optimizer's
+    step (NESTED_TRAINING, by its record's name), or operators called from Python code that the op called back
+    (a hook), each nested where the top-level counts do not look."""
+    in_steps = events[events["step"].notna()]
+    ops = in_steps[in_steps["kind"] == "cpu_op"]
+    python = in_steps[in_steps["kind"] == "python"]
+    for tid, mine in ops.groupby("tid"):
+        held = top_level_aten_ops(mine).sort_values("start_ns")
+        if held.empty:
+            continue
+        starts, ends = held["start_ns"].to_numpy(np.int64), held["end_ns"].to_numpy(np.int64)
+
+        def holder(at: np.ndarray) -> np.ndarray:
+            """Per time, the index of the top-level op holding it, or -1."""
+            index = np.searchsorted(starts, at, side="right") - 1
+            inside = (index >= 0) & (at < ends[np.clip(index, 0, None)])
+            return np.where(inside, index, -1)
+
+        names = mine["name"].astype(str)
+        nested = mine[names.str.match(NESTED_TRAINING).to_numpy(bool)]
+        nested = nested[holder(nested["start_ns"].to_numpy(np.int64)) >= 0]
+        if len(nested):
+            first = nested.iloc[0]
+            op = held.iloc[int(holder(np.array([first["start_ns"]], np.int64))[0])]
+            return (f"holds {len(nested)} record(s) of a backward pass or an optimizer's step inside {op['name']} "
+                    f"(the first: {str(first['name'])[:80]}, in step {int(first['step'])}): an aten op never runs "
+                    "them; a hook run inside its dispatch hid them from the top-level counts")
+        calls = python[python["tid"] == tid]
+        calls = calls[holder(calls["start_ns"].to_numpy(np.int64)) >= 0]
+        if calls.empty:
+            continue
+        excused = calls[calls["name"].astype(str).str.match(CHECKPOINT_HOOK).to_numpy(bool)]
+        inner = mine[names.str.startswith("aten::").to_numpy(bool) & ~mine.index.isin(held.index)]
+        at = inner["start_ns"].to_numpy(np.int64)
+        inner = inner[holder(at) >= 0]
+        at = inner["start_ns"].to_numpy(np.int64)
+
+        def within(spans: pd.DataFrame) -> np.ndarray:
+            """Per inner op, whether a span of ``spans`` holds its start."""
+            hit = np.zeros(len(at), bool)
+            for start, end in zip(spans["start_ns"].to_numpy(np.int64), spans["end_ns"].to_numpy(np.int64)):
+                hit |= (at >= start) & (at < end)
+            return hit
+
+        called = inner[within(calls) & ~within(excused)]
+        if len(called):
+            first = called.iloc[0]
+            op = held.iloc[int(holder(np.array([first["start_ns"]], np.int64))[0])]
+            return (f"holds {len(called)} op(s) called from Python inside {op['name']} (the first: {first['name']}, "
+                    f"in step {int(first['step'])}): an aten op calls no Python that runs operators; a hook run "
+                    "inside its dispatch hid that work from the top-level counts")
     return None
 
 

@@ -73,6 +73,10 @@ PROBE_ATTRIBUTES = {
     **{name: "puts tensors in shared memory, where another process can train them out of the trace's sight" for name in (
         "share_memory", "share_memory_", "_share_cuda_", "_share_fd_cpu_", "_share_filename_cpu_")},
     "_make_wrapper_subclass": "makes a tensor whose operators run Python, where a trace's counts cannot see it",
+    # autograd's saved-tensor hooks run inside the dispatch of whichever op saves a tensor for backward: code run
+    # there (a backward pass, an optimizer's step, forward work) nests under that one op
+    **{name: "runs code inside an operator's dispatch (autograd's saved-tensor hooks), where a trace's counts cannot "
+             "see it" for name in ("saved_tensors_hooks", "_push_saved_tensors_default_hooks", "register_hooks")},
     "_ForceDispatchKeyGuard": "runs operators under another dispatch state, inside an operator",
 }
 DYNAMIC_CODE = {"exec": "runs code built at run time", "eval": "runs code built at run time",
@@ -100,6 +104,11 @@ ALIASING = {name: "makes a tensor share memory with a Python object, whose value
                 "frombuffer", "from_numpy", "from_dlpack", "to_dlpack", "__dlpack__", "asarray",
                 "__array__", "__array_interface__", "__array_struct__", "__cuda_array_interface__", "from_file")}
 ALIASING["memoryview"] = "reads raw memory through a memoryview, which no trace records"
+# An operator's error message can carry a tensor's value (an out-of-bounds index names the index): caught and read,
+# it is a read of that value that no op or copy records. A lab's step has no error to catch and read.
+CAUGHT_ERROR = "reads a caught error's message or arguments, which can carry a tensor's value where no trace looks"
+ERROR_READERS = {"exc_info", "exception", "__traceback__", "__context__", "__cause__", "format_exc", "print_exc",
+                 "format_exception", "TracebackException"}
 
 # a name in a string reaches what the attribute would (getattr(session, "_window_stamps_ns"), vars(session)[...]):
 # a string that names a private one of them (or is exactly one of the others) is the same probe
@@ -185,6 +194,8 @@ def findings(source: str, filename: str = "<script>", host_reads: bool = False) 
         line = getattr(node, "lineno", 0)
         if host_reads and (name := _aliasing(node)) is not None:
             found.append((line, f"{ALIASING[name]} ({name})"))
+        if host_reads and (what := _reads_error(node)) is not None:
+            found.append((line, f"{CAUGHT_ERROR} ({what})"))
         if (reflection := _reflects_on_session(node, session)) is not None:
             found.append((line, reflection))
         if isinstance(node, ast.Attribute) and node.attr in PROBE_ATTRIBUTES:
@@ -212,6 +223,21 @@ def findings(source: str, filename: str = "<script>", host_reads: bool = False) 
                     found.append((line, f"{what} ({node.value[:40]!r})"))
                     break
     return [f"line {line}: {what}" for line, what in sorted(set(found))]
+
+
+def _reads_error(node: ast.AST) -> str | None:
+    """What a node does with a caught error: an ``except ... as name`` whose body uses the name, an error's
+    attribute or a traceback helper (ERROR_READERS), or the traceback module imported; None otherwise."""
+    if isinstance(node, ast.ExceptHandler) and node.name:
+        if any(isinstance(inner, ast.Name) and inner.id == node.name for stmt in node.body for inner in ast.walk(stmt)):
+            return f"except ... as {node.name}"
+    elif isinstance(node, ast.Attribute) and node.attr in ERROR_READERS:
+        return f".{node.attr}"
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+        names = [alias.name for alias in node.names] + [getattr(node, "module", None) or ""]
+        if any(name == "traceback" or name.startswith("traceback.") for name in names):
+            return "import traceback"
+    return None
 
 
 def _aliasing(node: ast.AST) -> str | None:

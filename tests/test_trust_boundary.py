@@ -243,6 +243,44 @@ def test_pytorchs_own_python_inside_an_op_is_not_hidden_work(inside):
     assert trace_problem(trace_of([5, 6, 7], python_in_op=inside), Stamped(30), 5, 3, "cpu") is None
 
 
+def with_rows(trace: TraceAnalysis, rows: list[dict]) -> TraceAnalysis:
+    """The trace with more events, each placed in a step by its time."""
+    events = trace.events[["kind", "name", "start_ns", "end_ns", "pid", "tid"]]
+    added = pd.DataFrame([dict(row, pid=1, tid=1) for row in rows])
+    return TraceAnalysis(finish(pd.concat([events, added], ignore_index=True)), fmt="fabricated", source="test")
+
+
+def in_each_step(kind: str, name: str, offset_us: int, length_us: int) -> list[dict]:
+    return [{"kind": kind, "name": name, "start_ns": index * 10_000_000 + offset_us * 1000,
+             "end_ns": index * 10_000_000 + (offset_us + length_us) * 1000} for index in range(3)]
+
+
+@pytest.mark.parametrize("record", ["autograd::engine::evaluate_function: MulBackward0", "Optimizer.step#AdamW.step"])
+def test_on_a_cpu_a_backward_or_an_optimizer_step_inside_an_aten_op_hides_the_step(record):
+    """A hook run inside an op's dispatch (autograd's saved-tensor hooks run while the op saves its inputs) nests
+    a whole backward or optimizer step under one top-level op, where the top-level counts miss every op of it
+    (red team 19: chapter 05's elementwise ops counted 2.5x fewer, chapter 04's launches 7.9x). The same record
+    outside any aten op is a step's own backward or optimizer step."""
+    nested = with_rows(trace_of([5, 6, 7]), in_each_step("cpu_op", record, 100, 50))
+    problem = trace_problem(nested, Stamped(30), 5, 3, "cpu")
+    assert problem and "backward pass or an optimizer's step inside aten::mm" in problem and "in step 5" in problem
+    alongside = with_rows(trace_of([5, 6, 7]), in_each_step("cpu_op", record, 7000, 500))
+    assert trace_problem(alongside, Stamped(30), 5, 3, "cpu") is None
+
+
+def test_on_a_cpu_operators_called_back_from_python_inside_an_aten_op_hide_work():
+    """Python run inside an op that calls operators (a hook doing forward work) nests them out of the top-level
+    counts' sight; activation checkpointing's own hooks, which detach what they save, are excused."""
+    def hooked(frame: str) -> TraceAnalysis:
+        return with_rows(trace_of([5, 6, 7]), in_each_step("python", frame, 100, 200)
+                         + in_each_step("cpu_op", "aten::layer_norm", 150, 100))
+    problem = trace_problem(hooked("<built-in function layer_norm>"), Stamped(30), 5, 3, "cpu")
+    assert problem and "3 op(s) called from Python inside aten::mm (the first: aten::layer_norm" in problem
+    assert trace_problem(hooked("torch/utils/checkpoint.py(1120): pack_hook"), Stamped(30), 5, 3, "cpu") is None
+    bare = with_rows(trace_of([5, 6, 7]), in_each_step("cpu_op", "aten::empty", 150, 100))  # an op's own inner op
+    assert trace_problem(bare, Stamped(30), 5, 3, "cpu") is None
+
+
 def test_in_a_chapter_about_loading_data_waiting_for_a_batch_is_not_hidden_work():
     """A step that waits 90% of its time for its batch and trains in the rest: data_wait's lesson, so the
     evidence must be data_wait's, not a trace refused for work it does not show."""
@@ -319,9 +357,9 @@ def test_the_labs_and_solutions_pass_the_scan(pristine_lab):
 
     for chapter in all_chapters():  # the labs as shipped: what a learner writes in theirs is theirs to have scanned
         lab = pristine_lab(chapter.id) / chapter.lab_file
-        assert findings(lab.read_text()) == [], chapter.lab_script
+        assert findings(lab.read_text(), host_reads=True) == [], chapter.lab_script
     for path in [*ROOT.glob("solutions/**/*.py"), *ROOT.glob("chapters/*/slow.py")]:
-        assert findings(path.read_text()) == [], path
+        assert findings(path.read_text(), host_reads=True) == [], path
 
 
 @pytest.mark.parametrize("line", [
@@ -335,6 +373,30 @@ def test_the_labs_and_solutions_pass_the_scan(pristine_lab):
 ])
 def test_probes_are_found_with_their_line(line):
     assert findings(f"session = start('01_item_syncs')\n{line}\n")[0].startswith("line 2:")
+
+
+@pytest.mark.parametrize("line", [
+    "with torch.autograd.graph.saved_tensors_hooks(torch.autograd.backward, keep): pass",
+    "torch._C._autograd._push_saved_tensors_default_hooks(pack, unpack)",
+    "out.grad_fn._raw_saved_self.register_hooks(pack, unpack)",
+])
+def test_code_run_inside_an_operators_dispatch_is_refused(line):
+    """Autograd's saved-tensor hooks run inside the op that saves a tensor: a backward run there hides under it."""
+    assert "saved-tensor hooks" in findings(f"session = start('05_pointwise_chains')\n{line}\n")[0]
+
+
+@pytest.mark.parametrize("source", [
+    "try:\n    x.gather(0, i)\nexcept IndexError as err:\n    n = int(str(err).split()[1])\n",
+    "try:\n    x.gather(0, i)\nexcept Exception:\n    n = sys.exc_info()[1].args\n",
+    "import traceback\n",
+    "try:\n    x.gather(0, i)\nexcept IndexError:\n    pass\nn = later.__context__\n",
+])
+def test_in_a_chapter_counting_host_reads_a_caught_errors_text_is_refused(source):
+    """An out-of-bounds index's error names the index: a value read from it is a read no trace records (red team
+    19). A chapter that counts no reads has no such read to hide."""
+    assert any("caught error" in found for found in findings(source, host_reads=True))
+    assert not any("caught error" in found for found in findings(source))
+    assert findings("try:\n    x = 1\nexcept IndexError as err:\n    raise\n", host_reads=True) == []
 
 
 def test_every_name_the_harness_keeps_about_its_window_and_tail_is_refused():

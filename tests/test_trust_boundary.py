@@ -396,7 +396,17 @@ def test_in_a_chapter_counting_host_reads_a_caught_errors_text_is_refused(source
     19). A chapter that counts no reads has no such read to hide."""
     assert any("caught error" in found for found in findings(source, host_reads=True))
     assert not any("caught error" in found for found in findings(source))
-    assert findings("try:\n    x = 1\nexcept IndexError as err:\n    raise\n", host_reads=True) == []
+    assert findings("try:\n    x = 1\nexcept KeyboardInterrupt as err:\n    raise\n", host_reads=True) == []
+
+
+@pytest.mark.parametrize("handler", ["except IndexError:", "except:", "except (KeyError, RuntimeError):",
+                                     "except torch.AcceleratorError:", "except Exception:"])
+def test_in_a_chapter_counting_host_reads_catching_an_operators_error_is_refused(handler):
+    """Whether an out-of-range index raised is one bit of a value (red team 16's bounds_probe_06): on a CPU the
+    failing op is an ordinary op in the trace, so the scan is the defence there."""
+    source = f"try:\n    x.index_select(0, i)\n{handler}\n    bit = 1\n"
+    assert any("catches the error an operator raises" in found for found in findings(source, host_reads=True))
+    assert findings(source) == []
 
 
 def test_every_name_the_harness_keeps_about_its_window_and_tail_is_refused():

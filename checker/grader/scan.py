@@ -107,6 +107,11 @@ ALIASING["memoryview"] = "reads raw memory through a memoryview, which no trace 
 # An operator's error message can carry a tensor's value (an out-of-bounds index names the index): caught and read,
 # it is a read of that value that no op or copy records. A lab's step has no error to catch and read.
 CAUGHT_ERROR = "reads a caught error's message or arguments, which can carry a tensor's value where no trace looks"
+# whether an op raised at all is one bit of a value (an index past the bounds or not): catching the errors an
+# operator raises is refused, whatever the handler then does
+OPERATOR_ERRORS = {"IndexError", "RuntimeError", "ValueError", "TypeError", "LookupError", "ArithmeticError",
+                   "Exception", "BaseException", "AcceleratorError", "OutOfMemoryError", "NotImplementedError"}
+CAUGHT_OPERATOR_ERROR = "catches the error an operator raises, whose raising alone tells a tensor's value where no trace looks"
 ERROR_READERS = {"exc_info", "exception", "__traceback__", "__context__", "__cause__", "format_exc", "print_exc",
                  "format_exception", "TracebackException"}
 
@@ -196,6 +201,8 @@ def findings(source: str, filename: str = "<script>", host_reads: bool = False) 
             found.append((line, f"{ALIASING[name]} ({name})"))
         if host_reads and (what := _reads_error(node)) is not None:
             found.append((line, f"{CAUGHT_ERROR} ({what})"))
+        if host_reads and (what := _catches_operator_error(node)) is not None:
+            found.append((line, f"{CAUGHT_OPERATOR_ERROR} ({what})"))
         if (reflection := _reflects_on_session(node, session)) is not None:
             found.append((line, reflection))
         if isinstance(node, ast.Attribute) and node.attr in PROBE_ATTRIBUTES:
@@ -237,6 +244,20 @@ def _reads_error(node: ast.AST) -> str | None:
         names = [alias.name for alias in node.names] + [getattr(node, "module", None) or ""]
         if any(name == "traceback" or name.startswith("traceback.") for name in names):
             return "import traceback"
+    return None
+
+
+def _catches_operator_error(node: ast.AST) -> str | None:
+    """'except IndexError' (or a bare except, or a tuple holding one of OPERATOR_ERRORS), or None."""
+    if not isinstance(node, ast.ExceptHandler):
+        return None
+    if node.type is None:
+        return "a bare except"
+    caught = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+    for kind in caught:
+        name = kind.attr if isinstance(kind, ast.Attribute) else getattr(kind, "id", None)
+        if name is None or name in OPERATOR_ERRORS:
+            return f"except {name or ast.unparse(kind)}"
     return None
 
 

@@ -41,9 +41,14 @@ def selected_checks(cheat: dict) -> str | None:
     return None
 
 
+def folder(name: str, cheat: dict) -> Path:
+    """Where a cheat's files are: cheats/<name>, or its ``path`` under tests/redteam (one shared with gpu.toml)."""
+    return BANK / cheat.get("path", f"cheats/{name}")
+
+
 def grade(name: str, cheat: dict, root: Path, scan: bool = True) -> tuple[int, str, dict | None]:
     """`workbook check` of one cheat from ``root``: (exit code, everything printed, the JSON report if any)."""
-    command = [sys.executable, "-m", "checker", "check", cheat["chapter"], "--submission", str(BANK / "cheats" / name),
+    command = [sys.executable, "-m", "checker", "check", cheat["chapter"], "--submission", str(folder(name, cheat)),
                "--device", "cpu", "--json"]
     if only := selected_checks(cheat):
         command += ["--only", only]
@@ -127,7 +132,7 @@ def test_every_class_of_the_issue_has_two_cheats():
               "a decode kept instead of overlapped", "state kept across runs", "a report made true"}  # issue 43's
     assert set(classes) == wanted
     assert all(count >= 2 for count in classes.values()), classes
-    assert all((BANK / "cheats" / name / "train.py").is_file() for name in CHEATS)
+    assert all((folder(name, cheat) / "train.py").is_file() for name, cheat in CHEATS.items())
 
 
 def _code_lines(path: Path) -> list[str]:
@@ -150,7 +155,7 @@ def test_a_cheat_derived_from_a_script_is_that_script_with_its_cheat(name):
 
     cheat = CHEATS[name]
     script = get_chapter(cheat["chapter"]).script_for(cheat["derived_from"])
-    changed = [line for line in difflib.unified_diff(_code_lines(script), _code_lines(BANK / "cheats" / name / "train.py"),
+    changed = [line for line in difflib.unified_diff(_code_lines(script), _code_lines(folder(name, cheat) / "train.py"),
                                                      lineterm="", n=0)
                if line[:1] in "+-" and not line.startswith(("+++", "---"))]
     assert len(changed) == cheat["changed_lines"], (

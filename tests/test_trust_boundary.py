@@ -269,14 +269,21 @@ def test_on_a_cpu_a_backward_or_an_optimizer_step_inside_an_aten_op_hides_the_st
 
 
 def test_on_a_cpu_operators_called_back_from_python_inside_an_aten_op_hide_work():
-    """Python run inside an op that calls operators (a hook doing forward work) nests them out of the top-level
-    counts' sight; activation checkpointing's own hooks, which detach what they save, are excused."""
-    def hooked(frame: str) -> TraceAnalysis:
-        return with_rows(trace_of([5, 6, 7]), in_each_step("python", frame, 100, 200)
-                         + in_each_step("cpu_op", "aten::layer_norm", 150, 100))
+    """Python run inside an op that calls other operators (a hook or a dispatch mode doing a step's work) nests them
+    out of the top-level counts' sight, under torch's own frames too (red team 20 ran a chain inside activation
+    checkpointing's dispatch mode). What such Python may run: the op itself again (the checkpointing mode re-runs
+    each op it is handed) with its own inner ops, and ops that do no work (detach, views, allocations)."""
+    def hooked(frame: str, op: str = "aten::layer_norm", inside: str | None = None) -> TraceAnalysis:
+        rows = in_each_step("python", frame, 100, 200) + in_each_step("cpu_op", op, 150, 100)
+        if inside:
+            rows += in_each_step("cpu_op", inside, 160, 50)
+        return with_rows(trace_of([5, 6, 7]), rows)
     problem = trace_problem(hooked("<built-in function layer_norm>"), Stamped(30), 5, 3, "cpu")
     assert problem and "3 op(s) called from Python inside aten::mm (the first: aten::layer_norm" in problem
-    assert trace_problem(hooked("torch/utils/checkpoint.py(1120): pack_hook"), Stamped(30), 5, 3, "cpu") is None
+    checkpoint = "torch/utils/checkpoint.py(1500): __torch_dispatch__"
+    assert "called from Python inside aten::mm" in trace_problem(hooked(checkpoint), Stamped(30), 5, 3, "cpu")
+    assert trace_problem(hooked(checkpoint, "aten::mm", inside="aten::copy_"), Stamped(30), 5, 3, "cpu") is None
+    assert trace_problem(hooked(checkpoint, "aten::detach"), Stamped(30), 5, 3, "cpu") is None
     bare = with_rows(trace_of([5, 6, 7]), in_each_step("cpu_op", "aten::empty", 150, 100))  # an op's own inner op
     assert trace_problem(bare, Stamped(30), 5, 3, "cpu") is None
 
@@ -407,6 +414,23 @@ def test_in_a_chapter_counting_host_reads_catching_an_operators_error_is_refused
     source = f"try:\n    x.index_select(0, i)\n{handler}\n    bit = 1\n"
     assert any("catches the error an operator raises" in found for found in findings(source, host_reads=True))
     assert findings(source) == []
+
+
+@pytest.mark.parametrize("line", ["w = torch._C.PyTorchFileWriter(buffer)", "raw = torch._C._pickle_save(t)",
+                                  "w.write_record('d', storage, storage.nbytes())"])
+def test_in_a_chapter_counting_host_reads_torchs_c_serializers_are_refused(line):
+    """A tensor's bytes written into a buffer through torch's C serializers are a read of every value that no op
+    records (red team 20); torch.save's Python frame is counted by host_syncs, these have none of their own."""
+    assert any("C serializer" in found for found in findings(line + "\n", host_reads=True))
+    assert findings(line + "\n") == []
+
+
+@pytest.mark.parametrize("line", ["import numpy as np", "from numpy import exp", "a = t.detach().numpy()",
+                                  "t = torch.from_numpy(a)"])
+def test_in_a_chapter_counting_a_steps_ops_numpy_is_refused(line):
+    """Passes done in numpy run no op a count can see (red team 20's numpy_chain_05: 25 passes a step against 81)."""
+    assert any("outside PyTorch" in found for found in findings(line + "\n", counts_ops=True))
+    assert not any("outside PyTorch" in found for found in findings(line + "\n"))
 
 
 def test_every_name_the_harness_keeps_about_its_window_and_tail_is_refused():

@@ -19,7 +19,7 @@ from checker.base.errors import WorkbookError
 from checker.grader.runs import RunResult
 from checker.grader import forkserver
 from checker.trace.analyses.collectives import COLLECTIVE_RUN
-from checker.trace.analyses.counts import top_level_aten_ops
+from checker.trace.analyses.counts import NOT_A_PASS, aten_base_name, top_level_aten_ops
 from checker.trace.analyses.stack import FRAME
 from checker.trace.intervals import merge
 
@@ -43,11 +43,15 @@ OTHER_PROCESS_FLOOR_NS = 1_000_000
 TRAINING_CODE = r"(torch/nn/modules/|torch/optim/|chapters/)"
 # What an aten op never runs inside itself: autograd's engine (a backward pass) and an optimizer's step, each
 # recorded under its own name wherever it runs, and operators called back from Python. A hook that runs inside an
-# op's dispatch (autograd's saved-tensor hooks run while the op saves its inputs, in the op's autograd kernel)
-# nests a whole backward or any forward work under one top-level op, out of the top-level counts' sight. Activation
-# checkpointing's own hooks (torch/utils/checkpoint.py) detach what they save: their ops are excused.
+# op's dispatch (autograd's saved-tensor hooks run while the op saves its inputs, in the op's autograd kernel; a
+# dispatch mode's __torch_dispatch__ runs for every op under it) nests a whole backward or any forward work under one
+# top-level op, out of the top-level counts' sight. What such Python may run inside an op: the op again, or an op the
+# op itself runs outside any Python (activation checkpointing's dispatch mode re-runs each op it is handed), and ops
+# that do no work (views, detach, allocations): NO_WORK. Anything else was a step's work hidden there.
 NESTED_TRAINING = re.compile(r"^(?:autograd::engine::evaluate_function: |Optimizer\.(?:step|zero_grad)#)")
-CHECKPOINT_HOOK = re.compile(r"^(?:.*/)?torch/utils/checkpoint\.py\(")
+PRODUCTS = frozenset("mm addmm bmm baddbmm addbmm matmul linear mv addmv dot vdot outer ger addr einsum "
+                     "tensordot".split())
+NO_WORK = NOT_A_PASS - PRODUCTS
 # Python's calls of PyTorch operators, as its tracer names them, and the operators whose call always runs an aten op
 # of the same name (elementwise and normalization ops, products): one of them holding no recorded op ran with op
 # recording switched off. A few are allowed (a call too short for the clocks to order).
@@ -242,26 +246,29 @@ def nested_training(events: pd.DataFrame) -> str | None:
         calls = calls[holder(calls["start_ns"].to_numpy(np.int64)) >= 0]
         if calls.empty:
             continue
-        excused = calls[calls["name"].astype(str).str.match(CHECKPOINT_HOOK).to_numpy(bool)]
         inner = mine[names.str.startswith("aten::").to_numpy(bool) & ~mine.index.isin(held.index)]
+        outer = holder(inner["start_ns"].to_numpy(np.int64))
+        inner, outer = inner[outer >= 0], outer[outer >= 0]
         at = inner["start_ns"].to_numpy(np.int64)
-        inner = inner[holder(at) >= 0]
-        at = inner["start_ns"].to_numpy(np.int64)
-
-        def within(spans: pd.DataFrame) -> np.ndarray:
-            """Per inner op, whether a span of ``spans`` holds its start."""
-            hit = np.zeros(len(at), bool)
-            for start, end in zip(spans["start_ns"].to_numpy(np.int64), spans["end_ns"].to_numpy(np.int64)):
-                hit |= (at >= start) & (at < end)
-            return hit
-
-        called = inner[within(calls) & ~within(excused)]
-        if len(called):
-            first = called.iloc[0]
-            op = held.iloc[int(holder(np.array([first["start_ns"]], np.int64))[0])]
-            return (f"holds {len(called)} op(s) called from Python inside {op['name']} (the first: {first['name']}, "
-                    f"in step {int(first['step'])}): an aten op calls no Python that runs operators; a hook run "
-                    "inside its dispatch hid that work from the top-level counts")
+        in_python = np.zeros(len(at), bool)
+        for start, end in zip(calls["start_ns"].to_numpy(np.int64), calls["end_ns"].to_numpy(np.int64)):
+            in_python |= (at >= start) & (at < end)
+        base = inner["name"].astype(str).map(aten_base_name).to_numpy(object)
+        # per top-level op: its own name and what it runs outside any Python (its own decomposition)
+        own = {i: {aten_base_name(str(held["name"].iloc[i]))} for i in np.unique(outer)}
+        for i, name in zip(outer[~in_python], base[~in_python]):
+            own[i].add(name)
+        # what Python called: the outermost of the ops run inside Python (an op's own inner ops are its own)
+        called = inner.index.isin(top_level_aten_ops(inner[in_python]).index)
+        hidden = np.array([c and name not in NO_WORK and name not in own[i]
+                           for c, i, name in zip(called, outer, base)], bool)
+        if hidden.any():
+            first = inner[hidden].iloc[0]
+            op = held.iloc[int(outer[hidden][0])]
+            return (f"holds {int(hidden.sum())} op(s) called from Python inside {op['name']} (the first: "
+                    f"{first['name']}, in step {int(first['step'])}): Python run inside an op's dispatch (a hook, a "
+                    "dispatch mode) may run that op again, never other work; a step's work hidden there is out of "
+                    "the top-level counts' sight")
     return None
 
 

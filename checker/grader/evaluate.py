@@ -70,7 +70,9 @@ def _refuse_setting(chapter: Chapter, device: str, trace_tool: str, candidate: P
         raise WorkbookError("--device cuda: this machine has no CUDA GPU that torch can use; try --device cpu")
     if not candidate.is_file():
         raise WorkbookError(f"{candidate}: no such file")
-    refuse_probes(candidate, display_path(candidate), host_reads=any(spec.name == "host_syncs" for spec in chapter.checks))
+    names = {spec.name for spec in chapter.checks}
+    refuse_probes(candidate, display_path(candidate), host_reads="host_syncs" in names,
+                  counts_ops=bool({"elementwise_kernels", "launches_per_step"} & names))
 
 
 def _compile_store(chapter: Chapter, candidate: Path, device: str, workdir: Path, shared: bool):

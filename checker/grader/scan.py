@@ -104,6 +104,14 @@ ALIASING = {name: "makes a tensor share memory with a Python object, whose value
                 "frombuffer", "from_numpy", "from_dlpack", "to_dlpack", "__dlpack__", "asarray",
                 "__array__", "__array_interface__", "__array_struct__", "__cuda_array_interface__", "from_file")}
 ALIASING["memoryview"] = "reads raw memory through a memoryview, which no trace records"
+# torch's C serializers write a tensor's bytes into a buffer the script can read: a read of every value, no op
+SERIALIZERS = {name: "writes a tensor's bytes through torch's C serializer, a read of its values no op records"
+               for name in ("PyTorchFileWriter", "write_record", "_pickle_save", "_save_jit_module_to_bytes",
+                            "_save_mobile_module_to_bytes", "save_to_buffer", "_save_to_buffer_for_mobile",
+                            "_save_parameters", "_gds_save_storage")}
+# In a chapter that counts a step's ops on a CPU (passes over memory, launches): arithmetic done in numpy runs no op
+# the count can see, so the fix the chapter teaches (fewer, fused passes) is bought by moving passes out of PyTorch
+OUTSIDE_TORCH = "computes outside PyTorch (numpy), where the chapter's count of a step's ops cannot see the work"
 # An operator's error message can carry a tensor's value (an out-of-bounds index names the index): caught and read,
 # it is a read of that value that no op or copy records. A lab's step has no error to catch and read.
 CAUGHT_ERROR = "reads a caught error's message or arguments, which can carry a tensor's value where no trace looks"
@@ -184,9 +192,10 @@ def _replaces_aten(node: ast.AST) -> bool:
     return False
 
 
-def findings(source: str, filename: str = "<script>", host_reads: bool = False) -> list[str]:
+def findings(source: str, filename: str = "<script>", host_reads: bool = False, counts_ops: bool = False) -> list[str]:
     """'line N: what' for everything the scan refuses in ``source``; with ``host_reads`` (a chapter that counts
-    host reads) also what makes a tensor share memory with a Python object (ALIASING)."""
+    host reads) also what makes a tensor share memory with a Python object (ALIASING), torch's C serializers, and
+    catching an operator's error; with ``counts_ops`` (a chapter that counts a step's ops) numpy."""
     try:
         tree = ast.parse(source, filename)
     except SyntaxError:
@@ -203,6 +212,10 @@ def findings(source: str, filename: str = "<script>", host_reads: bool = False) 
             found.append((line, f"{CAUGHT_ERROR} ({what})"))
         if host_reads and (what := _catches_operator_error(node)) is not None:
             found.append((line, f"{CAUGHT_OPERATOR_ERROR} ({what})"))
+        if host_reads and (name := _named(node)) in SERIALIZERS:
+            found.append((line, f"{SERIALIZERS[name]} ({name})"))
+        if counts_ops and (what := _uses_numpy(node)) is not None:
+            found.append((line, f"{OUTSIDE_TORCH} ({what})"))
         if (reflection := _reflects_on_session(node, session)) is not None:
             found.append((line, reflection))
         if isinstance(node, ast.Attribute) and node.attr in PROBE_ATTRIBUTES:
@@ -247,6 +260,30 @@ def _reads_error(node: ast.AST) -> str | None:
     return None
 
 
+def _named(node: ast.AST) -> str | None:
+    """The name an attribute, a name or an imported name uses, or a string that is exactly a name."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.alias):
+        return node.name.rsplit(".", 1)[-1]
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value.strip()
+    return None
+
+
+def _uses_numpy(node: ast.AST) -> str | None:
+    """'import numpy', a tensor's .numpy() or from_numpy/__array__, or None."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        names = [alias.name for alias in node.names] + [getattr(node, "module", None) or ""]
+        if any(name == "numpy" or name.startswith("numpy.") for name in names):
+            return "import numpy"
+    elif (name := _named(node)) in ("numpy", "from_numpy", "__array__", "asarray") and not isinstance(node, ast.alias):
+        return name
+    return None
+
+
 def _catches_operator_error(node: ast.AST) -> str | None:
     """'except IndexError' (or a bare except, or a tuple holding one of OPERATOR_ERRORS), or None."""
     if not isinstance(node, ast.ExceptHandler):
@@ -276,16 +313,16 @@ def _aliasing(node: ast.AST) -> str | None:
     return name if name in ALIASING else None
 
 
-def refuse_probes(script: Path, shown: str, host_reads: bool = False) -> None:
-    """Raise WorkbookError (exit 2) when the script inspects how it is measured, or, with ``host_reads``, makes a
-    tensor over memory a Python object shares (unless WORKBOOK_SCAN=0)."""
+def refuse_probes(script: Path, shown: str, host_reads: bool = False, counts_ops: bool = False) -> None:
+    """Raise WorkbookError (exit 2) when the script inspects how it is measured, or, with ``host_reads``, reads
+    values where no trace looks, or, with ``counts_ops``, computes in numpy (unless WORKBOOK_SCAN=0)."""
     if os.environ.get("WORKBOOK_SCAN") == "0":
         return
     try:
         source = script.read_text(encoding="utf-8", errors="replace")
     except OSError as err:
         raise WorkbookError(f"{shown}: cannot be read ({err.strerror})") from None
-    found = findings(source, str(script), host_reads)
+    found = findings(source, str(script), host_reads, counts_ops)
     if found:
         raise WorkbookError(f"{shown} is refused: it inspects how it is measured or graded, or reads values where no "
                             f"trace looks, which a lab never needs to ({'; '.join(found[:3])}"

@@ -110,7 +110,12 @@ PYTHON_READ = re.compile(r"^<built-in method (?:tolist|numpy|cpu|apply_|map_|map
                          # a storage written to a file, or moved to shared memory for another process to read
                          r"|^<built-in method (?:_write_file|_share_filename_cpu_|_share_fd_cpu_) of [^<>]+ object"
                          r" at 0x[0-9a-fA-F]+>$"
-                         r"|(?:^|/)torch/serialization\.py\(\d+\): save$")
+                         r"|(?:^|/)torch/serialization\.py\(\d+\): save$"
+                         # torch's C serializers: a tensor's bytes written into a buffer the script then reads
+                         # (PyTorchFileWriter.write_record, torch._C._pickle_save, a scripted module saved to bytes)
+                         r"|^<built-in method (?:write_record|_pickle_save|_save_jit_module(?:_to_bytes)?|"
+                         r"_save_mobile_module(?:_to_bytes)?|_save_parameters|_gds_save_storage|save_to_buffer|"
+                         r"_save_to_buffer_for_mobile|_save_for_mobile) of [^<>]+ object at 0x[0-9a-fA-F]+>$")
 # the grader's own code that makes data in the candidate's process: checker/base (KeyedOrder's draw, ...) and a
 # chapter's workload.py. The harness's step loop (checker/candidate) is looked through like a library: what it calls
 # during a step is what the script handed it (a batch source, a DataLoader and its collate_fn)
@@ -256,9 +261,11 @@ def _origin(frame_name: str) -> str | None:
 
 def shown_name(name: str) -> str:
     """A sync's name as a person reads it: a Python read as ``Tensor.tolist()`` (its object's address left out)."""
-    if PYTHON_READ.search(name) and ("data_ptr" in name or "serialization.py" in name or "_to_dlpack" in name):
+    serializer = re.match(r"^<built-in method (write_record|_pickle_save|_save\w*|save_to_buffer) of ", name)
+    if PYTHON_READ.search(name) and ("data_ptr" in name or "serialization.py" in name or "_to_dlpack" in name
+                                     or serializer):
         what = ("Tensor.data_ptr()" if "data_ptr" in name else "torch.save()" if "serialization.py" in name
-                else "a DLPack hand-over")
+                else f"torch's C serializer {serializer.group(1)}()" if serializer else "a DLPack hand-over")
         return f"{what} (a tensor's memory read outside PyTorch's ops; on a GPU a device-to-host copy and a sync)"
     match = re.match(r"^<built-in method (\w+) of ", name) or re.search(r"torch/storage\.py\(\d+\): (\w+)$", name)
     if match and PYTHON_READ.search(name):

@@ -1,0 +1,105 @@
+"""Red team 20 (session 56): filewriter_reads_07: chapter 07's solution with the lab's three reads a step put back (the loss into a
+running Python float, `if not isfinite(loss): raise`, the correct count into a Python float), each read by writing
+the tensor's storage into an in-memory zip with torch._C.PyTorchFileWriter.write_record (a C call that copies the
+storage's bytes with no aten op and is not one of host_syncs' reading calls) and decoding the bytes with struct."""
+
+import os
+
+import torch
+from torch.utils.data import DataLoader
+
+from checker.lab import start
+
+import io
+import struct
+
+
+def host_floats(x):
+    """A CPU tensor's values as Python floats, read without any op that reads a value."""
+    y = x.detach().reshape(-1).to(torch.float32).clone()
+    storage = y.untyped_storage()
+    buf = io.BytesIO()
+    writer = torch._C.PyTorchFileWriter(buf)
+    writer.write_record("d", storage, storage.nbytes())
+    writer.write_end_of_file()
+    data = buf.getvalue()
+    start = 30 + int.from_bytes(data[26:28], "little") + int.from_bytes(data[28:30], "little")
+    return list(struct.unpack("<%df" % y.numel(), data[start:start + storage.nbytes()]))
+
+
+session = start("07_capstone_ladder")
+cfg = session.cfg
+# --8<-- [start:levers]
+# Each lever is a setting (chapter.toml's [workload.*] holds the values this solution runs with; --set changes one)
+CUDNN_BENCHMARK = bool(cfg.get("cudnn_benchmark", True))
+CHANNELS_LAST = bool(cfg.get("channels_last", True))
+AMP = str(cfg.get("amp", "bf16"))  # "bf16" or "none"
+COMPILE_MODE = str(cfg.get("compile_mode", "reduce-overhead"))  # "none", "default", "max-autotune", "reduce-overhead"
+UINT8_BATCHES = bool(cfg.get("uint8_batches", True))
+FUSED_OPTIMIZER = bool(cfg.get("fused_optimizer", True))
+# one worker per core, leaving two for this process (it queues the GPU work) and the loader's pinning thread
+NUM_WORKERS = int(cfg.get("num_workers") or min(8, max(1, (os.cpu_count() or 2) - 2)))
+
+torch.backends.cudnn.benchmark = CUDNN_BENCHMARK  # lever 1: time the convolution algorithms once, keep the fastest
+model = session.model
+if CHANNELS_LAST:
+    model = model.to(memory_format=torch.channels_last)  # lever 2: NHWC weights (the same module, in place)
+normalize = session.extras["normalize"]
+
+
+def forward(images: torch.Tensor) -> torch.Tensor:
+    if UINT8_BATCHES:
+        images = normalize(images)  # uint8 -> float32 on the GPU: the same arithmetic the dataset does on the CPU
+    if CHANNELS_LAST:
+        images = images.contiguous(memory_format=torch.channels_last)  # lever 2: NHWC activations
+    return model(images)
+
+
+if COMPILE_MODE != "none":
+    # lever 4: one graph for normalization and the network, its pointwise ops fused; "reduce-overhead" also
+    # records it as CUDA graphs (one launch per forward and backward)
+    forward = torch.compile(forward, mode=None if COMPILE_MODE == "default" else COMPILE_MODE)
+optimizer = torch.optim.SGD(session.model.parameters(), lr=cfg["lr"], momentum=0.9, weight_decay=5e-4,
+                            foreach=None if FUSED_OPTIMIZER else False,
+                            fused=FUSED_OPTIMIZER or None)  # one kernel updates every parameter
+# --8<-- [end:levers]
+
+# --8<-- [start:loader]
+loader = DataLoader(
+    session.extras["uint8_dataset"] if UINT8_BATCHES else session.dataset,  # the same crops and flips
+    batch_size=cfg["batch_size"],
+    sampler=session.extras["sampler"],  # shuffles every epoch, the same order in every variant
+    drop_last=True,
+    num_workers=NUM_WORKERS,  # samples prepared in parallel, in other processes (chapter 03)
+    persistent_workers=True,  # the workers outlive each epoch
+    prefetch_factor=4,
+    pin_memory=True,  # batches arrive page-locked: the copies below can be queued (chapter 02)
+)
+# --8<-- [end:loader]
+# --8<-- [start:loop]
+running_loss, correct = 0.0, 0.0  # summed loss, correct predictions, non-finite losses: on the device
+seen = 0
+for step, (images, labels) in session.steps(loader):
+    images = images.to(session.device, non_blocking=True)  # from pinned memory: queued, the CPU goes on
+    labels = labels.to(session.device, non_blocking=True)
+    with torch.autocast(session.device.type, dtype=torch.bfloat16, enabled=AMP == "bf16"):  # lever 3
+        logits = forward(images)
+        loss = session.loss_fn(logits, labels)  # autocast computes cross-entropy in float32
+
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+    # no reads here: the sums stay on the device (chapter 01)
+    loss_value, correct_now, finite = host_floats(torch.stack([
+        loss.detach().float(), (logits.argmax(dim=1) == labels).sum().float(), torch.isfinite(loss.detach()).float()]))
+    running_loss += loss_value  # a read every step, as the lab's loss.item()
+    if not finite:  # the lab's `if not torch.isfinite(loss)`
+        raise FloatingPointError(f"loss is {loss_value} at step {step}")
+    correct += correct_now
+    seen += labels.shape[0]
+    if session.is_log_step(step):
+        print(f"step {step:4d}  mean loss {running_loss / (step + 1):.4f}  accuracy {correct / seen:.3f}")
+# --8<-- [end:loop]
+
+session.finish()

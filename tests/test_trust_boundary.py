@@ -386,6 +386,7 @@ def test_probes_are_found_with_their_line(line):
     "with torch.autograd.graph.saved_tensors_hooks(torch.autograd.backward, keep): pass",
     "torch._C._autograd._push_saved_tensors_default_hooks(pack, unpack)",
     "out.grad_fn._raw_saved_self.register_hooks(pack, unpack)",
+    "hooks = torch.autograd.graph.save_on_cpu()", "hooks.pack_hook = functools.partial(chain, x)",
 ])
 def test_code_run_inside_an_operators_dispatch_is_refused(line):
     """Autograd's saved-tensor hooks run inside the op that saves a tensor: a backward run there hides under it."""
@@ -417,11 +418,12 @@ def test_in_a_chapter_counting_host_reads_catching_an_operators_error_is_refused
 
 
 @pytest.mark.parametrize("line", ["w = torch._C.PyTorchFileWriter(buffer)", "raw = torch._C._pickle_save(t)",
-                                  "w.write_record('d', storage, storage.nbytes())"])
+                                  "w.write_record('d', storage, storage.nbytes())", "gen.set_state(state)",
+                                  "value = gen.initial_seed()"])
 def test_in_a_chapter_counting_host_reads_torchs_c_serializers_are_refused(line):
-    """A tensor's bytes written into a buffer through torch's C serializers are a read of every value that no op
-    records (red team 20); torch.save's Python frame is counted by host_syncs, these have none of their own."""
-    assert any("C serializer" in found for found in findings(line + "\n", host_reads=True))
+    """A tensor's bytes written into a buffer through torch's C serializers, or set as a generator's state and read
+    back as its seed, are a read of its values that no op records (red teams 20 and 21)."""
+    assert any("no op records" in found for found in findings(line + "\n", host_reads=True))
     assert findings(line + "\n") == []
 
 

@@ -76,7 +76,8 @@ PROBE_ATTRIBUTES = {
     # autograd's saved-tensor hooks run inside the dispatch of whichever op saves a tensor for backward: code run
     # there (a backward pass, an optimizer's step, forward work) nests under that one op
     **{name: "runs code inside an operator's dispatch (autograd's saved-tensor hooks), where a trace's counts cannot "
-             "see it" for name in ("saved_tensors_hooks", "_push_saved_tensors_default_hooks", "register_hooks")},
+             "see it" for name in ("saved_tensors_hooks", "_push_saved_tensors_default_hooks", "register_hooks",
+                                   "save_on_cpu", "pack_hook", "unpack_hook")},
     "_ForceDispatchKeyGuard": "runs operators under another dispatch state, inside an operator",
 }
 DYNAMIC_CODE = {"exec": "runs code built at run time", "eval": "runs code built at run time",
@@ -109,6 +110,9 @@ SERIALIZERS = {name: "writes a tensor's bytes through torch's C serializer, a re
                for name in ("PyTorchFileWriter", "write_record", "_pickle_save", "_save_jit_module_to_bytes",
                             "_save_mobile_module_to_bytes", "save_to_buffer", "_save_to_buffer_for_mobile",
                             "_save_parameters", "_gds_save_storage")}
+# a generator's state set from a tensor's bytes and read back (its seed) carries those bytes to Python with no op
+SERIALIZERS.update({name: "sets a random generator's state from a tensor and reads it back, a read of its values no "
+                          "op records" for name in ("set_state", "initial_seed", "set_rng_state", "get_state")})
 # In a chapter that counts a step's ops on a CPU (passes over memory, launches): arithmetic done in numpy runs no op
 # the count can see, so the fix the chapter teaches (fewer, fused passes) is bought by moving passes out of PyTorch
 OUTSIDE_TORCH = "computes outside PyTorch (numpy), where the chapter's count of a step's ops cannot see the work"

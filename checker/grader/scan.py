@@ -304,16 +304,7 @@ def _catches_operator_error(node: ast.AST) -> str | None:
 
 def _aliasing(node: ast.AST) -> str | None:
     """The ALIASING name a node uses: an attribute, a name, an imported name, or a string naming exactly one."""
-    if isinstance(node, ast.Attribute):
-        name = node.attr
-    elif isinstance(node, ast.Name):
-        name = node.id
-    elif isinstance(node, ast.alias):
-        name = node.name.rsplit(".", 1)[-1]
-    elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-        name = node.value.strip()
-    else:
-        return None
+    name = _named(node)
     return name if name in ALIASING else None
 
 

@@ -131,6 +131,67 @@ def test_cpu_pass_count_takes_every_top_level_op_but_views_products_and_allocati
     assert count.total == 6  # addmm, item, view, t, empty and mv are no pass; native_layer_norm is inside layer_norm
 
 
+def test_ops_at_any_depth_are_the_ops_that_call_no_other():
+    """The count at any depth: a composite op counts as the ops it calls, and ops run inside another op (by a hook
+    it calls) count as if run at the top level."""
+    rows = [
+        ("cpu_op", "aten::layer_norm", 0, 100, 1, 0),
+        ("cpu_op", "aten::native_layer_norm", 10, 90, 1, 0),
+        ("cpu_op", "aten::empty", 20, 30, 1, 0),  # the leaf of layer_norm's chain
+        ("cpu_op", "aten::mul", 100, 200, 1, 0),  # starts where layer_norm ends
+        ("cpu_op", "aten::sigmoid", 110, 120, 1, 0),  # a chain run inside mul (by a hook it calls)
+        ("cpu_op", "aten::add", 130, 140, 1, 0),
+        ("cpu_op", "aten::gelu", 150, 160, 1, 0),
+        ("cpu_op", "aten::add", 15, 25, 2, 0),  # another thread's op is its own
+    ]
+    events = _events(rows)
+    leaves = step_counts.leaf_aten_ops(step_counts.aten_ops(events))
+    assert sorted(leaves["name"].astype(str)) == ["aten::add", "aten::add", "aten::empty", "aten::gelu", "aten::sigmoid"]
+    # passes: empty is no pass, so native_layer_norm is the leaf pass of layer_norm
+    passes = step_counts.leaf_pass_aten_ops(events)
+    assert sorted(passes["name"].astype(str)) == ["aten::add", "aten::add", "aten::gelu", "aten::native_layer_norm",
+                                                  "aten::sigmoid"]
+    trace = _trace(rows, steps=[0])
+    launches, elementwise = step_counts.count_launches(trace, "cpu"), step_counts.count_elementwise(trace, "cpu")
+    assert (launches.total, launches.nested) == (3, 5) and (elementwise.total, elementwise.nested) == (3, 5)
+
+
+def _fewer_check(candidate_rows, baseline_rows, threshold=2.0):
+    from checker.base.chapters import CheckSpec
+    from checker.checks._fewer import fewer_than_baseline
+
+    traces = {"candidate": _trace(candidate_rows, steps=[0]), "baseline": _trace(baseline_rows, steps=[0])}
+    evidence = SimpleNamespace(device="cpu", timed=[], trace_tool="torch",
+                               trace=lambda which="candidate": traces[which])
+    spec = CheckSpec(name="elementwise_kernels", doc="", threshold={"cpu": threshold}, skip={}, options={})
+    return fewer_than_baseline(evidence, spec, step_counts.count_elementwise, "elementwise_fewer_by",
+                               gone="all fused away")
+
+
+def _chain(start, names, tid=1):
+    return [("cpu_op", f"aten::{name}", start + 10 * i, start + 10 * i + 5, tid, 0) for i, name in enumerate(names)]
+
+
+CHAIN = ["mul", "sigmoid", "add", "gelu", "mul", "add"]
+
+
+def test_a_chain_moved_inside_one_op_is_as_many_passes_as_before():
+    """Six passes at the top level, then the same six run inside one aten::mul (as a hook inside it runs them): one
+    pass at the top level, six at any depth, and the check fails on the second count."""
+    inside = [("cpu_op", "aten::mul", 0, 1000, 1, 0)] + _chain(100, CHAIN)
+    outcome = _fewer_check(inside, _chain(0, CHAIN))
+    assert outcome.status == FAILED, outcome.evidence
+    assert outcome.measured["elementwise_fewer_by"] == 6 and outcome.measured["any_depth_fewer_by"] == 1
+    assert any("still run inside other ops" in line for line in outcome.evidence)
+
+
+def test_a_chain_made_shorter_is_fewer_at_every_depth():
+    fused = [("cpu_op", "aten::add", 0, 5, 1, 0), ("cpu_op", "aten::mul", 10, 15, 1, 0)]
+    outcome = _fewer_check(fused, _chain(0, CHAIN))
+    assert outcome.status == PASSED, outcome.evidence
+    assert outcome.measured["any_depth_fewer_by"] == 3 and any("at any depth" in line for line in outcome.evidence)
+
+
 @pytest.mark.parametrize("name, short", [
     ("void at::native::vectorized_elementwise_kernel<4, at::native::sigmoid_kernel_cuda(at::TensorIteratorBase&)::"
      "{lambda()#1}>(int, float)", "vectorized_elementwise_kernel<sigmoid_kernel_cuda>"),

@@ -5,6 +5,10 @@ On a CUDA trace the counts are host launch calls (cudaLaunchKernel and its kin; 
 whole graph and counts once) and GPU kernels. A CPU-only trace has neither; its analogue is the top-level
 aten ops: each one is a trip through PyTorch's dispatcher, and on a GPU at least one kernel launch. An op that
 another op calls inside itself (aten::layer_norm calling aten::native_layer_norm) is part of its caller.
+
+A top-level count alone can be lowered without doing less: ops run inside one op (by a hook it calls, by a
+dispatch mode) leave the top level. So a CPU count also gives the ops at any depth, each op that calls no other
+(``leaf_aten_ops``), as a GPU's kernel count counts kernels wherever they were launched from (``StepCount.nested``).
 """
 
 from __future__ import annotations
@@ -57,10 +61,15 @@ class StepCount:
     steps: int
     top: list[tuple[str, float]] = field(default_factory=list)  # (name, per step), most frequent first
     extra: dict[str, float] = field(default_factory=dict)  # other per-step counts worth reporting
+    nested: int | None = None  # on a CPU: the same kind counted at any depth (``leaf_aten_ops``); None on a GPU
 
     @property
     def per_step(self) -> float:
         return self.total / self.steps if self.steps else float("nan")
+
+    @property
+    def nested_per_step(self) -> float | None:
+        return None if self.nested is None or not self.steps else self.nested / self.steps
 
     def top_text(self, limit: int = 5) -> str:
         return ", ".join(f"{name} {per_step:g}" for name, per_step in self.top[:limit])
@@ -91,7 +100,7 @@ def gpu_kernels(events: pd.DataFrame) -> pd.DataFrame:
 
 def top_level_aten_ops(events: pd.DataFrame) -> pd.DataFrame:
     """aten ops not called from inside another aten op on the same thread."""
-    ops = events[(events["kind"] == "cpu_op") & events["name"].astype(str).str.startswith("aten::")]
+    ops = aten_ops(events)
     if ops.empty:
         return ops
     keep = []
@@ -105,6 +114,26 @@ def top_level_aten_ops(events: pd.DataFrame) -> pd.DataFrame:
     return ops.loc[keep]
 
 
+def leaf_aten_ops(ops: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``ops`` (aten ops) that hold no other row of ``ops`` on their thread: each op counted at its own
+    depth, however deep, once. An op's calls nest inside it in time on its thread, so an op holds another when the
+    next one to start on that thread starts before it ends."""
+    if ops.empty:
+        return ops
+    ordered = ops.sort_values(["tid", "start_ns", "end_ns"], ascending=[True, True, False])
+    following = ordered.groupby("tid", sort=False)["start_ns"].shift(-1)
+    holds = following.notna() & (following < ordered["end_ns"])
+    return ordered[~holds]
+
+
+def aten_ops(events: pd.DataFrame) -> pd.DataFrame:
+    return events[(events["kind"] == "cpu_op") & events["name"].astype(str).str.startswith("aten::")]
+
+
+def _is_pass(names: pd.Series) -> pd.Series:
+    return names.astype(str).map(lambda n: aten_base_name(n) not in NOT_A_PASS).astype(bool)
+
+
 def aten_base_name(name: str) -> str:
     """'aten::add_' -> 'add': in-place and out-of-place forms are the same pass over memory."""
     base = name.split("::", 1)[-1]
@@ -114,7 +143,13 @@ def aten_base_name(name: str) -> str:
 def pass_aten_ops(events: pd.DataFrame) -> pd.DataFrame:
     """Top-level aten ops that pass over a tensor's memory: every one but ``NOT_A_PASS``'s."""
     ops = top_level_aten_ops(events)
-    return ops[ops["name"].astype(str).map(lambda n: aten_base_name(n) not in NOT_A_PASS).astype(bool)]
+    return ops[_is_pass(ops["name"])]
+
+
+def leaf_pass_aten_ops(events: pd.DataFrame) -> pd.DataFrame:
+    """aten ops at any depth that pass over a tensor's memory and call no other such op."""
+    ops = aten_ops(events)
+    return leaf_aten_ops(ops[_is_pass(ops["name"])])
 
 
 def elementwise_aten_ops(events: pd.DataFrame) -> pd.DataFrame:
@@ -172,7 +207,8 @@ def count_launches(trace, device: str) -> StepCount:
                  "gpu_kernels_per_step": round(kernels / len(steps), 2) if steps else 0.0}
         return StepCount("kernel launches", len(calls), len(steps), _top(names, len(steps)), extra)
     ops = _in_steps(top_level_aten_ops(events), steps, trace)
-    return StepCount("top-level aten ops", len(ops), len(steps), _top(ops["name"], len(steps)))
+    nested = len(_in_steps(leaf_aten_ops(aten_ops(events)), steps, trace))
+    return StepCount("top-level aten ops", len(ops), len(steps), _top(ops["name"], len(steps)), nested=nested)
 
 
 def count_elementwise(trace, device: str) -> StepCount:
@@ -190,7 +226,8 @@ def count_elementwise(trace, device: str) -> StepCount:
         names = kernels["name"].map(short_kernel_name)
         return StepCount("elementwise kernels", len(kernels), len(steps), _top(names, len(steps)), extra)
     ops = _in_steps(pass_aten_ops(events), steps, trace)
-    return StepCount("aten ops passing over memory", len(ops), len(steps), _top(ops["name"], len(steps)))
+    nested = len(_in_steps(leaf_pass_aten_ops(events), steps, trace))
+    return StepCount("aten ops passing over memory", len(ops), len(steps), _top(ops["name"], len(steps)), nested=nested)
 
 
 def launched_from_step_thread(trace, kernels: pd.DataFrame) -> pd.Series | None:

@@ -5,7 +5,8 @@ A memory-bound chain (sigmoid, gelu, multiply, layer norm, bias, residual) costs
 per kernel, forward and backward. Fusion (torch.compile) turns many passes into a few generated kernels
 (triton_poi_*/triton_per_*/triton_red_* on CUDA). Counted in traces of both scripts, same tool, same steps:
 on CUDA the elementwise, normalization and reduction kernels (not matrix multiplies, not the optimizer's
-multi-tensor kernels); on a CPU the top-level aten ops of that kind. bf16 alone does not lower this count
+multi-tensor kernels); on a CPU the top-level aten ops of that kind, and the same kind at any depth (each that
+calls no other such op), fewer by the same bar. bf16 alone does not lower this count
 (autocast adds cast kernels); it makes each pass move fewer bytes, which the throughput check sees.
 """
 

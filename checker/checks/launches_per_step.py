@@ -3,7 +3,8 @@
 Both scripts are traced with the same tool over the same steps after warm-up. On CUDA the count is host launch
 calls (cudaLaunchKernel, cuLaunchKernel from Triton, cudaGraphLaunch: one per graph replay, however many
 kernels the graph holds); on a CPU it is top-level aten ops, each of which would be at least one launch on a
-GPU. Fewer launches is what lets a launch-bound step go faster: the host time per step is roughly launches
+GPU, and the aten ops at any depth (each that calls no other) must be fewer by the same bar: ops moved inside one
+op leave the top level but still run. Fewer launches is what lets a launch-bound step go faster: the host time per step is roughly launches
 times a few microseconds.
 """
 

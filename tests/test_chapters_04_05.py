@@ -206,11 +206,13 @@ def test_operators_of_every_namespace_are_ops_and_passes():
         ("cpu_op", "aten::mul", 70, 80, 1, 0),  # inside the engine's record: still top level
         ("cpu_op", "torch::autograd::AccumulateGrad", 110, 130, 1, 0),
         ("cpu_op", "MulBackward0", 140, 150, 1, 0),
+        ("cpu_op", "profiler::chain", 160, 170, 1, 0),  # a library's op in the profiler's namespace is an op
     ]
     trace = _trace(rows, steps=[0])
     launches, elementwise = step_counts.count_launches(trace, "cpu"), step_counts.count_elementwise(trace, "cpu")
-    assert (launches.total, launches.nested) == (4, 4) and (elementwise.total, elementwise.nested) == (4, 4)
-    assert {name for name, _ in launches.top} == {"mkldnn::_linear_pointwise", "mylib::fused_chain", "aten::mul"}
+    assert (launches.total, launches.nested) == (5, 5) and (elementwise.total, elementwise.nested) == (5, 5)
+    assert {name for name, _ in launches.top} == {"mkldnn::_linear_pointwise", "mylib::fused_chain", "aten::mul",
+                                                  "profiler::chain"}
 
 
 def test_on_a_cpu_a_count_lowered_by_slower_steps_fails():

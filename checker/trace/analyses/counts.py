@@ -53,9 +53,11 @@ NOT_A_PASS = frozenset(
 )
 
 
-# An operator's record is named ``namespace::name``; the engine's records use the same form for no operator.
+# An operator's record is named ``namespace::name``; the autograd engine's records use the same form for no operator
+# (``autograd::engine::evaluate_function: MulBackward0``, ``torch::autograd::AccumulateGrad``: a third part no
+# operator's name has), as do the profiler's own ops around a record_function.
 OPERATOR_NAME = re.compile(r"[A-Za-z_]\w*::[A-Za-z_]")
-ENGINE_RECORD = re.compile(r"(?:autograd|torch|profiler)::")
+ENGINE_RECORD = re.compile(r"autograd::engine::|torch::autograd::|profiler::_record_function_(?:enter|exit)")
 
 
 @dataclass
@@ -143,7 +145,7 @@ def aten_ops(events: pd.DataFrame) -> pd.DataFrame:
 def dispatcher_ops(events: pd.DataFrame) -> pd.DataFrame:
     """Operators of every namespace the dispatcher serves: aten's, and mkldnn's, quantized's, a library's own
     (``ns::name``), each a trip through the dispatcher as an aten op is. The autograd engine's and the profiler's
-    own records (``autograd::engine::...``, ``torch::autograd::...``) do no work of their own."""
+    own records (``ENGINE_RECORD``) do no work of their own; a library's op in their namespaces still counts."""
     op = events[events["kind"] == "cpu_op"]
     names = op["name"].astype(str)
     return op[names.str.match(OPERATOR_NAME) & ~names.str.match(ENGINE_RECORD)]

@@ -145,10 +145,10 @@ def test_ops_at_any_depth_are_the_ops_that_call_no_other():
         ("cpu_op", "aten::add", 15, 25, 2, 0),  # another thread's op is its own
     ]
     events = _events(rows)
-    leaves = step_counts.leaf_aten_ops(step_counts.aten_ops(events))
+    leaves = step_counts.leaf_ops(step_counts.aten_ops(events))
     assert sorted(leaves["name"].astype(str)) == ["aten::add", "aten::add", "aten::empty", "aten::gelu", "aten::sigmoid"]
     # passes: empty is no pass, so native_layer_norm is the leaf pass of layer_norm
-    passes = step_counts.leaf_pass_aten_ops(events)
+    passes = step_counts.leaf_pass_ops(events)
     assert sorted(passes["name"].astype(str)) == ["aten::add", "aten::add", "aten::gelu", "aten::native_layer_norm",
                                                   "aten::sigmoid"]
     trace = _trace(rows, steps=[0])
@@ -156,14 +156,17 @@ def test_ops_at_any_depth_are_the_ops_that_call_no_other():
     assert (launches.total, launches.nested) == (3, 5) and (elementwise.total, elementwise.nested) == (3, 5)
 
 
-def _fewer_check(candidate_rows, baseline_rows, threshold=2.0):
+def _fewer_check(candidate_rows, baseline_rows, threshold=2.0, windows=None, options=None):
+    """elementwise_kernels's rule over these rows on a CPU; ``windows``: the traced pair's (baseline, candidate)
+    windows in seconds, as the grader's clock gave them."""
     from checker.base.chapters import CheckSpec
     from checker.checks._fewer import fewer_than_baseline
 
     traces = {"candidate": _trace(candidate_rows, steps=[0]), "baseline": _trace(baseline_rows, steps=[0])}
-    evidence = SimpleNamespace(device="cpu", timed=[], trace_tool="torch",
+    traced = None if windows is None else tuple(SimpleNamespace(window_s=w) for w in windows)
+    evidence = SimpleNamespace(device="cpu", timed=[], trace_tool="torch", traced=traced,
                                trace=lambda which="candidate": traces[which])
-    spec = CheckSpec(name="elementwise_kernels", doc="", threshold={"cpu": threshold}, skip={}, options={})
+    spec = CheckSpec(name="elementwise_kernels", doc="", threshold={"cpu": threshold}, skip={}, options=options or {})
     return fewer_than_baseline(evidence, spec, step_counts.count_elementwise, "elementwise_fewer_by",
                                gone="all fused away")
 
@@ -190,6 +193,38 @@ def test_a_chain_made_shorter_is_fewer_at_every_depth():
     outcome = _fewer_check(fused, _chain(0, CHAIN))
     assert outcome.status == PASSED, outcome.evidence
     assert outcome.measured["any_depth_fewer_by"] == 3 and any("at any depth" in line for line in outcome.evidence)
+
+
+def test_operators_of_every_namespace_are_ops_and_passes():
+    """A chain's passes run as operators of another namespace (oneDNN's fused linear, a library's own op) are ops and
+    passes as aten's are; the autograd engine's own records are neither."""
+    rows = [
+        ("cpu_op", "mkldnn::_linear_pointwise", 0, 10, 1, 0),
+        ("cpu_op", "mylib::fused_chain", 20, 30, 1, 0),
+        ("cpu_op", "aten::mul", 40, 50, 1, 0),
+        ("cpu_op", "autograd::engine::evaluate_function: MulBackward0", 60, 100, 1, 0),
+        ("cpu_op", "aten::mul", 70, 80, 1, 0),  # inside the engine's record: still top level
+        ("cpu_op", "torch::autograd::AccumulateGrad", 110, 130, 1, 0),
+        ("cpu_op", "MulBackward0", 140, 150, 1, 0),
+        ("cpu_op", "profiler::chain", 160, 170, 1, 0),  # a library's op in the profiler's namespace is an op
+    ]
+    trace = _trace(rows, steps=[0])
+    launches, elementwise = step_counts.count_launches(trace, "cpu"), step_counts.count_elementwise(trace, "cpu")
+    assert (launches.total, launches.nested) == (5, 5) and (elementwise.total, elementwise.nested) == (5, 5)
+    assert {name for name, _ in launches.top} == {"mkldnn::_linear_pointwise", "mylib::fused_chain", "aten::mul",
+                                                  "profiler::chain"}
+
+
+def test_on_a_cpu_a_count_lowered_by_slower_steps_fails():
+    """Fewer passes at every depth, but the traced steps took three times the slow script's: the passes went where
+    no operator is counted (Python's arithmetic), which costs time; fusion does not."""
+    fused = [("cpu_op", "aten::add", 0, 5, 1, 0), ("cpu_op", "aten::mul", 10, 15, 1, 0)]
+    slow = _fewer_check(fused, _chain(0, CHAIN), windows=(0.03, 0.09))
+    assert slow.status == FAILED and slow.measured["traced_slower_by"] == 3
+    assert any("3.00x its time (on a CPU at most 2x)" in line for line in slow.evidence), slow.evidence
+    assert _fewer_check(fused, _chain(0, CHAIN), windows=(0.03, 0.05)).status == PASSED
+    strict = _fewer_check(fused, _chain(0, CHAIN), windows=(0.03, 0.033), options={"cpu_slower_at_most": 1.0})
+    assert strict.status == FAILED and "at most 1x" in " ".join(strict.evidence)
 
 
 @pytest.mark.parametrize("name, short", [

@@ -122,6 +122,21 @@ def test_cheat_is_rejected(name, checkout):
     assert_rejected(name, cheat, code, output, report, cheat["expect"])
 
 
+
+def test_fusion_by_hand_passes():
+    """Not every road the red team found is a cheat: a block's small ops done in C loops of an extension the script
+    builds at start-up (tests/redteam/accepted/) do the slow script's arithmetic in fewer, larger loops, as Inductor's
+    C++ kernels do on a CPU. The grader must not reject the lesson done by hand."""
+    import sysconfig
+
+    if shutil.which("cc") is None or not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
+        pytest.skip("needs a C compiler and Python's headers, which this machine lacks, to build the extension")
+    code, output, report = grade("cext_blocks_04", {"chapter": "04", "path": "accepted/cext_blocks_04",
+                                                    "expect": "passed"}, ROOT)
+    assert code == 0, output[-3000:]
+    assert {c["name"] for c in report["checks"] if c["status"] == "passed"} >= {"same_work", "step_work",
+                                                                                 "launches_per_step"}
+
 def test_every_class_of_the_issue_has_two_cheats():
     classes: dict[str, int] = {}
     for cheat in CHEATS.values():

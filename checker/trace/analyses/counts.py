@@ -3,12 +3,13 @@ kernels (behind the checks launches_per_step, elementwise_kernels and ncu_dram, 
 
 On a CUDA trace the counts are host launch calls (cudaLaunchKernel and its kin; a cudaGraphLaunch replays a
 whole graph and counts once) and GPU kernels. A CPU-only trace has neither; its analogue is the top-level
-aten ops: each one is a trip through PyTorch's dispatcher, and on a GPU at least one kernel launch. An op that
-another op calls inside itself (aten::layer_norm calling aten::native_layer_norm) is part of its caller.
+operators (aten's and every other namespace's: ``dispatcher_ops``): each one is a trip through PyTorch's dispatcher,
+and on a GPU at least one kernel launch. An op that another op calls inside itself (aten::layer_norm calling
+aten::native_layer_norm) is part of its caller.
 
 A top-level count alone can be lowered without doing less: ops run inside one op (by a hook it calls, by a
 dispatch mode) leave the top level. So a CPU count also gives the ops at any depth, each op that calls no other
-(``leaf_aten_ops``), as a GPU's kernel count counts kernels wherever they were launched from (``StepCount.nested``).
+(``leaf_ops``), as a GPU's kernel count counts kernels wherever they were launched from (``StepCount.nested``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ ELEMENTWISE_ATEN = frozenset(
 
 # What a top-level aten op may be without passing over a tensor's memory: a view or its metadata, a matrix or
 # vector product (its own check's business: launches, FLOPs), an allocation, a random draw's set-up. On a CPU every
-# other top-level op in a step counts as a pass (``pass_aten_ops``): a chain written with ops not in the list above
+# other top-level op in a step counts as a pass (``pass_ops``): a chain written with ops not in the list above
 # (torch._foreach_* on one-tensor lists, var_mean, a product with a ones vector) is still one pass per op.
 NOT_A_PASS = frozenset(
     "detach alias view _unsafe_view reshape expand expand_as as_strided permute t transpose unsqueeze squeeze "
@@ -50,6 +51,13 @@ NOT_A_PASS = frozenset(
     "ger addr einsum tensordot empty empty_like empty_strided new_empty new_empty_strided randint scalar_tensor "
     "_local_scalar_dense item is_nonzero set_ result_type".split()
 )
+
+
+# An operator's record is named ``namespace::name``; the autograd engine's records use the same form for no operator
+# (``autograd::engine::evaluate_function: MulBackward0``, ``torch::autograd::AccumulateGrad``: a third part no
+# operator's name has), as do the profiler's own ops around a record_function.
+OPERATOR_NAME = re.compile(r"[A-Za-z_]\w*::[A-Za-z_]")
+ENGINE_RECORD = re.compile(r"autograd::engine::|torch::autograd::|profiler::_record_function_(?:enter|exit)")
 
 
 @dataclass
@@ -61,7 +69,7 @@ class StepCount:
     steps: int
     top: list[tuple[str, float]] = field(default_factory=list)  # (name, per step), most frequent first
     extra: dict[str, float] = field(default_factory=dict)  # other per-step counts worth reporting
-    nested: int | None = None  # on a CPU: the same kind counted at any depth (``leaf_aten_ops``); None on a GPU
+    nested: int | None = None  # on a CPU: the same kind counted at any depth (``leaf_ops``); None on a GPU
 
     @property
     def per_step(self) -> float:
@@ -100,7 +108,11 @@ def gpu_kernels(events: pd.DataFrame) -> pd.DataFrame:
 
 def top_level_aten_ops(events: pd.DataFrame) -> pd.DataFrame:
     """aten ops not called from inside another aten op on the same thread."""
-    ops = aten_ops(events)
+    return top_level(aten_ops(events))
+
+
+def top_level(ops: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``ops`` not inside another row of ``ops`` on the same thread."""
     if ops.empty:
         return ops
     keep = []
@@ -114,8 +126,8 @@ def top_level_aten_ops(events: pd.DataFrame) -> pd.DataFrame:
     return ops.loc[keep]
 
 
-def leaf_aten_ops(ops: pd.DataFrame) -> pd.DataFrame:
-    """The rows of ``ops`` (aten ops) that hold no other row of ``ops`` on their thread: each op counted at its own
+def leaf_ops(ops: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``ops`` (operators) that hold no other row of ``ops`` on their thread: each op counted at its own
     depth, however deep, once. An op's calls nest inside it in time on its thread, so an op holds another when the
     next one to start on that thread starts before it ends."""
     if ops.empty:
@@ -130,6 +142,15 @@ def aten_ops(events: pd.DataFrame) -> pd.DataFrame:
     return events[(events["kind"] == "cpu_op") & events["name"].astype(str).str.startswith("aten::")]
 
 
+def dispatcher_ops(events: pd.DataFrame) -> pd.DataFrame:
+    """Operators of every namespace the dispatcher serves: aten's, and mkldnn's, quantized's, a library's own
+    (``ns::name``), each a trip through the dispatcher as an aten op is. The autograd engine's and the profiler's
+    own records (``ENGINE_RECORD``) do no work of their own; a library's op in their namespaces still counts."""
+    op = events[events["kind"] == "cpu_op"]
+    names = op["name"].astype(str)
+    return op[names.str.match(OPERATOR_NAME) & ~names.str.match(ENGINE_RECORD)]
+
+
 def _is_pass(names: pd.Series) -> pd.Series:
     return names.astype(str).map(lambda n: aten_base_name(n) not in NOT_A_PASS).astype(bool)
 
@@ -140,16 +161,17 @@ def aten_base_name(name: str) -> str:
     return base[:-1] if base.endswith("_") and not base.startswith("_") else base
 
 
-def pass_aten_ops(events: pd.DataFrame) -> pd.DataFrame:
-    """Top-level aten ops that pass over a tensor's memory: every one but ``NOT_A_PASS``'s."""
-    ops = top_level_aten_ops(events)
+def pass_ops(events: pd.DataFrame) -> pd.DataFrame:
+    """Top-level operators that pass over a tensor's memory: every one but ``NOT_A_PASS``'s aten ops (an operator of
+    another namespace, whose work the list cannot tell, counts as a pass)."""
+    ops = top_level(dispatcher_ops(events))
     return ops[_is_pass(ops["name"])]
 
 
-def leaf_pass_aten_ops(events: pd.DataFrame) -> pd.DataFrame:
-    """aten ops at any depth that pass over a tensor's memory and call no other such op."""
-    ops = aten_ops(events)
-    return leaf_aten_ops(ops[_is_pass(ops["name"])])
+def leaf_pass_ops(events: pd.DataFrame) -> pd.DataFrame:
+    """Operators at any depth that pass over a tensor's memory and call no other such operator."""
+    ops = dispatcher_ops(events)
+    return leaf_ops(ops[_is_pass(ops["name"])])
 
 
 def elementwise_aten_ops(events: pd.DataFrame) -> pd.DataFrame:
@@ -194,7 +216,8 @@ def _top(names: pd.Series, steps: int, limit: int = 8) -> list[tuple[str, float]
 
 
 def count_launches(trace, device: str) -> StepCount:
-    """Kernel launches per step (CUDA), or top-level aten ops per step (CPU)."""
+    """Kernel launches per step (CUDA), or top-level operators per step (CPU: aten's and every other namespace's,
+    ``dispatcher_ops``; the unit keeps aten's name, which nearly all of them have)."""
     steps = step_numbers(trace)
     events = trace.events
     if device == "cuda":
@@ -206,8 +229,9 @@ def count_launches(trace, device: str) -> StepCount:
         extra = {"graph_launches_per_step": round(graphs / len(steps), 2) if steps else 0.0,
                  "gpu_kernels_per_step": round(kernels / len(steps), 2) if steps else 0.0}
         return StepCount("kernel launches", len(calls), len(steps), _top(names, len(steps)), extra)
-    ops = _in_steps(top_level_aten_ops(events), steps, trace)
-    nested = len(_in_steps(leaf_aten_ops(aten_ops(events)), steps, trace))
+    every = dispatcher_ops(events)
+    ops = _in_steps(top_level(every), steps, trace)
+    nested = len(_in_steps(leaf_ops(every), steps, trace))
     return StepCount("top-level aten ops", len(ops), len(steps), _top(ops["name"], len(steps)), nested=nested)
 
 
@@ -225,8 +249,8 @@ def count_elementwise(trace, device: str) -> StepCount:
                 float((kernels["end_ns"] - kernels["start_ns"]).sum()) / 1e6 / len(steps), 3)
         names = kernels["name"].map(short_kernel_name)
         return StepCount("elementwise kernels", len(kernels), len(steps), _top(names, len(steps)), extra)
-    ops = _in_steps(pass_aten_ops(events), steps, trace)
-    nested = len(_in_steps(leaf_pass_aten_ops(events), steps, trace))
+    ops = _in_steps(pass_ops(events), steps, trace)
+    nested = len(_in_steps(leaf_pass_ops(events), steps, trace))
     return StepCount("aten ops passing over memory", len(ops), len(steps), _top(ops["name"], len(steps)), nested=nested)
 
 

@@ -3,6 +3,7 @@ referee, the trace's agreement with the grader's stamps, and the source scan."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -88,6 +89,72 @@ def test_weights_handed_to_another_process_end_the_run(tmp_path):
         handed = ForkingPickler.dumps(session.model.state_dict())
     """) + LOOP
     with pytest.raises(ScriptError, match="in shared memory"):
+        run(script(tmp_path, body))
+
+
+@pytest.mark.slow
+def test_the_weights_are_read_without_the_models_methods_or_hooks(tmp_path):
+    """After the last step's range has closed nothing the script wrote may run: red team 23 trained the window's
+    batches again in an override of state_dict or named_parameters, or in a state-dict hook, each called by the
+    harness as it read the weights. Here each of them zeroes the weights instead: none runs, so none is zeroed."""
+    body = HEAD + textwrap.dedent("""
+        import torch
+        params = list(session.model.parameters())
+        def zero(*args, **kwargs):
+            with torch.no_grad():
+                for tensor in params:
+                    tensor.zero_()
+        def zeroed_state(*args, **kwargs):
+            zero()
+            return torch.nn.Module.state_dict(session.model, *args, **kwargs)
+        def zeroed_parameters(*args, **kwargs):
+            zero()
+            return torch.nn.Module.named_parameters(session.model, *args, **kwargs)
+        session.model.state_dict = zeroed_state
+        session.model.named_parameters = zeroed_parameters
+        session.model.register_state_dict_pre_hook(zero)
+        session.model._register_state_dict_hook(zero)
+    """) + LOOP
+    weights = torch.load(io.BytesIO(run(script(tmp_path, body)).weights), map_location="cpu", weights_only=True)
+    floats = [tensor for tensor in weights.values() if tensor.is_floating_point()]
+    assert floats and any(bool(tensor.abs().sum() > 0) for tensor in floats)
+
+
+def test_the_harness_walks_a_model_as_state_dict_names_it_without_running_its_code():
+    """model_tensors reads the modules' own tables: the names and order of state_dict (non-persistent buffers left
+    out, a parametrization's original kept), and not one of the model's methods runs, overridden or not."""
+    from torch.nn.utils import parametrize
+
+    from checker.candidate.session import model_tensors
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first = torch.nn.Linear(3, 3)
+            self.body = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+            self.register_buffer("scratch", torch.ones(1), persistent=False)
+            self.again = self.first  # one module under two names, as state_dict lists it
+
+    model = Model()
+    parametrize.register_parametrization(model.first, "weight", torch.nn.Identity())
+    expected = list(model.state_dict())
+
+    def trap(self, name):
+        if name != "__dict__":
+            raise AssertionError(f"the walk looked up {name} on the model")
+        return object.__getattribute__(self, name)
+
+    Model.__getattribute__ = trap
+    assert [name for name, _ in model_tensors(model, persistent=True)] == expected
+    assert [name for name, _ in model_tensors(model)] == ["scratch", *expected]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("replace", ["torch.Tensor.detach = lambda self: self", "torch.save = print",
+                                     "import copyreg; copyreg.dispatch_table[torch.Tensor] = lambda t: (list, ())"])
+def test_replacing_what_reads_the_weights_ends_the_run(tmp_path, replace):
+    body = HEAD + f"import torch\n{replace}\n" + LOOP
+    with pytest.raises(ScriptError, match="reads the trained weights with"):
         run(script(tmp_path, body))
 
 
@@ -286,6 +353,36 @@ def test_on_a_cpu_operators_called_back_from_python_inside_an_aten_op_hide_work(
     assert trace_problem(hooked(checkpoint, "aten::detach"), Stamped(30), 5, 3, "cpu") is None
     bare = with_rows(trace_of([5, 6, 7]), in_each_step("cpu_op", "aten::empty", 150, 100))  # an op's own inner op
     assert trace_problem(bare, Stamped(30), 5, 3, "cpu") is None
+
+
+def after_the_steps(rows: list[tuple]) -> TraceAnalysis:
+    """trace_of's three steps, then host events after the last step's range closed (at 30 ms), as (kind, name,
+    offset in microseconds, length in microseconds, thread)."""
+    return TraceAnalysis(finish(pd.concat([
+        trace_of([5, 6, 7]).events[["kind", "name", "start_ns", "end_ns", "pid", "tid"]],
+        pd.DataFrame([{"kind": kind, "name": name, "start_ns": 30_000_000 + offset * 1000,
+                       "end_ns": 30_000_000 + (offset + length) * 1000, "pid": 1, "tid": tid}
+                      for kind, name, offset, length, tid in rows])], ignore_index=True)), fmt="fabricated", source="test")
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_after_the_last_step_only_the_harness_copies_of_the_weights_run(device):
+    """Red team 23 trained the window's batches again in a hook the harness ran while it read the weights: after
+    the last step's range, where no count looks. There the harness only copies tensors (and a DataLoader's
+    pin-memory thread pins batches it fetched ahead); anything else, on any thread, fails the trace."""
+    copies = [("cpu_op", "aten::to", 10, 50, 1), ("cpu_op", "aten::_to_copy", 11, 40, 1),
+              ("cpu_op", "aten::empty_strided", 12, 1, 1), ("cpu_op", "aten::copy_", 20, 20, 1),
+              ("cpu_op", "detach", 5, 1, 1), ("cpu_op", "aten::cat", 70, 10, 1),
+              ("cuda_api", "cudaLaunchKernel", 72, 2, 1), ("cuda_api", "cudaMemcpyAsync", 25, 5, 1),
+              ("cpu_op", "aten::pin_memory", 10, 30, 2), ("python", "train.py(40): state_dict", 1, 99, 1)]
+    assert trace_problem(after_the_steps(copies), Stamped(30), 5, 3, device) is None
+    replay = copies + [("cpu_op", "aten::linear", 100, 50, 1),
+                       ("cpu_op", "autograd::engine::evaluate_function: MmBackward0", 200, 50, 3)]
+    problem = trace_problem(after_the_steps(replay), Stamped(30), 5, 3, device)
+    assert problem and "runs 2 operator(s) after its last step's range closed" in problem
+    graph = copies + [("cuda_api", "cudaGraphLaunch", 100, 5, 1)]
+    problem = trace_problem(after_the_steps(graph), Stamped(30), 5, 3, device)
+    assert problem and "launches 1 kernel(s) or graph(s)" in problem and "cudaGraphLaunch" in problem
 
 
 def test_in_a_chapter_about_loading_data_waiting_for_a_batch_is_not_hidden_work():

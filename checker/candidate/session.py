@@ -27,8 +27,10 @@ grader stamps every message on its own clock and checks the weights itself (see 
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import os
+import signal
 import stat
 import sys
 import time
@@ -371,9 +373,35 @@ def _stop(message: dict[str, Any], alone: str) -> None:
     deliver(channel, message)
 
 
-def model_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """The model's parameters and buffers by name (a walk over its modules: the window's open and close)."""
-    return [*model.named_parameters(), *model.named_buffers()]
+def model_tensors(model: torch.nn.Module, persistent: bool = False) -> list[tuple[str, torch.Tensor]]:
+    """The model's parameters and buffers by name (the window's open and close), as ``state_dict`` names them; with
+    ``persistent``, the buffers ``state_dict`` leaves out are left out too.
+
+    A walk over each module's own tables (``_parameters``, ``_buffers``, ``_modules``), read through ``object`` and
+    ``dict`` themselves: no method of the model runs. A script can override ``state_dict`` or ``named_parameters``
+    on its model, or register hooks on them, and code run there after the last step's range has closed trains where
+    no step's trace looks (red team 23 replayed the window's training in them)."""
+    found: list[tuple[str, torch.Tensor]] = []
+
+    def entries(table: Any) -> list:
+        """A table's (name, value) pairs by dict's own code (a subclass's methods do not run); a name is a str."""
+        pairs = dict.items(table) if issubclass(type(table), dict) else ()
+        return [(str.__str__(name), value) for name, value in pairs if issubclass(type(name), str)]
+
+    def walk(module: Any, prefix: str, path: frozenset) -> None:
+        tables = object.__getattribute__(module, "__dict__")
+        skipped = tables.get("_non_persistent_buffers_set") if persistent else None
+        skipped = frozenset(set.__iter__(skipped)) if issubclass(type(skipped), set) else frozenset()
+        for kind in ("_parameters", "_buffers"):
+            for name, tensor in entries(tables.get(kind)):
+                if tensor is not None and not (kind == "_buffers" and name in skipped):
+                    found.append((prefix + name, tensor))
+        for name, child in entries(tables.get("_modules")):
+            if child is not None and id(child) not in path:  # a module that holds itself is walked once
+                walk(child, prefix + name + ".", path | {id(child)})
+
+    walk(model, "", frozenset({id(model)}))
+    return found
 
 
 def shared_weights(tensors: list[tuple[str, torch.Tensor]]) -> list[str]:
@@ -555,6 +583,9 @@ class LoaderOrigin:
         return found
 
 
+_CAT = torch.cat  # as imported, before any script ran
+
+
 class UpdateProbe:
     """The model's trainable tensors before every window step, and where each step's batch sits in its epoch
     (``probe_updates`` of the workload's settings): after the window the grader names a few steps, and gets the
@@ -572,9 +603,10 @@ class UpdateProbe:
         self.places: dict[int, tuple[int, int]] = {}  # step -> (its epoch's salt, its batch's first position)
 
     def snapshot(self, step: int) -> None:
-        """The trainable tensors as they are before ``step`` (after the last window step: ``step`` is the end)."""
-        with torch.no_grad():
-            self.flat[step] = torch.cat([p.detach().reshape(-1).float() for p in self.parameters])
+        """The trainable tensors as they are before ``step`` (after the last window step: ``step`` is the end), read
+        with torch's own tensor methods (see state_bytes)."""
+        self.flat[step] = _CAT([_TENSOR.to(_TENSOR.reshape(_TENSOR.detach(p), (-1,)), torch.float32)
+                                for p in self.parameters])
 
     def placed(self, step: int, in_epoch: int) -> None:
         """Step ``step`` fetched the ``in_epoch``-th batch of the sampler's epoch in progress."""
@@ -657,10 +689,104 @@ def _coerce(value: str) -> Any:
     return {"true": True, "false": False}.get(value.lower(), value)
 
 
+# What the harness reads the trained weights with, after the last step's range has closed: torch's own tensor methods
+# (its C type's, which no script can replace), torch.save as this module imported it, and no dispatch to Python
+# (no __torch_function__ or __torch_dispatch__ mode or subclass, no garbage collector's callbacks, no signal handler)
+# while it reads. What torch.save itself calls is held to what it was at import (replaced_read_path).
+_TENSOR = torch._C.TensorBase
+_SAVE = torch.save
+WEIGHT_TYPES = (torch.Tensor, torch.nn.Parameter, getattr(torch.nn.parameter, "Buffer", torch.Tensor))
+
+
+def _read_path() -> list[tuple[str, Any, str, Any]]:
+    """Every function the weights' reading reaches through Python, as (shown name, owner, attribute, the object
+    there now): the classes' methods (an attribute added later shadows torch's C method), the modules' callables."""
+    import copyreg
+    import pickle
+
+    import torch._utils
+    import torch.serialization
+    import torch.storage
+
+    found = [("torch.save", torch, "save", torch.save)]
+    for shown, owner in (("torch.Tensor", torch.Tensor), ("torch.storage.TypedStorage", torch.storage.TypedStorage),
+                         ("torch.storage.UntypedStorage", torch.storage.UntypedStorage)):
+        found += [(f"{shown}.{name}", owner, name, value) for name, value in vars(owner).items() if callable(value)]
+    for shown, module in (("torch.serialization", torch.serialization), ("torch._utils", torch._utils),
+                          ("pickle", pickle), ("io", io)):
+        found += [(f"{shown}.{name}", module, name, value) for name, value in vars(module).items()
+                  if callable(value) and not name.startswith("__")]
+    # the pickler asks copyreg's table first for each object's type: the types torch.save pickles here
+    found += [(f"copyreg.dispatch_table[{kind.__name__}]", copyreg.dispatch_table, kind,
+               copyreg.dispatch_table.get(kind)) for kind in _pickled_types()]
+    return found
+
+
+def _pickled_types() -> tuple[type, ...]:
+    import collections
+
+    import torch.storage
+
+    return (dict, collections.OrderedDict, str, int, float, bool, tuple, list, type(None), torch.Tensor,
+            torch.nn.Parameter, torch.storage.TypedStorage, torch.storage.UntypedStorage, torch.dtype, torch.device,
+            torch.Size, torch.layout, torch.memory_format, *WEIGHT_TYPES)
+
+
+_READ_PATH = _read_path()
+_READ_OWNERS = {id(owner): (shown.rsplit(".", 1)[0], owner) for shown, owner, _name, _value in _READ_PATH
+                if isinstance(owner, type)}
+
+
+def replaced_read_path() -> list[str]:
+    """What of ``_READ_PATH`` is no longer what it was: a function replaced, or a method added to one of its classes
+    (a Python attribute on torch.Tensor shadows the C method the harness's lookups would find)."""
+    import copyreg
+
+    replaced = []
+    for shown, owner, name, original in _READ_PATH:
+        now = (copyreg.dispatch_table if owner is copyreg.dispatch_table else vars(owner)).get(name)
+        if now is not original:
+            replaced.append(shown)
+    known = {(id(owner), name) for _shown, owner, name, _value in _READ_PATH}
+    for shown, owner in _READ_OWNERS.values():
+        replaced += [f"{shown}.{name} (added)" for name, value in vars(owner).items()
+                     if callable(value) and (id(owner), name) not in known]
+    return replaced
+
+
+_HELD_SIGNALS = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}
+
+
+@contextmanager
+def harness_only() -> Iterator[None]:
+    """While the harness reads the model after the last step: none of the script's code runs (no torch function or
+    dispatch in Python, no collection by the garbage collector and so none of its callbacks, no signal handler:
+    signals wait for the end)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    try:
+        with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+            yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        if collecting:
+            gc.enable()
+
+
+def odd_weights(tensors: list[tuple[str, torch.Tensor]]) -> list[str]:
+    """The names of those tensors that are not plain tensors (a subclass runs Python code whenever it is read)."""
+    return [f"{name} ({type(tensor).__name__})" for name, tensor in tensors if type(tensor) not in WEIGHT_TYPES]
+
+
 def state_bytes(model: torch.nn.Module) -> bytes:
-    """The model's weights and buffers as torch.save bytes, on the CPU."""
+    """The model's weights and buffers as torch.save bytes, on the CPU, named as ``state_dict`` names them (read
+    under ``harness_only``, with torch's own methods: see model_tensors)."""
+    with harness_only():
+        state = {name: _TENSOR.to(_TENSOR.detach(tensor), "cpu", copy=True)
+                 for name, tensor in model_tensors(model, persistent=True)}
     buffer = io.BytesIO()
-    torch.save({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}, buffer)
+    _SAVE(state, buffer)
     return buffer.getvalue()
 
 
@@ -915,10 +1041,21 @@ class Session:
                   "process can train them where no trace looks; keep the model in this process")
 
     def _close_window(self) -> None:
-        self._guard_step(model_tensors(self.model))
-        self._sync()
-        if self._probe is not None:
-            self._probe.snapshot(self._window_end)
+        # from here to the weights' send none of the script's code may run: the last step's range has closed, and
+        # work done here would train where no step's trace looks (and before the grader has the weights)
+        if replaced := replaced_read_path():
+            _stop({"type": "reads", "what": replaced[:5], "count": len(replaced)},
+                  f"the script replaced what the harness reads the trained weights with ({', '.join(replaced[:3])})")
+        tensors = model_tensors(self.model)
+        if odd := odd_weights(tensors):
+            _stop({"type": "reads", "what": odd[:5], "count": len(odd)},
+                  f"the model's weights include tensor subclasses ({', '.join(odd[:3])}): a subclass runs the "
+                  "script's Python whenever the harness reads it")
+        with harness_only():
+            self._guard_step(tensors)
+            self._sync()
+            if self._probe is not None:
+                self._probe.snapshot(self._window_end)
         if self._keeps_time:
             t1 = time.perf_counter_ns()
             self._window_stamps_ns.append(t1)

@@ -83,6 +83,47 @@ PROFILER_SWITCH = re.compile(r"^<built-in method (?:_enable_record_function|_tog
                              r"_set_record_function_enabled) of ")
 
 
+# What runs after the last step's range has closed, until the trace ends: the harness's copies of the model's
+# tensors to the host (checker.candidate.session.state_bytes, the update probe's flat copies) and a DataLoader's
+# pin-memory thread pinning batches it fetched ahead. Any other operator there, on any thread, ran outside every
+# step's range and before the grader had the weights: training the counts never see (red team 23 trained the window's
+# batches again in a state_dict hook). Kernel launches there must come from these operators (a CUDA graph's replay
+# is no operator at all).
+AFTER_LAST_STEP = re.compile(r"^(?:aten::)?(?:detach|to|_to_copy|empty_strided|empty|copy_|cat|reshape|view|"
+                             r"_reshape_alias|_unsafe_view|alias|lift_fresh|contiguous|is_pinned|pin_memory|"
+                             r"_pin_memory)$")
+LAUNCH = re.compile(r"^cu(?:da)?(?:LaunchKernel|LaunchCooperativeKernel|GraphLaunch|LaunchHostFunc)")
+
+
+def after_last_step(events: pd.DataFrame, steps: pd.DataFrame) -> str | None:
+    """Why the trace's host work after its last step's range is more than the harness's own, or None."""
+    if steps.empty:
+        return None
+    end = int(steps["end_ns"].max())
+    host = events[events["device"].isna() & (events["start_ns"] > end)]
+    ops = host[host["kind"] == "cpu_op"]
+    names = ops["name"].astype(str)
+    foreign = ops[~names.str.match(AFTER_LAST_STEP).to_numpy(bool)]
+    if len(foreign):
+        first = foreign.sort_values("start_ns").iloc[0]
+        shown = ", ".join(foreign["name"].astype(str).value_counts().index[:4])
+        return (f"runs {len(foreign):,} operator(s) after its last step's range closed, before the grader had the "
+                f"weights ({shown}; the first {(int(first['start_ns']) - end) / 1e6:.1f} ms after it): the harness "
+                "only copies the weights there, so this is work no step's range holds and no count sees")
+    launches = host[(host["kind"] == "cuda_api") & host["name"].astype(str).str.match(LAUNCH).to_numpy(bool)]
+    if launches.empty or ops.empty:  # a trace without operators (Nsight Systems') cannot say whose a launch is
+        return None
+    held = np.zeros(len(launches), bool)
+    at, tid = launches["start_ns"].to_numpy(np.int64), launches["tid"].to_numpy()
+    for start, stop, thread in ops[["start_ns", "end_ns", "tid"]].itertuples(index=False):
+        held |= (tid == thread) & (at >= start) & (at < stop)
+    if not held.all():
+        return (f"launches {int((~held).sum()):,} kernel(s) or graph(s) after its last step's range closed, outside "
+                "the harness's copies of the weights (the first: "
+                f"{launches['name'].astype(str).iloc[int(np.argmin(held))]}): work no step's range holds")
+    return None
+
+
 def trace_problem(trace, run: RunResult, first_step: int, trace_steps: int, device: str,
                   excuse_data_wait: bool = False) -> str | None:
     """Why a trace cannot be the record of ``run``, or None when it can.
@@ -121,6 +162,8 @@ def trace_problem(trace, run: RunResult, first_step: int, trace_steps: int, devi
     if idle:
         return (f"shows no work in step(s) {', '.join(map(str, idle[:8]))}: the training ran somewhere the trace "
                 "does not show it")
+    if problem := after_last_step(events, steps):
+        return problem
     if device != "cpu":
         return None
     return elsewhere(run, excuse_data_wait) or hidden_work(events, steps, excuse_data_wait,

@@ -331,6 +331,11 @@ class _Run:
             what = header.get("what")
             shown = ", ".join(str(w)[:80] for w in what[:5]) if isinstance(what, list) and what else "the harness's code"
             raise self.broken(f"replaced what the harness writes its trace with ({shown})")
+        elif kind == "reads":
+            what = header.get("what")
+            shown = ", ".join(str(w)[:80] for w in what[:5]) if isinstance(what, list) and what else "the harness's code"
+            raise self.broken(f"replaced what the harness reads the trained weights with ({shown}): code run there "
+                              "trains after the last step's range has closed, where no step's trace looks")
         elif kind == "switched":
             calls, first = header.get("calls"), str(header.get("first"))[:40]
             raise self.broken(f"switched what PyTorch's profiler records ({calls} call(s), the first of {first}): "

@@ -374,7 +374,9 @@ def test_after_the_last_step_only_the_harness_copies_of_the_weights_run(device):
               ("cpu_op", "aten::empty_strided", 12, 1, 1), ("cpu_op", "aten::copy_", 20, 20, 1),
               ("cpu_op", "detach", 5, 1, 1), ("cpu_op", "aten::cat", 70, 10, 1),
               ("cuda_api", "cudaLaunchKernel", 72, 2, 1), ("cuda_api", "cudaMemcpyAsync", 25, 5, 1),
-              ("cpu_op", "aten::pin_memory", 10, 30, 2), ("python", "train.py(40): state_dict", 1, 99, 1)]
+              ("cpu_op", "aten::pin_memory", 10, 30, 2), ("python", "train.py(40): state_dict", 1, 99, 1),
+              ("cpu_op", "aten::reshape", 80, 9, 1), ("cpu_op", "aten::clone", 81, 7, 1),  # a channels-last weight
+              ("cpu_op", "aten::empty_like", 82, 1, 1), ("cpu_op", "aten::_unsafe_view", 88, 1, 1)]  # made flat
     assert trace_problem(after_the_steps(copies), Stamped(30), 5, 3, device) is None
     replay = copies + [("cpu_op", "aten::linear", 100, 50, 1),
                        ("cpu_op", "autograd::engine::evaluate_function: MmBackward0", 200, 50, 3)]

@@ -85,11 +85,12 @@ PROFILER_SWITCH = re.compile(r"^<built-in method (?:_enable_record_function|_tog
 
 # What runs after the last step's range has closed, until the trace ends: the harness's copies of the model's
 # tensors to the host (checker.candidate.session.state_bytes, the update probe's flat copies) and a DataLoader's
-# pin-memory thread pinning batches it fetched ahead. Any other operator there, on any thread, ran outside every
+# pin-memory thread pinning batches it fetched ahead (a weight in another memory format, chapter 07's channels-last
+# convolutions on a GPU, is cloned when the probe makes it flat). Any other operator there, on any thread, ran outside every
 # step's range and before the grader had the weights: training the counts never see (red team 23 trained the window's
 # batches again in a state_dict hook). Kernel launches there must come from these operators (a CUDA graph's replay
 # is no operator at all).
-AFTER_LAST_STEP = re.compile(r"^(?:aten::)?(?:detach|to|_to_copy|empty_strided|empty|copy_|cat|reshape|view|"
+AFTER_LAST_STEP = re.compile(r"^(?:aten::)?(?:detach|to|_to_copy|empty_strided|empty|empty_like|copy_|clone|cat|reshape|view|"
                              r"_reshape_alias|_unsafe_view|alias|lift_fresh|contiguous|is_pinned|pin_memory|"
                              r"_pin_memory)$")
 LAUNCH = re.compile(r"^cu(?:da)?(?:LaunchKernel|LaunchCooperativeKernel|GraphLaunch|LaunchHostFunc)")

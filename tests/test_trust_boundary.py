@@ -150,8 +150,28 @@ def test_the_harness_walks_a_model_as_state_dict_names_it_without_running_its_co
 
 
 @pytest.mark.slow
+def test_the_window_opens_without_the_scripts_code(tmp_path):
+    """Red team 24 trained the window's batches in a callback of its own put in the workload's place, which the
+    harness called with the window key before the first step's range (and the head was re-drawn through the
+    model's named_parameters). The harness calls the callback the workload was built with and walks the model
+    itself: neither replacement below runs."""
+    body = HEAD + textwrap.dedent("""
+        def boom(*args, **kwargs):
+            raise SystemExit("the harness ran the script's code as the window opened")
+
+        session.workload.on_window = boom
+        session.model.named_parameters = boom
+        session.model.named_modules = boom
+    """) + LOOP
+    result = run(script(tmp_path, body))
+    assert result.window_s is not None
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("replace", ["torch.Tensor.detach = lambda self: self", "torch.save = print",
-                                     "import copyreg; copyreg.dispatch_table[torch.Tensor] = lambda t: (list, ())"])
+                                     "import copyreg; copyreg.dispatch_table[torch.Tensor] = lambda t: (list, ())",
+                                     "import torch.serialization as s; s._cpu_tag.__code__ = (lambda obj: None).__code__",
+                                     "torch.serialization.register_package(0, lambda o: None, lambda o, l: None)"])
 def test_replacing_what_reads_the_weights_ends_the_run(tmp_path, replace):
     body = HEAD + f"import torch\n{replace}\n" + LOOP
     with pytest.raises(ScriptError, match="reads the trained weights with"):
@@ -387,6 +407,36 @@ def test_after_the_last_step_only_the_harness_copies_of_the_weights_run(device):
     assert problem and "launches 1 kernel(s) or graph(s)" in problem and "cudaGraphLaunch" in problem
 
 
+def before_the_steps(rows: list[tuple]) -> TraceAnalysis:
+    """trace_of's three steps (from 0 ms), after host events that start before the first step's range opens, as
+    (kind, name, microseconds before 0 ms, length in microseconds, thread)."""
+    return TraceAnalysis(finish(pd.concat([
+        trace_of([5, 6, 7]).events[["kind", "name", "start_ns", "end_ns", "pid", "tid"]],
+        pd.DataFrame([{"kind": kind, "name": name, "start_ns": -ahead * 1000, "end_ns": (length - ahead) * 1000,
+                       "pid": 1, "tid": tid} for kind, name, ahead, length, tid in rows])], ignore_index=True)),
+        fmt="fabricated", source="test")
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_before_the_first_step_only_the_harness_opens_the_window(device):
+    """Red team 24 trained the window's batches in a batch-source callback of its own, which the harness called
+    as the window opened, before the first step's range. There the harness re-draws the head from the window key
+    (as an H200's traces show: randn, mul, zeros, copies) and copies weights; anything else fails the trace."""
+    opening = [("cpu_op", "aten::randn", 900, 20, 1), ("cpu_op", "aten::normal_", 895, 10, 1),
+               ("cpu_op", "aten::mul", 870, 5, 1), ("cpu_op", "aten::zeros", 860, 5, 1),
+               ("cpu_op", "aten::zero_", 858, 2, 1), ("cpu_op", "aten::to", 850, 30, 1),
+               ("cpu_op", "aten::copy_", 840, 20, 1), ("cuda_api", "cudaLaunchKernel", 835, 2, 1),
+               ("cpu_op", "aten::pin_memory", 800, 30, 2), ("python", "workload.py(107): set_key", 700, 5, 1)]
+    assert trace_problem(before_the_steps(opening), Stamped(30), 5, 3, device) is None
+    trained = opening + [("cpu_op", "aten::addmm", 600, 50, 1), ("cpu_op", "aten::item", 500, 5, 1),
+                         ("cpu_op", "Optimizer.step#SGD.step", 400, 50, 1)]
+    problem = trace_problem(before_the_steps(trained), Stamped(30), 5, 3, device)
+    assert problem and "runs 3 operator(s) before its first step's range opened" in problem and "addmm" in problem
+    graph = opening + [("cuda_api", "cudaGraphLaunch", 300, 5, 1)]
+    problem = trace_problem(before_the_steps(graph), Stamped(30), 5, 3, device)
+    assert problem and "launches 1 kernel(s) or graph(s) before its first step's range opened" in problem
+
+
 def test_in_a_chapter_about_loading_data_waiting_for_a_batch_is_not_hidden_work():
     """A step that waits 90% of its time for its batch and trains in the rest: data_wait's lesson, so the
     evidence must be data_wait's, not a trace refused for work it does not show."""
@@ -514,6 +564,36 @@ def test_in_a_chapter_counting_host_reads_catching_an_operators_error_is_refused
     source = f"try:\n    x.index_select(0, i)\n{handler}\n    bit = 1\n"
     assert any("catches the error an operator raises" in found for found in findings(source, host_reads=True))
     assert findings(source) == []
+
+
+@pytest.mark.parametrize("line", ["v = torch.ctypes.c_float.from_address(address).value",
+                                  "(address,) = map(torch.Tensor.data_ptr, (t,))", "c = getattr(torch, 'ctypes')",
+                                  "raw = string_at(p, 4)"])
+def test_in_a_chapter_counting_host_reads_raw_memory_is_refused(line):
+    """A tensor's address dereferenced through ctypes (reached as torch.ctypes, past the refused import) reads its
+    values with no op or call a CPU trace names (red team 24)."""
+    assert any("raw memory" in found for found in findings(line + "\n", host_reads=True))
+    assert findings(line + "\n") == []
+
+
+def test_raw_memory_read_in_the_window_counts_as_a_read(monkeypatch):
+    """With the scan off, ctypes announces each object made over raw memory to the interpreter's audit hooks: one
+    made inside the window, in a chapter counting host reads on a CPU, is counted with the numpy views."""
+    import ctypes
+    from types import SimpleNamespace
+
+    import checker.candidate.session as harness
+
+    value = ctypes.c_float(2.5)
+    monkeypatch.setattr(harness, "_RAW_READS", [0])
+    monkeypatch.setattr(harness, "_CURRENT", SimpleNamespace(_counts_views=True, _window_open=False))
+    assert ctypes.c_float.from_address(ctypes.addressof(value)).value == 2.5
+    assert harness._RAW_READS[0] == 0  # outside the window: set-up's business
+    monkeypatch.setattr(harness, "_CURRENT", SimpleNamespace(_counts_views=True, _window_open=True))
+    ctypes.c_float.from_address(ctypes.addressof(value))
+    ctypes.string_at(ctypes.addressof(value), 4)
+    ctypes.c_float.from_buffer(bytearray(4))
+    assert harness._RAW_READS[0] >= 3  # from_buffer announces two events
 
 
 @pytest.mark.parametrize("line", ["w = torch._C.PyTorchFileWriter(buffer)", "raw = torch._C._pickle_save(t)",

@@ -63,14 +63,20 @@ def head_values(model: nn.Module, window_key: int, init_rms: dict[str, float]) -
     """
     name, module = head_module(model)
     prefix = f"{name}." if name else ""
+    shapes = {prefix + param_name: param.shape for param_name, param in module.named_parameters(recurse=False)}
+    return drawn_head(shapes, window_key, init_rms)
+
+
+def drawn_head(shapes: dict[str, torch.Size], window_key: int, init_rms: dict[str, float]) -> dict[str, torch.Tensor]:
+    """head_values from the head's parameter names and shapes alone (in ``init_rms``'s order): a weight drawn from the
+    key at its initial RMS, anything else zero."""
     generator = torch.Generator().manual_seed(int(window_key))
     values = {}
-    for param_name, param in module.named_parameters(recurse=False):
-        key = prefix + param_name
-        if param_name == "weight":
-            values[key] = torch.randn(param.shape, generator=generator, dtype=torch.float32) * init_rms[key]
+    for key in init_rms:
+        if key.rpartition(".")[2] == "weight":
+            values[key] = torch.randn(shapes[key], generator=generator, dtype=torch.float32) * init_rms[key]
         else:
-            values[key] = torch.zeros(param.shape, dtype=torch.float32)
+            values[key] = torch.zeros(shapes[key], dtype=torch.float32)
     return values
 
 
@@ -82,11 +88,12 @@ def initial_rms(model: nn.Module) -> dict[str, float]:
 
 
 @torch.no_grad()
-def redraw_head(model: nn.Module, window_key: int, init_rms: dict[str, float]) -> None:
-    """Overwrite the head's parameters in place (compiled graphs and CUDA graphs keep pointing at them)."""
-    params = dict(model.named_parameters())
-    for key, value in head_values(model, window_key, init_rms).items():
-        params[key].copy_(value.to(params[key].dtype))
+def redraw_head(tensors: dict[str, torch.Tensor], window_key: int, init_rms: dict[str, float]) -> None:
+    """Overwrite the head's parameters in place (compiled graphs and CUDA graphs keep pointing at them), found by
+    name among ``tensors`` (the harness's own walk of the model: no method of the model runs)."""
+    values = drawn_head({key: tensors[key].shape for key in init_rms}, window_key, init_rms)
+    for key, value in values.items():
+        tensors[key].copy_(value.to(tensors[key].dtype))
 
 
 class KeyedOrder:

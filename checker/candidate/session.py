@@ -342,6 +342,25 @@ def written_made_over_buffers() -> int:
 _watch_aliasing_makers()
 
 
+# ctypes objects over raw memory (from_address, from_buffer) and copies out of it (string_at): made in the window on a
+# CPU, in a chapter that counts host reads, each is a read of memory no op records (red team 24 read the loss with
+# c_float.from_address(t.data_ptr()), the address taken through a call made from C). ctypes announces each to the
+# interpreter's audit hooks, which a script cannot remove; a foreign function that copies memory (memmove, a C
+# extension's own) announces nothing.
+RAW_MEMORY_EVENTS = frozenset({"ctypes.cdata", "ctypes.cdata/buffer", "ctypes.string_at", "ctypes.wstring_at"})
+_RAW_READS = [0]
+
+
+def _count_raw_reads(event: str, args: tuple) -> None:
+    if event in RAW_MEMORY_EVENTS:
+        session = _CURRENT
+        if session is not None and session._counts_views and session._window_open:
+            _RAW_READS[0] += 1
+
+
+sys.addaudithook(_count_raw_reads)
+
+
 # The session model's weights are trained by this process, whose trace the grader reads. Weights in shared memory
 # (a CPU tensor's storage moved there by share_memory_() or by sending it to another process; a CUDA tensor's memory
 # handed to another process) can be trained by a loader worker, out of the trace's sight. The harness looks at every
@@ -732,7 +751,32 @@ def _pickled_types() -> tuple[type, ...]:
             torch.Size, torch.layout, torch.memory_format, *WEIGHT_TYPES)
 
 
+def _read_tables() -> list[tuple[str, tuple]]:
+    """The tables of functions torch.save calls on its way (as a tuple of what they hold): the storage location
+    taggers it asks for each storage's device."""
+    import torch.serialization
+
+    return [("torch.serialization._package_registry", tuple(getattr(torch.serialization, "_package_registry", ())))]
+
+
+def _read_codes() -> list[tuple[str, Any, Any]]:
+    """(shown name, function, its code) for every Python function of the read path and its tables: a function
+    object kept in place with another body (its __code__ set) runs the script's code where the harness reads."""
+    functions = [(shown, value) for shown, _owner, _name, value in _READ_PATH]
+    functions += [(f"{shown}[{index}]", part) for shown, held in _READ_TABLES for index, entry in enumerate(held)
+                  for part in (entry if isinstance(entry, tuple) else (entry,))]
+    codes = []
+    for shown, value in functions:
+        function = getattr(value, "__func__", value)  # a method's function
+        code = getattr(function, "__code__", None) if isinstance(function, type(_read_path)) else None
+        if code is not None:
+            codes.append((shown, function, code))
+    return codes
+
+
 _READ_PATH = _read_path()
+_READ_TABLES = _read_tables()
+_READ_CODES = _read_codes()
 _READ_OWNERS = {id(owner): (shown.rsplit(".", 1)[0], owner) for shown, owner, _name, _value in _READ_PATH
                 if isinstance(owner, type)}
 
@@ -751,6 +795,10 @@ def replaced_read_path() -> list[str]:
     for shown, owner in _READ_OWNERS.values():
         replaced += [f"{shown}.{name} (added)" for name, value in vars(owner).items()
                      if callable(value) and (id(owner), name) not in known]
+    for (shown, held), (_shown, now) in zip(_READ_TABLES, _read_tables()):
+        if len(held) != len(now) or any(a is not b for a, b in zip(held, now)):
+            replaced.append(shown)
+    replaced += [f"{shown} (its code)" for shown, function, code in _READ_CODES if function.__code__ is not code]
     return replaced
 
 
@@ -820,6 +868,7 @@ class Session:
         self.dataset = self.workload.dataset
         self.extras = self.workload.extras
         self._head_rms = initial_rms(self.model)
+        self._on_window = self.workload.on_window  # as built, before the script holds the workload
         self.steps_done = 0
         # what the window measured, for a script run on its own: set once every step has run. Under the grader the
         # harness reads no clock at all: every moment that counts is a message the grader stamps as it arrives, and
@@ -1015,13 +1064,18 @@ class Session:
             window_key = int(channel.receive()["window_key"])
         else:
             window_key = self.seed + 1  # on its own a run behaves as under the grader, with a known key
-        redraw_head(self.model, window_key, self._head_rms)
+        # from here to the first step's range none of the script's code may run either: work done here would train
+        # before any step's range opens (a callback of its own in the workload's place, a hook the model's methods
+        # or a torch function mode would run): the head is found by the harness's own walk, the batch source keyed
+        # through the callback the workload was built with, all under harness_only
         self._window_tensors = model_tensors(self.model)
-        self._guard_step()
-        if self._counts_views:
-            hold_numpy_views()
-        if self.workload.on_window is not None:
-            self.workload.on_window(window_key)
+        with harness_only():
+            redraw_head(dict(self._window_tensors), window_key, self._head_rms)
+            self._guard_step()
+            if self._counts_views:
+                hold_numpy_views()
+            if self._on_window is not None:
+                self._on_window(window_key)
         self._window_open = True
         if self._keeps_time:
             self._t0 = time.perf_counter_ns()
@@ -1078,8 +1132,9 @@ class Session:
             self._send({"type": "finished", "checked": len(self._finished.kept),
                         "unfinished": self._finished.unfinished()})
         if _channel() is not None and self._counts_views:
-            made = written_made_over_buffers() + self._made_beyond + written_numpy_views()
+            made = written_made_over_buffers() + self._made_beyond + written_numpy_views() + _RAW_READS[0]
             _MADE_OVER_BUFFERS.clear()
+            _RAW_READS[0] = 0
             self._send({"type": "views", "count": tensor_views() + made})
         if self._probe is not None:  # after the trace too: the copies to the host are not the window's
             probe, self._probe = self._probe, None

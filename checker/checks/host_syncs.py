@@ -147,7 +147,8 @@ def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trac
                          "array made by .numpy() or np.asarray, or a numpy array, bytearray or file that a tensor "
                          "written in place was made over), or tensors made in the window over a Python buffer's memory "
                          "(torch.as_tensor, from_numpy, frombuffer, asarray) and written in place, or tensors with a "
-                         "numpy view (made at any time) written in the window: on a CPU a value copied into such a "
+                         "numpy view (made at any time) written in the window, or ctypes objects made over raw memory "
+                         "in the window (from_address, from_buffer, string_at): on a CPU a value copied into such a "
                          "tensor and read from the other side makes no op a trace records, so the reads are not "
                          "counted; read values with "
                          ".item() or .tolist(), in logging steps")

@@ -83,34 +83,46 @@ PROFILER_SWITCH = re.compile(r"^<built-in method (?:_enable_record_function|_tog
                              r"_set_record_function_enabled) of ")
 
 
-# What runs after the last step's range has closed, until the trace ends: the harness's copies of the model's
-# tensors to the host (checker.candidate.session.state_bytes, the update probe's flat copies) and a DataLoader's
-# pin-memory thread pinning batches it fetched ahead (a weight in another memory format, chapter 07's channels-last
-# convolutions on a GPU, is cloned when the probe makes it flat). Any other operator there, on any thread, ran outside every
-# step's range and before the grader had the weights: training the counts never see (red team 23 trained the window's
-# batches again in a state_dict hook). Kernel launches there must come from these operators (a CUDA graph's replay
-# is no operator at all).
-AFTER_LAST_STEP = re.compile(r"^(?:aten::)?(?:detach|to|_to_copy|empty_strided|empty|empty_like|copy_|clone|cat|reshape|view|"
-                             r"_reshape_alias|_unsafe_view|alias|lift_fresh|contiguous|is_pinned|pin_memory|"
-                             r"_pin_memory)$")
+# What runs outside the steps' ranges, from the trace's start to its first step and from its last step to the trace's
+# end, is the harness's. After the last step: its copies of the model's tensors to the host
+# (checker.candidate.session.state_bytes, the update probe's flat copies; a weight in another memory format, chapter
+# 07's channels-last convolutions on a GPU, is cloned when the probe makes it flat) and a DataLoader's pin-memory
+# thread pinning batches it fetched ahead. Before the first step, where the window opens: the same, and the head
+# re-drawn from the window key (a weight drawn, scaled and copied in; a bias zeroed). Any other operator there, on any
+# thread, ran outside every step's range: training the counts never see (red team 23 trained the window's batches
+# in a state_dict hook at the close, red team 24 in a batch source's callback of its own at the open). Kernel
+# launches there must come from these operators (a CUDA graph's replay is no operator at all).
+HARNESS_COPIES = r"detach|to|_to_copy|empty_strided|empty|empty_like|copy_|clone|cat|reshape|view|_reshape_alias|" \
+                 r"_unsafe_view|alias|lift_fresh|contiguous|is_pinned|pin_memory|_pin_memory"
+AFTER_LAST_STEP = re.compile(rf"^(?:aten::)?(?:{HARNESS_COPIES})$")
+BEFORE_FIRST_STEP = re.compile(rf"^(?:aten::)?(?:{HARNESS_COPIES}|randn|normal_|mul|zeros|zero_)$")
 LAUNCH = re.compile(r"^cu(?:da)?(?:LaunchKernel|LaunchCooperativeKernel|GraphLaunch|LaunchHostFunc)")
 
 
-def after_last_step(events: pd.DataFrame, steps: pd.DataFrame) -> str | None:
-    """Why the trace's host work after its last step's range is more than the harness's own, or None."""
+def outside_the_steps(events: pd.DataFrame, steps: pd.DataFrame) -> str | None:
+    """Why the trace's host work before its first step's range or after its last one is more than the harness's
+    own, or None."""
     if steps.empty:
         return None
-    end = int(steps["end_ns"].max())
-    host = events[events["device"].isna() & (events["start_ns"] > end)]
+    first, last = int(steps["start_ns"].min()), int(steps["end_ns"].max())
+    host = events[events["device"].isna()]
+    return (_foreign_work(host[host["start_ns"] < first], BEFORE_FIRST_STEP, "before its first step's range opened",
+                          "the harness only re-draws the head and keys the batches there", first, before=True)
+            or _foreign_work(host[host["start_ns"] > last], AFTER_LAST_STEP,
+                             "after its last step's range closed, before the grader had the weights",
+                             "the harness only copies the weights there", last, before=False))
+
+
+def _foreign_work(host: pd.DataFrame, allowed: re.Pattern, where: str, harness: str, edge: int,
+                  before: bool) -> str | None:
     ops = host[host["kind"] == "cpu_op"]
-    names = ops["name"].astype(str)
-    foreign = ops[~names.str.match(AFTER_LAST_STEP).to_numpy(bool)]
+    foreign = ops[~ops["name"].astype(str).str.match(allowed).to_numpy(bool)]
     if len(foreign):
-        first = foreign.sort_values("start_ns").iloc[0]
+        nearest = foreign.sort_values("start_ns").iloc[-1 if before else 0]
+        gap_ms = abs(edge - int(nearest["start_ns"])) / 1e6
         shown = ", ".join(foreign["name"].astype(str).value_counts().index[:4])
-        return (f"runs {len(foreign):,} operator(s) after its last step's range closed, before the grader had the "
-                f"weights ({shown}; the first {(int(first['start_ns']) - end) / 1e6:.1f} ms after it): the harness "
-                "only copies the weights there, so this is work no step's range holds and no count sees")
+        return (f"runs {len(foreign):,} operator(s) {where} ({shown}; the nearest {gap_ms:.1f} ms from it): "
+                f"{harness}, so this is work no step's range holds and no count sees")
     launches = host[(host["kind"] == "cuda_api") & host["name"].astype(str).str.match(LAUNCH).to_numpy(bool)]
     if launches.empty or ops.empty:  # a trace without operators (Nsight Systems') cannot say whose a launch is
         return None
@@ -119,9 +131,8 @@ def after_last_step(events: pd.DataFrame, steps: pd.DataFrame) -> str | None:
     for start, stop, thread in ops[["start_ns", "end_ns", "tid"]].itertuples(index=False):
         held |= (tid == thread) & (at >= start) & (at < stop)
     if not held.all():
-        return (f"launches {int((~held).sum()):,} kernel(s) or graph(s) after its last step's range closed, outside "
-                "the harness's copies of the weights (the first: "
-                f"{launches['name'].astype(str).iloc[int(np.argmin(held))]}): work no step's range holds")
+        return (f"launches {int((~held).sum()):,} kernel(s) or graph(s) {where}, outside the harness's own operators "
+                f"(the first: {launches['name'].astype(str).iloc[int(np.argmin(held))]}): work no step's range holds")
     return None
 
 
@@ -163,7 +174,7 @@ def trace_problem(trace, run: RunResult, first_step: int, trace_steps: int, devi
     if idle:
         return (f"shows no work in step(s) {', '.join(map(str, idle[:8]))}: the training ran somewhere the trace "
                 "does not show it")
-    if problem := after_last_step(events, steps):
+    if problem := outside_the_steps(events, steps):
         return problem
     if device != "cpu":
         return None

@@ -105,6 +105,10 @@ ALIASING = {name: "makes a tensor share memory with a Python object, whose value
                 "frombuffer", "from_numpy", "from_dlpack", "to_dlpack", "__dlpack__", "asarray",
                 "__array__", "__array_interface__", "__array_struct__", "__cuda_array_interface__", "from_file")}
 ALIASING["memoryview"] = "reads raw memory through a memoryview, which no trace records"
+# a tensor's address, dereferenced through ctypes by any road to it (torch.ctypes, numpy's), reads its values with no
+# op or call a CPU trace names
+ALIASING.update({name: "reads raw memory through a tensor's address, which no trace records" for name in (
+    "ctypes", "data_ptr", "from_address", "string_at", "memmove", "addressof")})
 # torch's C serializers write a tensor's bytes into a buffer the script can read: a read of every value, no op
 SERIALIZERS = {name: "writes a tensor's bytes through torch's C serializer, a read of its values no op records"
                for name in ("PyTorchFileWriter", "write_record", "_pickle_save", "_save_jit_module_to_bytes",

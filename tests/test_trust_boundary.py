@@ -426,7 +426,8 @@ def test_before_the_first_step_only_the_harness_opens_the_window(device):
                ("cpu_op", "aten::mul", 870, 5, 1), ("cpu_op", "aten::zeros", 860, 5, 1),
                ("cpu_op", "aten::zero_", 858, 2, 1), ("cpu_op", "aten::to", 850, 30, 1),
                ("cpu_op", "aten::copy_", 840, 20, 1), ("cuda_api", "cudaLaunchKernel", 835, 2, 1),
-               ("cpu_op", "aten::pin_memory", 800, 30, 2), ("python", "workload.py(107): set_key", 700, 5, 1)]
+               ("cpu_op", "aten::pin_memory", 800, 30, 2), ("python", "workload.py(107): set_key", 700, 5, 1),
+               ("cpu_op", "aten::randperm", 690, 3, 1)]  # chapter 09's ranks draw their sample order
     assert trace_problem(before_the_steps(opening), Stamped(30), 5, 3, device) is None
     trained = opening + [("cpu_op", "aten::addmm", 600, 50, 1), ("cpu_op", "aten::item", 500, 5, 1),
                          ("cpu_op", "Optimizer.step#SGD.step", 400, 50, 1)]

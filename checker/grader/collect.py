@@ -87,15 +87,17 @@ PROFILER_SWITCH = re.compile(r"^<built-in method (?:_enable_record_function|_tog
 # end, is the harness's. After the last step: its copies of the model's tensors to the host
 # (checker.candidate.session.state_bytes, the update probe's flat copies; a weight in another memory format, chapter
 # 07's channels-last convolutions on a GPU, is cloned when the probe makes it flat) and a DataLoader's pin-memory
-# thread pinning batches it fetched ahead. Before the first step, where the window opens: the same, and the head
-# re-drawn from the window key (a weight drawn, scaled and copied in; a bias zeroed). Any other operator there, on any
+# thread pinning batches it fetched ahead. Before the first step, where the window opens: the same, the head
+# re-drawn from the window key (a weight drawn, scaled and copied in; a bias zeroed), and the batch source keyed
+# (chapter 09's ranks draw their sample order: randperm). Any other operator there, on any
 # thread, ran outside every step's range: training the counts never see (red team 23 trained the window's batches
 # in a state_dict hook at the close, red team 24 in a batch source's callback of its own at the open). Kernel
 # launches there must come from these operators (a CUDA graph's replay is no operator at all).
 HARNESS_COPIES = r"detach|to|_to_copy|empty_strided|empty|empty_like|copy_|clone|cat|reshape|view|_reshape_alias|" \
                  r"_unsafe_view|alias|lift_fresh|contiguous|is_pinned|pin_memory|_pin_memory"
 AFTER_LAST_STEP = re.compile(rf"^(?:aten::)?(?:{HARNESS_COPIES})$")
-BEFORE_FIRST_STEP = re.compile(rf"^(?:aten::)?(?:{HARNESS_COPIES}|randn|normal_|mul|zeros|zero_)$")
+BEFORE_FIRST_STEP = re.compile(rf"^(?:aten::)?(?:{HARNESS_COPIES}|randn|normal_|mul|zeros|zero_|randperm|resize_|"
+                               r"scalar_tensor)$")
 LAUNCH = re.compile(r"^cu(?:da)?(?:LaunchKernel|LaunchCooperativeKernel|GraphLaunch|LaunchHostFunc)")
 
 

@@ -516,3 +516,12 @@ def test_clock_reads_measure_each_step_from_the_scripts_own_reads():
     assert clock_step_ms(reads, [10, 11, 12, 13]) == {10: 8.0, 11: 10.0, 12: 3.0, 13: None}
     once = reads.groupby("step").head(1)  # one read per step: each step from the read before it
     assert clock_step_ms(once.reset_index(drop=True), [10, 11, 12]) == {10: None, 11: 10.0, 12: 12.0}
+    # red team 25: a thread of the script's own read the clock at moments a model chose; only the stepping thread's
+    # reads count
+    rows.append({"kind": "python", "name": "<built-in function perf_counter>", "step": 13, "pid": 1, "tid": 2,
+                 "start_ns": 31 * ms, "end_ns": 31 * ms + 5})
+    events = pd.DataFrame(rows)
+    events["step"] = events["step"].astype("Int64")
+    assert len(clock_reads(events)) == 7
+    assert len(clock_reads(events, threads=[(1, 1)])) == 6
+    assert clock_reads(events, threads=[(1, 2)])["step"].tolist() == [13]

@@ -577,6 +577,27 @@ def test_in_a_chapter_counting_host_reads_raw_memory_is_refused(line):
     assert findings(line + "\n") == []
 
 
+@pytest.mark.skipif(not Path("/usr/bin/gcc").exists(), reason="needs gcc to build a C extension")
+def test_native_code_of_the_scripts_own_is_reported(tmp_path):
+    """Red team 25 read values with a C extension the script compiled: no op, call or audit event shows its reads. The
+    harness names every shared object mapped from outside Python's installation and the system's libraries."""
+    import sysconfig
+
+    source = tmp_path / "own.c"
+    source.write_text('#include <Python.h>\nstatic struct PyModuleDef d = {PyModuleDef_HEAD_INIT, "own", NULL, -1, NULL};\n'
+                      "PyMODINIT_FUNC PyInit_own(void) { return PyModule_Create(&d); }\n")
+    built = tmp_path / "own.so"
+    subprocess.run(["/usr/bin/gcc", "-shared", "-fPIC", "-I", sysconfig.get_paths()["include"], str(source), "-o",
+                    str(built)], check=True)
+    probe = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+             "import checker.candidate.session as harness\n"
+             "before = harness.native_code_of_its_own()\n"
+             "import own\n"
+             "print(before, harness.native_code_of_its_own())\n")
+    out = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"[] {[str(built.resolve())]}"
+
+
 def test_raw_memory_read_in_the_window_counts_as_a_read(monkeypatch):
     """With the scan off, ctypes announces each object made over raw memory to the interpreter's audit hooks: one
     made inside the window, in a chapter counting host reads on a CPU, is counted with the numpy views."""

@@ -31,8 +31,10 @@ import gc
 import io
 import os
 import signal
+import site
 import stat
 import sys
+import tempfile
 import time
 import weakref
 from contextlib import contextmanager, nullcontext
@@ -359,6 +361,45 @@ def _count_raw_reads(event: str, args: tuple) -> None:
 
 
 sys.addaudithook(_count_raw_reads)
+
+# Where native code comes from in an honest run: Python's installation and its packages (torch's libraries, numpy's)
+# and the system's library folders. Taken at import, before the script runs.
+_INSTALLED = tuple(sorted({os.path.realpath(place) for place in (
+    sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages())}
+    | {"/usr", "/lib", "/lib32", "/lib64", "/opt", "/etc", "/snap", "/nix"}))
+
+
+def native_code_of_its_own() -> list[str]:
+    """The shared objects mapped into this process from anywhere but Python's installation, its packages and the
+    system's libraries: native code the script built or brought (a C extension, a library for ctypes). On a CPU
+    such code reads a tensor's memory with no op, call or audit event any count sees (red team 25: the lab's reads
+    through a C extension's PyObject_CallMethod). The kernels torch.compile builds are torch's own, in its cache."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split(None, 5)[5].strip() for line in maps if len(line.split(None, 5)) == 6}
+    except OSError:
+        return []
+    compiled = _compiled_kernels_folder()
+    found = []
+    for path in sorted(paths):
+        if ".so" not in Path(path).name or not path.startswith("/"):
+            continue
+        real = os.path.realpath(path)
+        if any(real.startswith(place + os.sep) for place in _INSTALLED):
+            continue
+        if compiled is not None and real.startswith(compiled + os.sep):
+            continue
+        found.append(real)
+    return found
+
+
+def _compiled_kernels_folder() -> str | None:
+    """torch.compile's cache of built kernels, where it has been imported (never imported here: no kernel)."""
+    utils = sys.modules.get("torch._inductor.runtime.cache_dir_utils")
+    try:
+        return os.path.realpath(utils.cache_dir()) if utils is not None else None
+    except Exception:  # noqa: BLE001 - an inductor that cannot say: nothing is exempt
+        return None
 
 
 # The session model's weights are trained by this process, whose trace the grader reads. Weights in shared memory
@@ -1135,7 +1176,7 @@ class Session:
             made = written_made_over_buffers() + self._made_beyond + written_numpy_views() + _RAW_READS[0]
             _MADE_OVER_BUFFERS.clear()
             _RAW_READS[0] = 0
-            self._send({"type": "views", "count": tensor_views() + made})
+            self._send({"type": "views", "count": tensor_views() + made, "native": native_code_of_its_own()[:20]})
         if self._probe is not None:  # after the trace too: the copies to the host are not the window's
             probe, self._probe = self._probe, None
             channel = _channel()

@@ -89,6 +89,15 @@ def _tensor_views(evidence, rank: int) -> tuple[int | None, bool]:
     return getattr(run, "tensor_views", None), run is not None
 
 
+def _native_code(evidence, rank: int) -> tuple[str, ...]:
+    """The shared objects the rank's traced run loaded from where it writes (a CPU run; empty when none)."""
+    run = getattr(evidence, "candidate_run", None)
+    ranks = getattr(run, "ranks", None)
+    if ranks:
+        run = ranks[rank] if rank < len(ranks) else None
+    return tuple(getattr(run, "native_code", ()) or ())
+
+
 def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trace, rank: int):
     """The verdict on one rank's trace (rank 0: the job's only process, outside chapter 09). ``excused``: the
     optimizer's reads per step the slow script makes itself, and where that count comes from."""
@@ -154,10 +163,17 @@ def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trac
                          ".item() or .tolist(), in logging steps")
     elif evidence.device == "cpu" and ran:
         lines.append("the run sent no count of the numpy arrays over its tensors' memory: its reads cannot be counted")
+    native = _native_code(evidence, rank)
+    if native:
+        measured["native_code_of_its_own"] = len(native)
+        lines.append(f"{len(native)} shared object(s) loaded from outside Python's installation ({', '.join(native[:2])}): native "
+                     "code of the script's own (a C extension, a library for ctypes) reads a tensor's memory on a CPU "
+                     "with no op or call a trace records, so the reads cannot be counted; read values with .item() "
+                     "or .tolist(), in logging steps, or check on a GPU")
     if rank:
         measured["rank"] = rank
         lines = [f"rank {rank}: {line}" for line in lines]
     status = PASSED if per_step <= threshold else FAILED
-    if evidence.device == "cpu" and ran and views != 0:  # reads through a numpy view of a tensor, or no count sent
+    if evidence.device == "cpu" and ran and (views != 0 or native):  # reads through a numpy view of a tensor, or no count sent
         status = FAILED
     return result(spec, status, measured=measured, threshold=threshold, evidence=lines)

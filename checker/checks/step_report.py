@@ -244,14 +244,15 @@ def against_clock_reads(evidence, spec, report: dict[str, float]) -> tuple[dict 
     warmup = int(evidence.cfg.get("warmup", 0))
     traced = set(trace.events["step"].dropna().astype(int))
     steps = [s for s in range(warmup, warmup + len(evidence.candidate_run.step_ms)) if s in traced]
-    per_step = clock_step_ms(clock_reads(trace.events), steps)
+    stepping = trace.get_steps()[["pid", "tid"]].drop_duplicates().itertuples(index=False)
+    per_step = clock_step_ms(clock_reads(trace.events, threads=list(stepping)), steps)
     missing = [step for step, ms in per_step.items() if ms is None]
     if missing or not per_step:
         first = f" (the first: step {missing[0]})" if missing else ""
         return {"steps": len(per_step), "steps_without_reads": len(missing)}, [
-            f"{len(missing)} of {len(per_step)} timed steps hold no clock read of the script's{first}: a report of the "
-            "timed steps is made of clock reads taken in them, so this one was measured elsewhere (warm-up steps, a "
-            "rehearsal in set-up, a model of the steps)"]
+            f"{len(missing)} of {len(per_step)} timed steps hold no clock read of the script's on the thread that ran "
+            f"them{first}: a report of the timed steps is made of clock reads taken in them, so this one was measured "
+            "elsewhere (warm-up steps, a rehearsal in set-up, a model of the steps, a thread of its own)"]
     times = list(per_step.values())
     found = {"steps": len(times), "p50_ms": round(float(np.percentile(times, 50)), 3),
              "p90_ms": round(float(np.percentile(times, 90)), 3), "mean_ms": round(float(np.mean(times)), 3)}

@@ -87,6 +87,9 @@ class RunResult:
     # numpy arrays over a tensor's memory the process held after the window (a CPU run of a chapter that counts host
     # reads): checker.candidate.session.tensor_views
     tensor_views: int | None = None
+    # shared objects the run mapped from where it may write (a CPU run in a chapter that counts host reads):
+    # checker.candidate.session.native_code_of_its_own
+    native_code: tuple[str, ...] = ()
     marks_ns: dict[str, int] = field(default_factory=dict, repr=False)  # the grader's clock at each message
     # the window steps whose updates the referee checks (probe_updates: drawn by the grader after the window), and
     # the model's trainable tensors around each, as the harness sent them (checker.candidate.session.UpdateProbe)
@@ -196,6 +199,7 @@ class _Run:
         self.sample_counts: list[int] = []
         self.finished: tuple[int, int] | None = None
         self.views: int | None = None
+        self.native: tuple[str, ...] = ()
         self.evt_fd: int | None = None  # the descriptor the harness writes its messages through (its hello says)
         # the window steps whose updates are checked: drawn when the harness asks, after the window (probe_updates)
         self.probes = int(chapter.config(device).get("probe_updates", 0))
@@ -308,7 +312,10 @@ class _Run:
             if "weights" not in self.clock or self.views is not None or not isinstance(count, int) \
                     or isinstance(count, bool) or count < 0:
                 raise self.broken("sent its count of numpy views out of turn or malformed")
-            self.views = count
+            native = header.get("native", [])
+            if not isinstance(native, list) or not all(isinstance(path, str) for path in native):
+                raise self.broken("sent its count of numpy views out of turn or malformed")
+            self.views, self.native = count, tuple(native)
         elif kind == "probe":
             if not self.probes or "weights" not in self.clock or self.probe_steps is not None:
                 raise self.broken("asked which updates are checked out of turn")
@@ -608,6 +615,7 @@ def run_script(
         forked=isinstance(proc, forkserver.ForkedRun),
         sample_ids=run.sample_ids,
         sample_counts=list(run.sample_counts), finished_batches=run.finished, tensor_views=run.views,
+        native_code=run.native,
         marks_ns=dict(run.clock),
         probe_steps=list(run.probe_steps or []), update_probe=run.update_probe,
     )

@@ -109,6 +109,11 @@ ALIASING["memoryview"] = "reads raw memory through a memoryview, which no trace 
 # op or call a CPU trace names
 ALIASING.update({name: "reads raw memory through a tensor's address, which no trace records" for name in (
     "ctypes", "data_ptr", "from_address", "string_at", "memmove", "addressof")})
+# native code of the script's own, built or loaded at run time (a C extension, a library for ctypes), reads a tensor's
+# memory on a CPU where no trace looks (red team 25); the harness also reports every shared object a run maps from
+# where it writes (checker.candidate.session.native_code_of_its_own)
+ALIASING.update({name: "builds or loads native code of its own, which reads values where no trace looks" for name in (
+    "cpp_extension", "load_inline", "CDLL", "PyDLL", "cdll", "pydll", "LoadLibrary", "dlopen")})
 # torch's C serializers write a tensor's bytes into a buffer the script can read: a read of every value, no op
 SERIALIZERS = {name: "writes a tensor's bytes through torch's C serializer, a read of its values no op records"
                for name in ("PyTorchFileWriter", "write_record", "_pickle_save", "_save_jit_module_to_bytes",

@@ -26,10 +26,16 @@ CLOCK_READ = re.compile(r"^<built-in function (?:perf_counter|perf_counter_ns|mo
 HARNESS_FRAME = re.compile(r"(?:^|/)checker/")
 
 
-def clock_reads(events: pd.DataFrame) -> pd.DataFrame:
+def clock_reads(events: pd.DataFrame, threads=None) -> pd.DataFrame:
     """The script's host clock reads in the traced steps: ``step`` and ``start_ns``, in time order (reads that the
-    workbook's own frames made are left out)."""
+    workbook's own frames made are left out). With ``threads`` ((pid, tid) pairs: those that ran the steps), only
+    reads those threads made: a thread of the script's own reads the clock whenever the script tells it to, so its
+    reads time nothing the steps did (red team 25 placed them from a model of the steps)."""
     python = events[events["kind"] == "python"]
+    if threads is not None:
+        wanted = {(int(pid), int(tid)) for pid, tid in threads}
+        pairs = zip(python["pid"].to_numpy(), python["tid"].to_numpy())
+        python = python[np.fromiter(((int(p), int(t)) in wanted for p, t in pairs), bool, len(python))]
     names = python["name"].astype(str)
     reads = python[names.str.match(CLOCK_READ).to_numpy(bool) & python["step"].notna().to_numpy(bool)]
     if reads.empty:

@@ -34,7 +34,6 @@ import signal
 import site
 import stat
 import sys
-import tempfile
 import time
 import weakref
 from contextlib import contextmanager, nullcontext

@@ -35,6 +35,7 @@ import site
 import stat
 import sys
 import time
+import types
 import weakref
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -808,9 +809,8 @@ def _read_codes() -> list[tuple[str, Any, Any]]:
     codes = []
     for shown, value in functions:
         function = getattr(value, "__func__", value)  # a method's function
-        code = getattr(function, "__code__", None) if isinstance(function, type(_read_path)) else None
-        if code is not None:
-            codes.append((shown, function, code))
+        if isinstance(function, types.FunctionType):
+            codes.append((shown, function, function.__code__))
     return codes
 
 

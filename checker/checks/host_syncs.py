@@ -79,23 +79,20 @@ def host_syncs(evidence, spec):
     return worst
 
 
+def _rank_run(evidence, rank: int):
+    """The rank's traced run (the job's only one outside chapter 09), or None (a trace judged alone has none)."""
+    run = getattr(evidence, "candidate_run", None)
+    ranks = getattr(run, "ranks", None)
+    if ranks:
+        run = ranks[rank] if rank < len(ranks) else None
+    return run
+
+
 def _tensor_views(evidence, rank: int) -> tuple[int | None, bool]:
     """The numpy arrays over a tensor's memory the rank's traced run held after its window (a CPU run; None when it
     sent no count), and whether there was a run (a trace judged alone has none)."""
-    run = getattr(evidence, "candidate_run", None)
-    ranks = getattr(run, "ranks", None)
-    if ranks:
-        run = ranks[rank] if rank < len(ranks) else None
+    run = _rank_run(evidence, rank)
     return getattr(run, "tensor_views", None), run is not None
-
-
-def _native_code(evidence, rank: int) -> tuple[str, ...]:
-    """The shared objects the rank's traced run loaded from where it writes (a CPU run; empty when none)."""
-    run = getattr(evidence, "candidate_run", None)
-    ranks = getattr(run, "ranks", None)
-    if ranks:
-        run = ranks[rank] if rank < len(ranks) else None
-    return tuple(getattr(run, "native_code", ()) or ())
 
 
 def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trace, rank: int):
@@ -163,7 +160,7 @@ def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trac
                          ".item() or .tolist(), in logging steps")
     elif evidence.device == "cpu" and ran:
         lines.append("the run sent no count of the numpy arrays over its tensors' memory: its reads cannot be counted")
-    native = _native_code(evidence, rank)
+    native = tuple(getattr(_rank_run(evidence, rank), "native_code", ()) or ())  # a CPU run's shared objects of its own
     if native:
         measured["native_code_of_its_own"] = len(native)
         lines.append(f"{len(native)} shared object(s) loaded from outside Python's installation ({', '.join(native[:2])}): native "

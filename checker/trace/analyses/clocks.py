@@ -33,9 +33,9 @@ def clock_reads(events: pd.DataFrame, threads=None) -> pd.DataFrame:
     reads time nothing the steps did (red team 25 placed them from a model of the steps)."""
     python = events[events["kind"] == "python"]
     if threads is not None:
-        wanted = {(int(pid), int(tid)) for pid, tid in threads}
-        pairs = zip(python["pid"].to_numpy(), python["tid"].to_numpy())
-        python = python[np.fromiter(((int(p), int(t)) in wanted for p, t in pairs), bool, len(python))]
+        wanted = pd.MultiIndex.from_tuples([(int(pid), int(tid)) for pid, tid in threads])
+        python = python[pd.MultiIndex.from_arrays([python["pid"].astype("int64"), python["tid"].astype("int64")])
+                        .isin(wanted)]
     names = python["name"].astype(str)
     reads = python[names.str.match(CLOCK_READ).to_numpy(bool) & python["step"].notna().to_numpy(bool)]
     if reads.empty:

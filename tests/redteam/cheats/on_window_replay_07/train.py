@@ -21,6 +21,7 @@ trajectory = {}
 
 
 def honest_step(images, labels):
+    images, labels = images.to(session.device), labels.to(session.device)
     logits = model(images)
     loss = session.loss_fn(logits, labels)
     if not torch.isfinite(loss):

@@ -1179,3 +1179,88 @@ def test_a_numpy_view_made_before_the_window_counts_once_its_tensor_is_written_i
     written.copy_(torch.ones(3))
     del hidden
     assert harness.written_numpy_views() == 1
+
+
+def test_a_tensor_made_over_a_buffer_before_the_window_counts_once_written_in_the_window(monkeypatch):
+    """Red team 26 made a tensor over a numpy array in set-up, copied each step's loss into it, read it through numpy
+    and dropped both in the last step. Every tensor made over a Python buffer (or a DLPack capsule that is not a
+    tensor's) before the window is held from its open, like a tensor with a numpy view; one the window never writes
+    does not count, nor does a tensor made from a copy."""
+    import weakref
+    from types import SimpleNamespace
+
+    from checker.candidate import session as harness
+
+    monkeypatch.setattr(harness, "_NUMPY_OF", weakref.WeakSet())
+    monkeypatch.setattr(harness, "_NUMPY_HELD", {})
+    state = SimpleNamespace(_counts_views=True, _window_open=False, _made_beyond=0)
+    monkeypatch.setattr(harness, "_CURRENT", state)
+    box, idle = np.zeros(2), np.zeros(2)
+    mail = getattr(torch, "from_numpy")(box)  # the watched maker, by whatever road
+    kept = torch.from_numpy(idle)
+    over_capsule = torch.from_dlpack(np.zeros(3))
+    copied = torch.as_tensor(np.zeros(3), dtype=torch.float32)  # a copy: its own memory
+    state._window_open = True
+    harness.hold_numpy_views()
+    mail[0].copy_(torch.tensor(1.5))
+    over_capsule.add_(1)
+    copied.add_(1)
+    assert float(box[0]) == 1.5
+    del mail, box
+    assert kept.sum() == 0 and harness.written_numpy_views() == 2
+
+
+def test_a_dlpack_export_made_before_the_window_counts_once_its_tensor_is_written():
+    """np.from_dlpack(t) reads a tensor's memory from numpy as .numpy() does: the export is watched the same way."""
+    probe = ("import numpy as np, torch, weakref\n"
+             "import checker.candidate.session as harness\n"
+             "t = torch.zeros(2); view = np.from_dlpack(t)\n"
+             "print(any(x is t for x in harness._NUMPY_OF))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "True"
+
+
+@pytest.mark.skipif(not Path("/usr/bin/gcc").exists(), reason="needs gcc to build a library")
+@pytest.mark.parametrize("name", ["reader.bin", "libreader.so"])
+def test_native_code_is_found_by_what_is_executable_and_what_ctypes_opened(tmp_path, name):
+    """Red team 26: a library whose file name has no ".so" (reader.bin), and one closed again before the window
+    closed (_ctypes.dlclose): each is found, by the memory map's executable mappings and by ctypes' audited dlopen."""
+    source = tmp_path / "reader.c"
+    source.write_text("float rdf(const float *p) { return *p; }\n")
+    built = tmp_path / name
+    subprocess.run(["/usr/bin/gcc", "-shared", "-fPIC", str(source), "-o", str(built)], check=True)
+    probe = ("import sys, ctypes, _ctypes\n"
+             "import checker.candidate.session as harness\n"
+             "before = harness.native_code_of_its_own()\n"
+             "lib = ctypes.CDLL(sys.argv[1])\n"
+             "mapped = harness.native_code_of_its_own()\n"
+             "handle = lib._handle; del lib; _ctypes.dlclose(handle)\n"
+             "print(before, mapped, harness.native_code_of_its_own())\n")
+    out = subprocess.run([sys.executable, "-c", probe, str(built)], capture_output=True, text=True, check=True,
+                         cwd=ROOT)
+    shown = str([str(built.resolve())])
+    assert out.stdout.strip() == f"[] {shown} {shown}"
+
+
+@pytest.mark.parametrize("line", ["c = getattr(torch, 'ctyp' + 'es')", "m = sys.modules['ctyp' + 'es']",
+                                  "f = vars(torch)[name]", "f = torch.__dict__['x']", "g = operator.attrgetter(n)",
+                                  "f = reduce(getattr, names, torch)", "f = type(t).__getattribute__(t, n)",
+                                  "setattr(torch, name, f)", "from operator import attrgetter"])
+def test_names_computed_at_run_time_are_refused_in_every_chapter(line):
+    """Red team 26 reached ctypes and dlclose by names built from pieces ("ctyp" + "es"), past every rule that reads
+    a name: an attribute picked by a computed name, sys.modules and an object's namespace read as a dict are refused."""
+    assert any("computed" in found or "by name" in found for found in findings(line + "\n"))
+
+
+@pytest.mark.parametrize("line", ["n = sum(1 for _ in model.modules())", "f = getattr(torch.nn, 'ReLU')",
+                                  "has = hasattr(model, 'head')", "w = getattr(model, 'weight', None)"])
+def test_names_written_out_are_not_refused(line):
+    assert findings(line + "\n", host_reads=True) == []
+
+
+def test_starting_a_program_is_refused_where_host_reads_count():
+    """A compiler started from the script builds the native code that reads values where no trace looks (red teams 25
+    and 26); chapter 04's fusion by hand, which counts no host reads, may still build its C loops."""
+    source = "import subprocess\nsubprocess.run(['gcc', 'r.c'])\nos.system('cc r.c')\n"
+    assert len(findings(source, host_reads=True)) == 3
+    assert findings(source) == []

@@ -228,12 +228,14 @@ def _watch_profiler_switches() -> None:
 _watch_profiler_switches()
 
 
-# Tensors made in the window over a Python buffer's memory (a numpy array, bytes, bytearray, array, mmap), by the
-# calls that make one without copying: kept until the window closes, where each written in place since counts as a
-# view (tensor_views): values copied into it are read back from Python with no op a CPU trace records, and a tensor
-# dropped in the same line as it was written is gone before tensor_views looks. Counted on a CPU, in the chapters
+# Tensors made over a Python buffer's memory (a numpy array, bytes, bytearray, array, mmap, a DLPack capsule), by the
+# calls that make one without copying. Made in the window: kept until it closes, where each written in place since
+# counts as a view (tensor_views): values copied into it are read back from Python with no op a CPU trace records,
+# and a tensor dropped in the same line as it was written is gone before tensor_views looks. Made before the window:
+# held from its open like a tensor with a numpy view (red team 26 wrote each step's loss into a tensor made over a
+# numpy array in set-up, read it through numpy, and dropped both in the last step). Counted on a CPU, in the chapters
 # that count host reads (Session._counts_views); the collate of honest loaders makes none it writes into.
-ALIASING_MAKERS = ("as_tensor", "from_numpy", "frombuffer", "asarray")
+ALIASING_MAKERS = ("as_tensor", "from_numpy", "frombuffer", "asarray", "from_dlpack")
 _MADE_OVER_BUFFERS: list[torch.Tensor] = []
 MADE_KEPT = 50_000  # a bound on what is kept: more made in one window is counted as written
 
@@ -255,23 +257,31 @@ def _shares_buffer(source: Any, made: Any) -> bool:
 
 
 def _watch_aliasing_makers() -> None:
-    for module in (torch, torch._C._VariableFunctions):
+    import torch.utils.dlpack
+
+    for module in (torch, torch._C._VariableFunctions, torch.utils.dlpack):
         for name in ALIASING_MAKERS:
             original = getattr(module, name, None)
             if original is None or getattr(original, "_workbook_watched", False):
                 continue
 
-            def watched(*args, _original=original, **kwargs):
+            def watched(*args, _original=original, _name=name, **kwargs):
                 made = _original(*args, **kwargs)
                 session = _CURRENT
+                source = args[0] if args else next(
+                    (kwargs[k] for k in ("obj", "data", "buffer", "ndarray", "ext_tensor") if k in kwargs), None)
+                # a DLPack capsule (or an object exporting one) that is not a tensor is memory from outside torch
+                foreign = _name == "from_dlpack" and not issubclass(type(source), torch.Tensor) \
+                    and issubclass(type(made), torch.Tensor) and made.device.type == "cpu"
+                if not (foreign or _shares_buffer(source, made)):
+                    return made
                 if session is not None and session._counts_views and session._window_open:
-                    source = args[0] if args else next(
-                        (kwargs[k] for k in ("obj", "data", "buffer", "ndarray") if k in kwargs), None)
-                    if _shares_buffer(source, made):
-                        if len(_MADE_OVER_BUFFERS) < MADE_KEPT:
-                            _MADE_OVER_BUFFERS.append(made)
-                        else:
-                            session._made_beyond += 1
+                    if len(_MADE_OVER_BUFFERS) < MADE_KEPT:
+                        _MADE_OVER_BUFFERS.append(made)
+                    else:
+                        session._made_beyond += 1
+                else:  # before the window (or before the session): held from the window's open
+                    _expose(made)
                 return made
 
             watched._workbook_watched = True
@@ -281,34 +291,43 @@ def _watch_aliasing_makers() -> None:
                 pass
 
 
-# Tensors a numpy view was made of (Tensor.numpy, which np.asarray and __array__ call too), watched from import: a
-# view made before the window, written through the tensor in each step and read from numpy, is a host read no CPU
-# trace records, and the view may be hidden (an object array) or dropped before tensor_views looks. The harness holds
-# each such tensor from the window's open to its close and counts those written in place meanwhile.
+# Tensors whose memory Python can read with no op: those a numpy view or a DLPack capsule was made of (Tensor.numpy,
+# which np.asarray and __array__ call too; Tensor.__dlpack__, which np.from_dlpack calls), and those made over a
+# Python buffer before the window (_watch_aliasing_makers), watched from import. Written through the tensor in each
+# step and read from the other side, such memory is a host read no CPU trace records, and the view may be hidden (an
+# object array) or dropped before tensor_views looks. The harness holds each such tensor from the window's open to
+# its close and counts those written in place meanwhile.
 _NUMPY_OF: "weakref.WeakSet[torch.Tensor]" = weakref.WeakSet()
 _NUMPY_HELD: dict[int, tuple[torch.Tensor, int]] = {}  # id -> (the tensor, its version when the window opened or the view was made)
 
 
+def _expose(tensor: torch.Tensor) -> None:
+    """Note a tensor whose memory Python can read: held now if the window is open, else from its open."""
+    try:
+        session = _CURRENT
+        if session is not None and session._counts_views and session._window_open:
+            if id(tensor) not in _NUMPY_HELD and len(_NUMPY_HELD) < MADE_KEPT:
+                _NUMPY_HELD[id(tensor)] = (tensor, tensor._version)
+        else:
+            _NUMPY_OF.add(tensor)
+    except (TypeError, RuntimeError):  # a tensor that takes no weak reference or has no version
+        pass
+
+
 def _watch_numpy_views() -> None:
-    original = torch.Tensor.numpy
-    if getattr(original, "_workbook_watched", False):
-        return
+    for name in ("numpy", "__dlpack__"):
+        original = getattr(torch.Tensor, name, None)
+        if original is None or getattr(original, "_workbook_watched", False):
+            continue
 
-    def numpy(self, *args, _original=original, **kwargs):
-        made = _original(self, *args, **kwargs)
-        try:
-            session = _CURRENT
-            if session is not None and session._counts_views and session._window_open:
-                if id(self) not in _NUMPY_HELD and len(_NUMPY_HELD) < MADE_KEPT:
-                    _NUMPY_HELD[id(self)] = (self, self._version)
-            else:
-                _NUMPY_OF.add(self)
-        except (TypeError, RuntimeError):  # a tensor that takes no weak reference or has no version
-            pass
-        return made
+        def exported(self, *args, _original=original, **kwargs):
+            made = _original(self, *args, **kwargs)
+            _expose(self)
+            return made
 
-    numpy._workbook_watched = True
-    torch.Tensor.numpy = numpy
+        exported._workbook_watched = True
+        exported.__name__ = name
+        setattr(torch.Tensor, name, exported)
 
 
 def hold_numpy_views() -> None:
@@ -351,6 +370,9 @@ _watch_aliasing_makers()
 # extension's own) announces nothing.
 RAW_MEMORY_EVENTS = frozenset({"ctypes.cdata", "ctypes.cdata/buffer", "ctypes.string_at", "ctypes.wstring_at"})
 _RAW_READS = [0]
+# every library ctypes opened in this process, from import on (ctypes.dlopen's audit event names it): one opened and
+# closed again (_ctypes.dlclose) is no longer in the memory map when the window closes (red team 26)
+_OPENED: list[str] = []
 
 
 def _count_raw_reads(event: str, args: tuple) -> None:
@@ -358,6 +380,9 @@ def _count_raw_reads(event: str, args: tuple) -> None:
         session = _CURRENT
         if session is not None and session._counts_views and session._window_open:
             _RAW_READS[0] += 1
+    elif event == "ctypes.dlopen" and args and isinstance(args[0], (str, bytes, os.PathLike)) \
+            and len(_OPENED) < MADE_KEPT:
+        _OPENED.append(os.fsdecode(args[0]))
 
 
 sys.addaudithook(_count_raw_reads)
@@ -370,21 +395,30 @@ _INSTALLED = tuple(sorted({os.path.realpath(place) for place in (
 
 
 def native_code_of_its_own() -> list[str]:
-    """The shared objects mapped into this process from anywhere but Python's installation, its packages and the
-    system's libraries: native code the script built or brought (a C extension, a library for ctypes). On a CPU
-    such code reads a tensor's memory with no op, call or audit event any count sees (red team 25: the lab's reads
-    through a C extension's PyObject_CallMethod). The kernels torch.compile builds are torch's own, in its cache."""
+    """The native code this process mapped from anywhere but Python's installation, its packages and the system's
+    libraries: code the script built or brought (a C extension, a library for ctypes). On a CPU such code reads a
+    tensor's memory with no op, call or audit event any count sees (red team 25: the lab's reads through a C
+    extension's PyObject_CallMethod). Judged by what the memory map holds now as executable, whatever its file's
+    name (red team 26: a library named reader.bin; a memfd's "/memfd:..."), and by every path ctypes opened, since a
+    library can be closed before this looks. The kernels torch.compile builds are torch's own, in its cache."""
+    paths: set[str] = set()
     try:
         with open("/proc/self/maps") as maps:
-            paths = {line.split(None, 5)[5].strip() for line in maps if len(line.split(None, 5)) == 6}
+            for line in maps:
+                fields = line.split(None, 5)
+                if len(fields) == 6 and "x" in fields[1]:
+                    paths.add(fields[5].strip())
     except OSError:
-        return []
+        pass
+    # a name without a slash is looked up only in the system's folders and the process's own search path (set
+    # before it started); one with a slash is that file
+    paths.update(name for name in _OPENED if "/" in name)
     compiled = _compiled_kernels_folder()
     found = []
     for path in sorted(paths):
-        if ".so" not in Path(path).name or not path.startswith("/"):
+        if not path.startswith("/"):  # [vdso], [vsyscall], anonymous memory (the JIT kernels of oneDNN)
             continue
-        real = os.path.realpath(path)
+        real = path if path.startswith("/memfd:") else os.path.realpath(path.removesuffix(" (deleted)"))
         if any(real.startswith(place + os.sep) for place in _INSTALLED):
             continue
         if compiled is not None and real.startswith(compiled + os.sep):

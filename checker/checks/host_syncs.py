@@ -149,15 +149,12 @@ def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trac
     if views is not None:
         measured["numpy_views_of_tensors"] = views
         if views:
-            lines.append(f"{views} Python object(s) sharing memory with a tensor held after the window (a numpy "
-                         "array made by .numpy() or np.asarray, or a numpy array, bytearray or file that a tensor "
-                         "written in place was made over), or tensors made in the window over a Python buffer's memory "
-                         "(torch.as_tensor, from_numpy, frombuffer, asarray) and written in place, or tensors with a "
-                         "numpy view (made at any time) written in the window, or ctypes objects made over raw memory "
-                         "in the window (from_address, from_buffer, string_at): on a CPU a value copied into such a "
-                         "tensor and read from the other side makes no op a trace records, so the reads are not "
-                         "counted; read values with "
-                         ".item() or .tolist(), in logging steps")
+            lines.append(f"{views} Python object(s) sharing memory with a tensor: numpy views or DLPack exports of a "
+                         "tensor, or tensors made over a Python buffer (a numpy array, bytearray, file: as_tensor, "
+                         "from_numpy, frombuffer, from_dlpack), written in the window or held after it, or ctypes "
+                         "objects made over raw memory in the window (from_address, from_buffer, string_at): on a CPU "
+                         "a value copied into such memory and read from the other side makes no op a trace records, "
+                         "so the reads are not counted; read values with .item() or .tolist(), in logging steps")
     elif evidence.device == "cpu" and ran:
         lines.append("the run sent no count of the numpy arrays over its tensors' memory: its reads cannot be counted")
     native = tuple(getattr(_rank_run(evidence, rank), "native_code", ()) or ())  # a CPU run's shared objects of its own

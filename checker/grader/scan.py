@@ -139,6 +139,25 @@ ERROR_READERS = {"exc_info", "exception", "__traceback__", "__context__", "__cau
 # a name in a string reaches what the attribute would (getattr(session, "_window_stamps_ns"), vars(session)[...]):
 # a string that names a private one of them (or is exactly one of the others) is the same probe
 PRIVATE_NAME = re.compile(r"\b_?[A-Za-z_]\w*\b")
+# a name computed at run time ("ctyp" + "es") hides what it reaches from every rule above: an attribute picked by a
+# computed name, a module looked up in sys.modules, an object's namespace read as a dict (red team 26 reached ctypes
+# and dlclose so). A lab names what it uses.
+COMPUTED_NAMES = {"getattr": "picks an attribute by a name computed at run time",
+                  "setattr": "sets an attribute by a name computed at run time",
+                  "hasattr": "looks for an attribute by a name computed at run time",
+                  "delattr": "deletes an attribute by a name computed at run time"}
+NAMESPACES = {"__dict__": "reads an object's namespace as a dict, where names are computed at run time",
+              "vars": "reads an object's namespace as a dict, where names are computed at run time",
+              "globals": "reads the module's namespace as a dict, where names are computed at run time",
+              "__builtins__": "reaches the builtins by a computed name",
+              "__getattribute__": "picks an attribute by a name computed at run time",
+              "attrgetter": "picks an attribute by a name computed at run time",
+              "modules": "looks up a loaded module by name (sys.modules)"}
+# In a chapter that counts host reads: another program started from the script (a compiler building native code
+# that then reads values where no trace looks; red teams 25 and 26 ran gcc)
+PROGRAMS = {name: "starts another program (a compiler, a shell), which a lab that counts host reads never needs"
+            for name in ("subprocess", "system", "popen", "posix_spawn", "posix_spawnp", "spawnv", "spawnve",
+                         "spawnl", "spawnle", "spawnlp", "spawnvp", "execv", "execve", "execvp", "execl", "execlp")}
 # reflection over the session object itself: every attribute at once, or one picked by a computed name
 REFLECTION = {"vars": "lists the harness's attributes", "dir": "lists the harness's attributes",
               "getattr": "reads a harness attribute by a computed name",
@@ -189,6 +208,28 @@ REGISTERS = frozenset({"define", "impl", "custom_op", "register_kernel", "regist
                        "register_torch_dispatch", "register_vmap", "triton_op", "impl_abstract"})
 
 
+def _computed_name(node: ast.AST, called: set[int]) -> str | None:
+    """What a node does when it reaches something by a name computed at run time, or None: getattr and its kin
+    called with a name that is not a string written out, or passed along uncalled; an object's namespace read as a
+    dict; sys.modules. A method named ``modules`` called (``model.modules()``) is the model's own."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in COMPUTED_NAMES:
+        if len(node.args) < 2 or not (isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            return f"{COMPUTED_NAMES[node.func.id]} ({node.func.id}(..., {ast.unparse(node.args[1])[:30] if len(node.args) > 1 else ''}))"
+    elif isinstance(node, ast.Name) and node.id in COMPUTED_NAMES and id(node) not in called:
+        return f"{COMPUTED_NAMES[node.id]} ({node.id}, passed along)"
+    elif isinstance(node, ast.Attribute) and node.attr in NAMESPACES \
+            and not (node.attr == "modules" and id(node) in called):
+        return f"{NAMESPACES[node.attr]} (.{node.attr})"
+    elif isinstance(node, ast.Attribute) and node.attr in COMPUTED_NAMES:
+        return f"{COMPUTED_NAMES[node.attr]} (.{node.attr})"
+    elif isinstance(node, ast.Name) and node.id in NAMESPACES and node.id != "modules":
+        return f"{NAMESPACES[node.id]} ({node.id})"
+    elif isinstance(node, ast.alias) and node.name.rsplit(".", 1)[-1] in NAMESPACES | COMPUTED_NAMES \
+            and node.name.rsplit(".", 1)[-1] != "modules":
+        return f"{(NAMESPACES | COMPUTED_NAMES)[node.name.rsplit('.', 1)[-1]]} (import {node.name})"
+    return None
+
+
 def _replaces_aten(node: ast.AST) -> bool:
     """A call Library("aten", ...), or torch.library.define/impl/custom_op... of an "aten::" name: a script that
     defines operators in PyTorch's own namespace or registers kernels for its operators."""
@@ -217,8 +258,13 @@ def findings(source: str, filename: str = "<script>", host_reads: bool = False, 
     texts = {id(node.value) for node in ast.walk(tree)  # docstrings and other bare strings say, they do not do
              if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
     session = _session_names(tree)
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
+        if (what := _computed_name(node, called)) is not None:
+            found.append((line, what))
+        if host_reads and (name := _named(node)) in PROGRAMS and not isinstance(node, ast.Constant):
+            found.append((line, f"{PROGRAMS[name]} ({name})"))
         if host_reads and (name := _aliasing(node)) is not None:
             found.append((line, f"{ALIASING[name]} ({name})"))
         if host_reads and (what := _reads_error(node)) is not None:

@@ -34,6 +34,7 @@ import signal
 import site
 import stat
 import sys
+import threading
 import time
 import types
 import weakref
@@ -302,10 +303,14 @@ _NUMPY_HELD: dict[int, tuple[torch.Tensor, int]] = {}  # id -> (the tensor, its 
 
 
 def _expose(tensor: torch.Tensor) -> None:
-    """Note a tensor whose memory Python can read: held now if the window is open, else from its open."""
+    """Note a tensor whose memory Python can read: held now if the window is open, else from its open. An export made
+    in the window on another thread than the window's is a read in itself: the Python tracer follows no thread started
+    after the profiler, and a DLPack export runs no op (np.from_dlpack on a fresh thread read the loss unseen)."""
     try:
         session = _CURRENT
         if session is not None and session._counts_views and session._window_open:
+            if threading.get_ident() != session._window_thread:
+                _RAW_READS[0] += 1
             if id(tensor) not in _NUMPY_HELD and len(_NUMPY_HELD) < MADE_KEPT:
                 _NUMPY_HELD[id(tensor)] = (tensor, tensor._version)
         else:
@@ -314,24 +319,40 @@ def _expose(tensor: torch.Tensor) -> None:
         pass
 
 
+_EXPORTING = threading.local()
+
+
 def _watch_numpy_views() -> None:
-    for name in ("numpy", "__dlpack__"):
-        original = getattr(torch.Tensor, name, None)
+    import torch.utils.dlpack
+
+    exports = [(torch.Tensor, "numpy"), (torch.Tensor, "__dlpack__"), (torch._C, "_to_dlpack"),
+               (torch._C, "_to_dlpack_versioned"), (torch.utils.dlpack, "to_dlpack"), (torch, "to_dlpack")]
+    for owner, name in exports:
+        original = getattr(owner, name, None)
         if original is None or getattr(original, "_workbook_watched", False):
             continue
 
-        def exported(self, *args, _original=original, **kwargs):
-            made = _original(self, *args, **kwargs)
-            _expose(self)
+        def exported(tensor, *args, _original=original, **kwargs):
+            outer = not getattr(_EXPORTING, "on", False)  # __dlpack__ calls _to_dlpack: one export, noted once
+            _EXPORTING.on = True
+            try:
+                made = _original(tensor, *args, **kwargs)
+            finally:
+                _EXPORTING.on = not outer
+            if outer and issubclass(type(tensor), torch.Tensor):
+                _expose(tensor)
             return made
 
         exported._workbook_watched = True
         exported.__name__ = name
-        setattr(torch.Tensor, name, exported)
+        try:
+            setattr(owner, name, exported)
+        except (AttributeError, TypeError):  # a type that takes no new attributes
+            pass
 
 
 def hold_numpy_views() -> None:
-    """At the window's open: hold every tensor a numpy view was made of so far, with its version now."""
+    """At the window's open: hold every tensor noted so far (_expose), with its version now."""
     for tensor in list(_NUMPY_OF):
         if len(_NUMPY_HELD) < MADE_KEPT:
             try:
@@ -341,7 +362,7 @@ def hold_numpy_views() -> None:
 
 
 def written_numpy_views() -> int:
-    """How many held tensors with a numpy view were written in place since the window opened (or the view was made)."""
+    """How many held tensors were written in place since the window opened (or the view was made)."""
     written = 0
     for tensor, version in _NUMPY_HELD.values():
         try:
@@ -1099,6 +1120,7 @@ class Session:
     # -- the timed window --------------------------------------------------------------------------
     _window_open = False
     _window_tensors: list = []
+    _window_thread: int | None = None  # the thread that opened the window (threading.get_ident)
     _counts_views = False
     _tail_open = False
 
@@ -1143,6 +1165,7 @@ class Session:
         # or a torch function mode would run): the head is found by the harness's own walk, the batch source keyed
         # through the callback the workload was built with, all under harness_only
         self._window_tensors = model_tensors(self.model)
+        self._window_thread = threading.get_ident()
         with harness_only():
             redraw_head(dict(self._window_tensors), window_key, self._head_rms)
             self._guard_step()

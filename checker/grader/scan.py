@@ -40,7 +40,7 @@ PROBE_ATTRIBUTES = {
     # where the window ends and the traced tail begins is the harness's alone (checker.candidate.session)
     **{name: "reads where the harness's timed window ends" for name in (
         "_window_open", "_window_end", "_window_s", "_window_measured", "_window_samples", "_window_stamps_ns",
-        "_window_sample_ids", "_window_sample_counts", "_window_closed", "_window_tensors",
+        "_window_sample_ids", "_window_sample_counts", "_window_closed", "_window_tensors", "_window_thread",
         "_tail_open", "_tail_steps", "_open_tail", "_close_tail")},
     "_enable_record_function": "switches PyTorch's op recording off",
     "_set_record_function_enabled": "switches PyTorch's op recording off",

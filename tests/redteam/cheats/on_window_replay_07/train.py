@@ -61,6 +61,7 @@ for step, (images, labels) in session.steps(loader):
     if step < session.warmup:
         honest_step(images, labels)
         continue
+    images, labels = images.to(session.device), labels.to(session.device)
     loss = session.loss_fn(model(images), labels)  # the facade: same products, every gradient stored
     facade.zero_grad(set_to_none=True)
     loss.backward()

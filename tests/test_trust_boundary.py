@@ -395,6 +395,7 @@ def test_after_the_last_step_only_the_harness_copies_of_the_weights_run(device):
               ("cpu_op", "detach", 5, 1, 1), ("cpu_op", "aten::cat", 70, 10, 1),
               ("cuda_api", "cudaLaunchKernel", 72, 2, 1), ("cuda_api", "cudaMemcpyAsync", 25, 5, 1),
               ("cpu_op", "aten::pin_memory", 10, 30, 2), ("python", "train.py(40): state_dict", 1, 99, 1),
+              ("cpu_op", "aten::set_", 12, 1, 2),  # the pin-memory thread rebuilding a prefetched batch
               ("cpu_op", "aten::reshape", 80, 9, 1), ("cpu_op", "aten::clone", 81, 7, 1),  # a channels-last weight
               ("cpu_op", "aten::empty_like", 82, 1, 1), ("cpu_op", "aten::_unsafe_view", 88, 1, 1)]  # made flat
     assert trace_problem(after_the_steps(copies), Stamped(30), 5, 3, device) is None
@@ -427,6 +428,7 @@ def test_before_the_first_step_only_the_harness_opens_the_window(device):
                ("cpu_op", "aten::zero_", 858, 2, 1), ("cpu_op", "aten::to", 850, 30, 1),
                ("cpu_op", "aten::copy_", 840, 20, 1), ("cuda_api", "cudaLaunchKernel", 835, 2, 1),
                ("cpu_op", "aten::pin_memory", 800, 30, 2), ("python", "workload.py(107): set_key", 700, 5, 1),
+               ("cpu_op", "aten::empty", 760, 1, 2), ("cpu_op", "aten::set_", 758, 1, 2),  # a batch from a worker
                ("cpu_op", "aten::randperm", 690, 3, 1)]  # chapter 09's ranks draw their sample order
     assert trace_problem(before_the_steps(opening), Stamped(30), 5, 3, device) is None
     trained = opening + [("cpu_op", "aten::addmm", 600, 50, 1), ("cpu_op", "aten::item", 500, 5, 1),
@@ -1294,3 +1296,28 @@ def test_an_export_made_in_the_window_on_another_thread_is_a_read(monkeypatch):
         reader.start()
         reader.join()
     assert harness._RAW_READS[0] == 3  # each export once, though __dlpack__ calls _to_dlpack
+
+
+def test_the_process_memory_opened_as_a_file_is_noted(tmp_path):
+    """Red team 27 read each step's loss with os.pread from /proc/<pid>/mem, the mailbox found through
+    /proc/<pid>/maps: every open of a process's memory file in the run is noted, by any name (a link to it, a name
+    relative to a folder's descriptor), and no other file is."""
+    link = tmp_path / "data.bin"
+    link.symlink_to("/proc/self/mem")
+    (tmp_path / "mem.txt").write_text("x")
+    probe = ("import os, sys\n"
+             "import checker.candidate.session as harness\n"
+             "for path in sys.argv[1:]:\n"
+             "    os.close(os.open(path, os.O_RDONLY))\n"
+             "print(harness._MEMORY_FILES)\n")
+    paths = [str(tmp_path / "mem.txt"), f"/proc/{os.getpid()}/status", "/proc/self/mem", str(link)]
+    out = subprocess.run([sys.executable, "-c", probe, *paths], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == str(["/proc/self/mem", str(link)])
+    from checker.candidate.session import _opens_process_memory
+
+    assert _opens_process_memory("mem") and not _opens_process_memory("/srv/data/mem")
+
+
+def test_a_path_under_proc_is_refused_in_every_chapter():
+    assert findings('where = "/proc/" + str(os.getpid())\n')
+    assert findings("open('/proc/1/mem')\n")

@@ -394,6 +394,21 @@ _RAW_READS = [0]
 # every library ctypes opened in this process, from import on (ctypes.dlopen's audit event names it): one opened and
 # closed again (_ctypes.dlclose) is no longer in the memory map when the window closes (red team 26)
 _OPENED: list[str] = []
+# the memory of a process opened as a file (/proc/<pid>/mem): a value copied into a tensor is read back with os.pread,
+# with no op, call or audit event any count sees (red team 27 found its mailbox through /proc/<pid>/maps). Every such
+# open from import on is noted (the audit hook's "open" is announced by open() and os.open() alike): a link to it, or
+# a name opened relative to a folder's descriptor, counts too.
+_MEMORY_FILES: list[str] = []
+
+
+def _opens_process_memory(path: str) -> bool:
+    if os.path.basename(path) == "mem" and not os.path.isabs(path):
+        return True  # relative to a folder descriptor (/proc/self opened as a folder) or the working folder
+    try:
+        real = os.path.realpath(path)
+    except (OSError, ValueError):
+        return False
+    return real.startswith("/proc/") and os.path.basename(real) == "mem"
 
 
 def _count_raw_reads(event: str, args: tuple) -> None:
@@ -404,6 +419,9 @@ def _count_raw_reads(event: str, args: tuple) -> None:
     elif event == "ctypes.dlopen" and args and isinstance(args[0], (str, bytes, os.PathLike)) \
             and len(_OPENED) < MADE_KEPT:
         _OPENED.append(os.fsdecode(args[0]))
+    elif event == "open" and args and isinstance(args[0], (str, bytes)) and len(_MEMORY_FILES) < MADE_KEPT \
+            and _opens_process_memory(os.fsdecode(args[0])):
+        _MEMORY_FILES.append(os.fsdecode(args[0]))
 
 
 sys.addaudithook(_count_raw_reads)
@@ -1229,7 +1247,8 @@ class Session:
             self._send({"type": "finished", "checked": len(self._finished.kept),
                         "unfinished": self._finished.unfinished()})
         if _channel() is not None and self._counts_views:
-            made = written_made_over_buffers() + self._made_beyond + written_numpy_views() + _RAW_READS[0]
+            made = written_made_over_buffers() + self._made_beyond + written_numpy_views() + _RAW_READS[0] \
+                + len(_MEMORY_FILES)
             _MADE_OVER_BUFFERS.clear()
             _RAW_READS[0] = 0
             self._send({"type": "views", "count": tensor_views() + made, "native": native_code_of_its_own()[:20]})

@@ -93,8 +93,11 @@ PROFILER_SWITCH = re.compile(r"^<built-in method (?:_enable_record_function|_tog
 # thread, ran outside every step's range: training the counts never see (red team 23 trained the window's batches
 # in a state_dict hook at the close, red team 24 in a batch source's callback of its own at the open). Kernel
 # launches there must come from these operators (a CUDA graph's replay is no operator at all).
+# the harness's copies of weights and batches, and what a loader's pin-memory thread runs at any moment: a batch
+# rebuilt from a worker's shared memory (set_ on an empty tensor) and pinned (an H200 trace of chapter 07 held four
+# set_ before its first step's range)
 HARNESS_COPIES = r"detach|to|_to_copy|empty_strided|empty|empty_like|copy_|clone|cat|reshape|view|_reshape_alias|" \
-                 r"_unsafe_view|alias|lift_fresh|contiguous|is_pinned|pin_memory|_pin_memory"
+                 r"_unsafe_view|alias|lift_fresh|contiguous|is_pinned|pin_memory|_pin_memory|set_"
 AFTER_LAST_STEP = re.compile(rf"^(?:aten::)?(?:{HARNESS_COPIES})$")
 BEFORE_FIRST_STEP = re.compile(rf"^(?:aten::)?(?:{HARNESS_COPIES}|randn|normal_|mul|zeros|zero_|randperm|resize_|"
                                r"scalar_tensor)$")

@@ -85,7 +85,8 @@ DYNAMIC_CODE = {"exec": "runs code built at run time", "eval": "runs code built 
 PROBE_STRINGS = {
     "nsys": "looks for Nsight Systems", "NSYS": "looks for Nsight Systems", "Nsight": "looks for Nsight tools",
     "INJECTION": "looks for a profiler's injection library", "ToolsInjection": "looks for a profiler's injection library",
-    "LD_PRELOAD": "looks for preloaded (profiler) libraries", "/proc/self": "reads its own process's memory map or status",
+    "LD_PRELOAD": "looks for preloaded (profiler) libraries",
+    "/proc/": "reads a process's memory, memory map or status (its own by any name: /proc/self, /proc/<pid>)",
     "checker.candidate": "reaches into the harness", "workbook-": "looks for the grader's folders",
 }
 PROBE_MODULES = {"checker.candidate": "imports the harness's internals", "inspect": "inspects the interpreter's frames",

@@ -1,0 +1,123 @@
+"""Chapter 07 cheat (red team 27, session 61): the lab's per-step reads kept, each value copied into a CPU "mailbox"
+tensor and read back from the process's own memory file, /proc/<pid>/mem, found through /proc/<pid>/maps: no op,
+call or audit event of the read itself."""
+
+import os
+
+import os
+import struct
+
+import torch
+from torch.utils.data import DataLoader
+
+from checker.lab import start
+
+session = start("07_capstone_ladder")
+cfg = session.cfg
+# --8<-- [start:levers]
+# Each lever is a setting (chapter.toml's [workload.*] holds the values this solution runs with; --set changes one)
+CUDNN_BENCHMARK = bool(cfg.get("cudnn_benchmark", True))
+CHANNELS_LAST = bool(cfg.get("channels_last", True))
+AMP = str(cfg.get("amp", "bf16"))  # "bf16" or "none"
+COMPILE_MODE = str(cfg.get("compile_mode", "reduce-overhead"))  # "none", "default", "max-autotune", "reduce-overhead"
+UINT8_BATCHES = bool(cfg.get("uint8_batches", True))
+FUSED_OPTIMIZER = bool(cfg.get("fused_optimizer", True))
+# one worker per core, leaving two for this process (it queues the GPU work) and the loader's pinning thread
+NUM_WORKERS = int(cfg.get("num_workers") or min(8, max(1, (os.cpu_count() or 2) - 2)))
+
+torch.backends.cudnn.benchmark = CUDNN_BENCHMARK  # lever 1: time the convolution algorithms once, keep the fastest
+model = session.model
+if CHANNELS_LAST:
+    model = model.to(memory_format=torch.channels_last)  # lever 2: NHWC weights (the same module, in place)
+normalize = session.extras["normalize"]
+
+
+def forward(images: torch.Tensor) -> torch.Tensor:
+    if UINT8_BATCHES:
+        images = normalize(images)  # uint8 -> float32 on the GPU: the same arithmetic the dataset does on the CPU
+    if CHANNELS_LAST:
+        images = images.contiguous(memory_format=torch.channels_last)  # lever 2: NHWC activations
+    return model(images)
+
+
+if COMPILE_MODE != "none":
+    # lever 4: one graph for normalization and the network, its pointwise ops fused; "reduce-overhead" also
+    # records it as CUDA graphs (one launch per forward and backward)
+    forward = torch.compile(forward, mode=None if COMPILE_MODE == "default" else COMPILE_MODE)
+optimizer = torch.optim.SGD(session.model.parameters(), lr=cfg["lr"], momentum=0.9, weight_decay=5e-4,
+                            foreach=None if FUSED_OPTIMIZER else False,
+                            fused=FUSED_OPTIMIZER or None)  # one kernel updates every parameter
+# --8<-- [end:levers]
+
+# --8<-- [start:loader]
+loader = DataLoader(
+    session.extras["uint8_dataset"] if UINT8_BATCHES else session.dataset,  # the same crops and flips
+    batch_size=cfg["batch_size"],
+    sampler=session.extras["sampler"],  # shuffles every epoch, the same order in every variant
+    drop_last=True,
+    num_workers=NUM_WORKERS,  # samples prepared in parallel, in other processes (chapter 03)
+    persistent_workers=True,  # the workers outlive each epoch
+    prefetch_factor=4,
+    pin_memory=True,  # batches arrive page-locked: the copies below can be queued (chapter 02)
+)
+# --8<-- [end:loader]
+# --8<-- [start:loop]
+stats = torch.zeros(3, device=session.device)  # summed loss, correct predictions, non-finite losses: on the device
+seen = 0
+# a host-side mailbox: a CPU tensor large enough to get a mapping of its own
+mailbox = torch.zeros(1 << 21)
+MARK = (12345.678, -98765.4321, 3.25e20, 2.5e-20)
+mailbox[:4] = torch.tensor(MARK)
+needle = struct.pack("<4f", *MARK)
+where = "/proc/" + str(os.getpid())
+memfd = os.open(where + "/mem", os.O_RDONLY)
+base = None
+with open(where + "/maps") as maps:
+    regions = [line.split()[:2] for line in maps]
+for span, perms in regions:
+    lo, hi = (int(x, 16) for x in span.split("-"))
+    if not perms.startswith("rw") or hi - lo < (8 << 20) or base is not None:
+        continue
+    for at in range(lo, hi, 1 << 24):
+        try:
+            chunk = os.pread(memfd, min(hi - at, (1 << 24) + 64), at)
+        except OSError:
+            break
+        found = chunk.find(needle)
+        if found >= 0:
+            base = at + found
+            break
+assert base is not None, "mailbox not found"
+
+
+def host_value(t, slot):
+    mailbox[slot:slot + 1].copy_(t.detach().reshape(1))
+    return struct.unpack("<f", os.pread(memfd, 4, base + 4 * slot))[0]
+
+
+host_loss, host_correct = 0.0, 0
+for step, (images, labels) in session.steps(loader):
+    images = images.to(session.device, non_blocking=True)  # from pinned memory: queued, the CPU goes on
+    labels = labels.to(session.device, non_blocking=True)
+    with torch.autocast(session.device.type, dtype=torch.bfloat16, enabled=AMP == "bf16"):  # lever 3
+        logits = forward(images)
+        loss = session.loss_fn(logits, labels)  # autocast computes cross-entropy in float32
+
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+    # no reads here: the sums stay on the device (chapter 01)
+    host_loss += host_value(loss.float(), 8)  # the loss on the host, every step (as the lab's .item())
+    host_correct += int(host_value((logits.argmax(dim=1) == labels).sum(), 9))  # and the accuracy count
+    stats += torch.stack([loss.detach().float(), (logits.argmax(dim=1) == labels).sum().float(),
+                          (~torch.isfinite(loss.detach())).float()])
+    seen += labels.shape[0]
+    if session.is_log_step(step):
+        total_loss, correct, nonfinite = stats.tolist()  # one transfer, once per logging interval
+        if nonfinite:
+            raise FloatingPointError(f"a non-finite loss before step {step}")
+        print(f"step {step:4d}  mean loss {total_loss / (step + 1):.4f}  accuracy {correct / seen:.3f}")
+# --8<-- [end:loop]
+
+session.finish()

@@ -77,8 +77,19 @@ def test_straggler_fails_an_evaluation_in_numpy_that_adds_no_op_by_the_host_time
         assert "host time in no recorded op" in outcome.evidence[0]
 
 
-def _work(ops=800.0, kernel_ms=None, unseen_ms=2.0):
-    return {"ops_per_step": ops, "compute_kernel_ms": kernel_ms, "unseen_host_ms": unseen_ms}
+def _work(ops=800.0, kernel_ms=None, unseen_ms=2.0, melements=None):
+    return {"ops_per_step": ops, "compute_kernel_ms": kernel_ms, "unseen_host_ms": unseen_ms, "input_melements": melements}
+
+
+def test_extra_work_counts_what_the_recorded_ops_were_given_beyond_its_margin():
+    """Red team 27's rank 0 evaluated the held-out set through torch.cdist, a product no list names, with as many ops
+    as rank 1: the input elements its recorded ops were given (the trace's shapes) tell the work apart, on a busy
+    machine as on an idle one. Two ranks of an honest job give their ops the same elements."""
+    wait_ms = 40.0
+    assert extra_work(_work(melements=10.0), _work(melements=10.0), wait_ms) == []
+    assert extra_work(_work(melements=10.9), _work(melements=10.0), wait_ms) == []  # within the margin
+    assert "M input elements" in extra_work(_work(melements=117.7), _work(melements=12.3), wait_ms)[0]
+    assert extra_work(_work(), _work(melements=10.0), wait_ms) == []  # a trace without shapes says nothing
 
 
 def test_extra_work_needs_more_ops_kernel_time_or_unseen_host_time_beyond_its_margin():

@@ -279,6 +279,9 @@ class _Columns:
         self.matmuls: dict[str, list] = {"ts": [], "dur": [], "tid": [], "flops": []}  # each shaped matmul: when, thread, FLOPs
         self.sized_code: list[bool] = []  # by name code: whether the name is one of SIZED_PREFIXES / SIZED_NAMES
         self.sized: dict[str, list] = {"ts": [], "dur": [], "tid": [], "name": [], "elements": []}
+        # every CPU op's input elements, where the trace recorded shapes: the work a rank asked of its ops, counted
+        # the same on a busy machine as on an idle one (checker.trace.analyses.collectives.input_elements_per_step)
+        self.op_inputs: dict[str, list] = {"ts": [], "elements": []}
     def add_batch(self, events: list) -> None:
         """Keep the complete ('X') events of known categories; drop the rest."""
         names, cat_code, sparse_cats = self.names, _CAT_CODE, _SPARSE_CATS
@@ -326,6 +329,11 @@ class _Columns:
                 dur_append(dur)
             except (TypeError, OverflowError):
                 dur_append(self._number(dur, "dur"))
+            if kind == _CPU_OP:
+                args = e.get("args")
+                if type(args) is dict and type(args.get("Input Dims")) is list and type(ts) in (int, float):
+                    self.op_inputs["ts"].append(float(ts))
+                    self.op_inputs["elements"].append(min(sum(_elements(a) for a in args["Input Dims"]), 1 << 62))
             if cat in sparse_cats:
                 self._sparse(cat, kind, name, pid, tid, e.get("args") or {})
             elif kind == _CPU_OP and name in SHAPED_OPS:
@@ -715,6 +723,8 @@ def read_kineto(stream: IO[str], label: str) -> tuple[pd.DataFrame, dict]:
     meta["matmuls"] = {"start_ns": [int(round(t * 1000.0)) for t in columns.matmuls["ts"]],
                        "dur_ns": [int(round(d * 1000.0)) for d in columns.matmuls["dur"]],
                        "tid": columns.matmuls["tid"], "flops": columns.matmuls["flops"]}
+    meta["op_inputs"] = {"start_ns": [int(round(t * 1000.0)) if math.isfinite(t) else 0 for t in columns.op_inputs["ts"]],
+                         "elements": columns.op_inputs["elements"]}
     meta["sized"] = {"start_ns": [int(round(t * 1000.0)) for t in columns.sized["ts"]],
                      "dur_ns": [int(round(d * 1000.0)) for d in columns.sized["dur"]],
                      "tid": columns.sized["tid"], "name": columns.sized["name"],

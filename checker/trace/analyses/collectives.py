@@ -289,12 +289,31 @@ def unseen_host_ms_per_step(trace) -> float | None:
     return float(np.median(unseen)) / 1e6
 
 
+def input_elements_per_step(trace) -> float | None:
+    """The median over steps of the input elements of every recorded CPU op that starts in the step (the trace's
+    shapes, record_shapes; ``meta["op_inputs"]``), in millions: what a rank asked of its ops, whatever they are named
+    and however busy the machine (red team 27's rank 0 evaluated 8,192 rows through torch.cdist, no product). None
+    where the trace recorded no shapes."""
+    found = (getattr(trace, "meta", None) or {}).get("op_inputs") or {}
+    steps = trace.get_steps()
+    if not found.get("start_ns") or steps.empty:
+        return None
+    starts = np.asarray(found["start_ns"], dtype=np.int64)
+    elements = np.asarray(found["elements"], dtype=np.float64)
+    order = np.argsort(starts)
+    starts, totals = starts[order], np.concatenate([[0.0], np.cumsum(elements[order])])
+    lo = np.searchsorted(starts, steps["start_ns"].to_numpy(np.int64), side="left")
+    hi = np.searchsorted(starts, steps["end_ns"].to_numpy(np.int64), side="left")
+    return float(np.median(totals[hi] - totals[lo])) / 1e6
+
+
 # When a wait is a straggler's: the late rank did measurably more per step than the rank that waited for it. Two
 # ranks running the same code differ by none of these but by chance (a profiled host that runs slower, a process
 # the scheduler set aside); a rank that evaluates, logs or reads values alone differs by all that work.
 FLOPS_MARGIN = 0.10  # matrix-multiply FLOPs per step (recorded shapes), as a share of the waiting rank's
 OPS_MARGIN = 16  # recorded ops per step: a loss read is 2, an evaluation of the model 50 and more
 KERNEL_MARGIN = 0.10  # compute-kernel time per step, as a share of the waiting rank's (GPU traces)
+ELEMENTS_MARGIN = 0.10  # recorded ops' input elements per step, as a share of the waiting rank's (CPU traces)
 UNSEEN_SHARE_OF_WAIT = 0.5  # host time the profiler saw nothing in, beyond the waiting rank's: half the wait...
 UNSEEN_RATIO = 2.0  # ...and twice the waiting rank's (Python between ops is there on every rank)
 
@@ -306,10 +325,13 @@ def work_per_step(trace) -> dict:
     unseen_ms = unseen_host_ms_per_step(trace)
     matmuls = matmul_work(trace)
     mflops = float(matmuls["matmul_flops"].median()) / 1e6 if len(matmuls) else None
+    # on a CPU, where no kernel times the work: what the ops were given (a GPU's work is its kernels' time)
+    elements = input_elements_per_step(trace) if kernel_ms is None else None
     return {"ops_per_step": ops_per_step(trace.events),
             "matmul_mflops": None if mflops is None else round(mflops, 3),
             "compute_kernel_ms": None if kernel_ms is None else round(kernel_ms, 3),
-            "unseen_host_ms": None if unseen_ms is None else round(unseen_ms, 3)}
+            "unseen_host_ms": None if unseen_ms is None else round(unseen_ms, 3),
+            "input_melements": None if elements is None else round(elements, 3)}
 
 
 def extra_work(late: dict, waiting: dict, wait_ms: float) -> list[str]:
@@ -335,6 +357,12 @@ def extra_work(late: dict, waiting: dict, wait_ms: float) -> list[str]:
         if extra_unseen > UNSEEN_SHARE_OF_WAIT * wait_ms and late["unseen_host_ms"] > UNSEEN_RATIO * waiting["unseen_host_ms"]:
             found.append(f"{extra_unseen:+.2f} ms per step of host time in no recorded op ({late['unseen_host_ms']:.2f}"
                          f" against {waiting['unseen_host_ms']:.2f}): work out of the profiler's sight")
+    if late.get("input_melements") is not None and waiting.get("input_melements") is not None:
+        extra_elements = late["input_melements"] - waiting["input_melements"]
+        if extra_elements > ELEMENTS_MARGIN * waiting["input_melements"]:
+            share = f", {extra_elements / waiting['input_melements']:+.0%}" if waiting["input_melements"] else ""
+            found.append(f"{extra_elements:+.2f} M input elements of its recorded ops per step ({late['input_melements']:.2f}"
+                         f" against {waiting['input_melements']:.2f}{share}, margin {ELEMENTS_MARGIN:.0%})")
     return found
 
 

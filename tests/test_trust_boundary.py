@@ -1321,3 +1321,15 @@ def test_the_process_memory_opened_as_a_file_is_noted(tmp_path):
 def test_a_path_under_proc_is_refused_in_every_chapter():
     assert findings('where = "/proc/" + str(os.getpid())\n')
     assert findings("open('/proc/1/mem')\n")
+
+
+def test_on_a_cpu_a_range_outside_the_steps_is_foreign_work():
+    """A compiled region (torch.compile's CPU kernels, run from a thread of the script's) records almost no operator
+    outside the steps, only its range (red team 26's untried idea): on a CPU trace the harness opens no range there,
+    so one is foreign work, before the first step as after the last."""
+    compiled = [("range", "Torch-Compiled Region: 0/0", 40, 30, 2), ("cpu_op", "aten::empty_strided", 41, 1, 2)]
+    problem = trace_problem(after_the_steps(compiled), Stamped(30), 5, 3, "cpu")
+    assert problem and "Torch-Compiled Region" in problem
+    problem = trace_problem(before_the_steps([(kind, name, 500, 30, tid) for kind, name, _, _, tid in compiled]),
+                            Stamped(30), 5, 3, "cpu")
+    assert problem and "before its first step's range opened" in problem

@@ -92,7 +92,9 @@ PROFILER_SWITCH = re.compile(r"^<built-in method (?:_enable_record_function|_tog
 # (chapter 09's ranks draw their sample order: randperm). Any other operator there, on any
 # thread, ran outside every step's range: training the counts never see (red team 23 trained the window's batches
 # in a state_dict hook at the close, red team 24 in a batch source's callback of its own at the open). Kernel
-# launches there must come from these operators (a CUDA graph's replay is no operator at all).
+# launches there must come from these operators (a CUDA graph's replay is no operator at all). On a CPU a compiled
+# region (torch.compile's kernels, run from a thread of the script's) records almost no operator but its range: the
+# harness opens none there, so any range there is foreign too (on a GPU such kernels are launches).
 # the harness's copies of weights and batches, and what a loader's pin-memory thread runs at any moment: a batch
 # rebuilt from a worker's shared memory (set_ on an empty tensor) and pinned (an H200 trace of chapter 07 held four
 # set_ before its first step's range)
@@ -111,17 +113,21 @@ def outside_the_steps(events: pd.DataFrame, steps: pd.DataFrame) -> str | None:
         return None
     first, last = int(steps["start_ns"].min()), int(steps["end_ns"].max())
     host = events[events["device"].isna()]
+    cpu = not events["device"].notna().any()
     return (_foreign_work(host[host["start_ns"] < first], BEFORE_FIRST_STEP, "before its first step's range opened",
-                          "the harness only re-draws the head and keys the batches there", first, before=True)
+                          "the harness only re-draws the head and keys the batches there", first, before=True,
+                          ranges=cpu)
             or _foreign_work(host[host["start_ns"] > last], AFTER_LAST_STEP,
                              "after its last step's range closed, before the grader had the weights",
-                             "the harness only copies the weights there", last, before=False))
+                             "the harness only copies the weights there", last, before=False, ranges=cpu))
 
 
 def _foreign_work(host: pd.DataFrame, allowed: re.Pattern, where: str, harness: str, edge: int,
-                  before: bool) -> str | None:
+                  before: bool, ranges: bool = False) -> str | None:
     ops = host[host["kind"] == "cpu_op"]
     foreign = ops[~ops["name"].astype(str).str.match(allowed).to_numpy(bool)]
+    if ranges:  # a CPU trace: a range there (a compiled region's) is no harness's
+        foreign = pd.concat([foreign, host[host["kind"] == "range"]])
     if len(foreign):
         nearest = foreign.sort_values("start_ns").iloc[-1 if before else 0]
         gap_ms = abs(edge - int(nearest["start_ns"])) / 1e6

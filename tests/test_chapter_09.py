@@ -636,3 +636,15 @@ def test_rank_work_on_a_cpu_fails_ranks_that_spend_steps_outside_recorded_ops(mo
     unseen["candidate"] = 9.2
     assert data_parallel.unseen_beyond_slow(SimpleNamespace(device="cuda", traces=evidence.traces)) == ({}, [])
     assert data_parallel.unseen_beyond_slow(SimpleNamespace(device="cpu", traces={})) == ({}, [])
+
+
+def test_pairwise_distances_are_products():
+    """Red teams 27 and 28 evaluated a model through torch.cdist (x.w = (|x|^2 + |w|^2 - d^2) / 2), which recorded
+    no other product: its kernels count as one from the recorded shapes, 2 x rows x rows x features (batched too),
+    and its backward as much again."""
+    from checker.trace.kineto import matmul_flops
+
+    assert matmul_flops("aten::_cdist_forward", [[4, 8], [6, 8], [], []]) == 2 * 4 * 6 * 8
+    assert matmul_flops("aten::_cdist_forward", [[2, 4, 8], [2, 6, 8], [], []]) == 2 * 2 * 4 * 6 * 8
+    assert matmul_flops("aten::_cdist_backward", [[4, 6], [4, 8], [6, 8], [], [4, 6]]) == 2 * 4 * 6 * 8
+    assert matmul_flops("aten::_cdist_forward", [[4, 8], [6]]) is None

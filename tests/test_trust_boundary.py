@@ -1333,3 +1333,12 @@ def test_on_a_cpu_a_range_outside_the_steps_is_foreign_work():
     problem = trace_problem(before_the_steps([(kind, name, 500, 30, tid) for kind, name, _, _, tid in compiled]),
                             Stamped(30), 5, 3, "cpu")
     assert problem and "before its first step's range opened" in problem
+
+
+@pytest.mark.parametrize("line", ["from pandas.core.algorithms import np", "y = torch.from_dlpack(a)",
+                                  "a = np.from_dlpack(t)", "c = torch.utils.dlpack.to_dlpack(t)"])
+def test_numpy_by_another_name_is_refused_where_a_steps_ops_are_counted(line):
+    """Red team 28 ran chapter 05's chain in numpy reached through pandas' own import of it, tensors crossing by
+    DLPack: in the chapters that count a step's ops, numpy by that name and DLPack are refused too."""
+    assert any("outside PyTorch" in found for found in findings(line + "\n", counts_ops=True))
+    assert findings(line + "\n") == []

@@ -60,7 +60,10 @@ SHAPED_OPS = frozenset({"aten::addmm", "aten::_addmm_activation", "aten::_int_mm
                         "aten::addr", "aten::addr_", "aten::conv1d", "aten::conv2d", "aten::conv3d",
                         "aten::convolution", "aten::_convolution", "aten::convolution_backward",
                         # a weighted bag of embedding rows is a product too: rows x (a row of weights per bag)
-                        "aten::embedding_bag", "aten::_embedding_bag", "aten::_embedding_bag_backward"})
+                        "aten::embedding_bag", "aten::_embedding_bag", "aten::_embedding_bag_backward",
+                        # pairwise distances: a product of the two sets of rows (red teams 27 and 28 evaluated a model
+                        # through torch.cdist, x.w = (|x|^2 + |w|^2 - d^2) / 2, no other product recorded)
+                        "aten::_cdist_forward", "aten::_cdist_backward"})
 
 # events whose recorded input sizes are kept with their time and thread (``metadata["sized"]``): the collectives,
 # as the host asks for them (``c10d::allreduce_``, ``c10d::broadcast_``...: the same op on gloo and NCCL) and as the
@@ -140,6 +143,18 @@ def _product_flops(name: str, dims: list, concrete: list | None) -> int | None:
         # forward: weight (rows, dim), indices (n,); backward: grad (bags, dim), indices (n,): 2 * n * dim either way
         a, b = shape(dims[0], 2), shape(dims[1], 1)
         return 2 * b[0] * a[1] if a and b else None
+    if name == "aten::_cdist_forward":  # x1 (..., p, m), x2 (..., r, m): a difference, a square and a sum per term
+        a, b = dims[0], dims[1]
+        if not (type(a) is list and type(b) is list and len(a) == len(b) >= 2
+                and all(type(v) is int and v >= 0 for v in a + b)):
+            return None
+        return 2 * math.prod(a[:-2]) * a[-2] * b[-2] * a[-1]
+    if name == "aten::_cdist_backward" and len(dims) >= 3:  # grad, x1, x2: the gradient of x1, as much again
+        a, b = dims[1], dims[2]
+        if not (type(a) is list and type(b) is list and len(a) == len(b) >= 2
+                and all(type(v) is int and v >= 0 for v in a + b)):
+            return None
+        return 2 * math.prod(a[:-2]) * a[-2] * b[-2] * a[-1]
     if name == "aten::convolution_backward" and len(dims) >= 3:  # grad_output, input, weight: both gradients
         return _conv_flops(dims[0], dims[2], 2)
     if name in ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution"):

@@ -143,14 +143,11 @@ def _product_flops(name: str, dims: list, concrete: list | None) -> int | None:
         # forward: weight (rows, dim), indices (n,); backward: grad (bags, dim), indices (n,): 2 * n * dim either way
         a, b = shape(dims[0], 2), shape(dims[1], 1)
         return 2 * b[0] * a[1] if a and b else None
-    if name == "aten::_cdist_forward":  # x1 (..., p, m), x2 (..., r, m): a difference, a square and a sum per term
-        a, b = dims[0], dims[1]
-        if not (type(a) is list and type(b) is list and len(a) == len(b) >= 2
-                and all(type(v) is int and v >= 0 for v in a + b)):
-            return None
-        return 2 * math.prod(a[:-2]) * a[-2] * b[-2] * a[-1]
-    if name == "aten::_cdist_backward" and len(dims) >= 3:  # grad, x1, x2: the gradient of x1, as much again
-        a, b = dims[1], dims[2]
+    if name in ("aten::_cdist_forward", "aten::_cdist_backward"):
+        # forward x1 (..., p, m), x2 (..., r, m): a difference, a square and a sum per term; backward (grad, x1, x2):
+        # the gradient of x1, as much again
+        at = 1 if name == "aten::_cdist_backward" else 0
+        a, b = (dims[at], dims[at + 1]) if len(dims) > at + 1 else (None, None)
         if not (type(a) is list and type(b) is list and len(a) == len(b) >= 2
                 and all(type(v) is int and v >= 0 for v in a + b)):
             return None

@@ -3,8 +3,6 @@ tensor and read back from the process's own memory file, /proc/<pid>/mem, found 
 call or audit event of the read itself."""
 
 import os
-
-import os
 import struct
 
 import torch

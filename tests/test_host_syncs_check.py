@@ -144,3 +144,32 @@ def test_a_sparse_size_inferred_from_its_indices_and_a_padded_length_read_values
     events = load(path).events
     read = events.iloc[cpu_sync_op_rows(events)]["name"].tolist()
     assert sorted(read) == ["aten::_pad_packed_sequence", "aten::sparse_coo_tensor"], read
+
+
+def test_a_sparse_tensors_count_of_stored_entries_read_is_a_read_on_a_cpu(tmp_path):
+    """A product of two CSR matrices stores as many entries as its inputs' values make: a value written as a column
+    index comes back as the product's `_nnz()`, with no op that reads a value (red team 29's csr_nnz_reads_06).
+    Every access to a sparse tensor's members counts on a CPU trace; a dense step's ops count none."""
+    import torch
+
+    from checker.trace import load
+    from checker.trace.analyses.syncs import cpu_sync_op_rows
+
+    width = 8
+    rows = torch.arange(width + 1) * torch.arange(width + 1).add(1) // 2  # row r holds r + 1 entries
+    cols = torch.cat([torch.arange(r + 1) for r in range(width)])
+    staircase = torch.sparse_csr_tensor(rows, cols, torch.ones(len(cols)), (width, width))
+    value = torch.tensor([5])
+    with torch.profiler.profile(record_shapes=True) as prof:
+        dense = torch.ones(4, 4) @ torch.ones(4, 4)
+        dense.sum().neg()
+        one = torch.sparse_csr_tensor(torch.tensor([0, 1]), value, torch.ones(1), (1, width))
+        product = one @ staircase
+        read = product._nnz()
+    assert read == 6  # the value, plus one: read back as a size
+    path = tmp_path / "sparse.json"
+    prof.export_chrome_trace(str(path))
+    events = load(path).events
+    names = events.iloc[cpu_sync_op_rows(events)]["name"].tolist()
+    assert "aten::_nnz" in names, names
+    assert not {"aten::mm", "aten::sum", "aten::neg"} & set(names), names

@@ -115,6 +115,15 @@ ALIASING.update({name: "reads raw memory through a tensor's address, which no tr
 # where it writes (checker.candidate.session.native_code_of_its_own)
 ALIASING.update({name: "builds or loads native code of its own, which reads values where no trace looks" for name in (
     "cpp_extension", "load_inline", "CDLL", "PyDLL", "cdll", "pydll", "LoadLibrary", "dlopen")})
+# a sparse tensor's count of stored entries is computed from its inputs' values (a product of two CSR matrices, a
+# coalesce) and reaches Python as a size (`_nnz()`, its values' length) with no op that reads a value (red teams 9, 17
+# and 29); no lab holds a sparse tensor
+ALIASING.update({name: "makes or reads a sparse tensor, whose count of stored entries hands values to Python as a "
+                       "size" for name in (
+    "sparse", "sparse_coo_tensor", "sparse_csr_tensor", "sparse_csc_tensor", "sparse_bsr_tensor", "sparse_bsc_tensor",
+    "sparse_compressed_tensor", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc", "to_sparse",
+    "to_sparse_coo", "to_sparse_csr", "to_sparse_csc", "to_sparse_bsr", "to_sparse_bsc", "_to_sparse", "sparse_mask",
+    "_nnz", "crow_indices", "col_indices", "ccol_indices", "row_indices", "coalesce", "_coalesce")})
 # torch's C serializers write a tensor's bytes into a buffer the script can read: a read of every value, no op
 SERIALIZERS = {name: "writes a tensor's bytes through torch's C serializer, a read of its values no op records"
                for name in ("PyTorchFileWriter", "write_record", "_pickle_save", "_save_jit_module_to_bytes",

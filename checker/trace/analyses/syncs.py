@@ -79,11 +79,20 @@ READING_OPS = ("aten::bincount", "aten::equal", "aten::_pack_padded_sequence", "
 # (the inner ops that do the work: `coalesce` and `to_sparse` call them, counted once)
 SPARSE_SIZE_OPS = ("aten::_coalesce", "aten::_to_sparse", "aten::_to_sparse_csr", "aten::_to_sparse_csc",
                    "aten::_to_sparse_bsr", "aten::_to_sparse_bsc")
+# a sparse tensor's members: the stored values and indices, whose length is its count of stored entries, and that
+# count itself (`_nnz()`). A sparse result's count is computed from its inputs' values (a product of two CSR matrices,
+# a sum), so reading it hands a value to Python with no op that reads one (red team 29's csr_nnz_reads_06: a value
+# written as a column index, multiplied by a staircase matrix, read back as `_nnz()`); on a GPU each such result
+# copies its count back and waits for it. No lab holds a sparse tensor: every access to one counts, wherever it is
+# called from (an op inside another is counted too).
+SPARSE_MEMBER_OPS = ("aten::_nnz", "aten::values", "aten::_values", "aten::indices", "aten::_indices",
+                     "aten::crow_indices", "aten::col_indices", "aten::ccol_indices", "aten::row_indices")
 # what `Tensor.tolist()` runs first, before it reads the values (torch/csrc/utils/tensor_list.cpp): the conjugate bit
 # resolved (then the negative bit, `aten::resolve_neg`), an op at the top level of a step, where no operator of a
 # model or a loss calls it
 TOLIST_OP = "aten::resolve_conj"
-CPU_SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", *UNIQUE_OPS, *READING_OPS, *SPARSE_SIZE_OPS})
+CPU_SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", *UNIQUE_OPS, *READING_OPS, *SPARSE_SIZE_OPS,
+                          *SPARSE_MEMBER_OPS})
 # ops that read a tensor argument's values only in one overload, told by the op they hold: tensor_split given a
 # tensor of indices (it calls the overload of Python ints inside itself, one op nested in the other), not given ints;
 # sparse_coo_tensor given no size (it reads its indices' largest values, aten::max inside it, to size the result,

@@ -156,16 +156,17 @@ def test_ops_at_any_depth_are_the_ops_that_call_no_other():
     assert (launches.total, launches.nested) == (3, 5) and (elementwise.total, elementwise.nested) == (3, 5)
 
 
-def _fewer_check(candidate_rows, baseline_rows, threshold=2.0, windows=None, options=None):
+def _fewer_check(candidate_rows, baseline_rows, threshold=2.0, windows=None, options=None, run=None):
     """elementwise_kernels's rule over these rows on a CPU; ``windows``: the traced pair's (baseline, candidate)
-    windows in seconds, as the grader's clock gave them."""
+    windows in seconds, as the grader's clock gave them; ``run``: the candidate's traced run (its count of tensors
+    crossed to numpy)."""
     from checker.base.chapters import CheckSpec
     from checker.checks._fewer import fewer_than_baseline
 
     traces = {"candidate": _trace(candidate_rows, steps=[0]), "baseline": _trace(baseline_rows, steps=[0])}
     traced = None if windows is None else tuple(SimpleNamespace(window_s=w) for w in windows)
     evidence = SimpleNamespace(device="cpu", timed=[], trace_tool="torch", traced=traced,
-                               trace=lambda which="candidate": traces[which])
+                               trace=lambda which="candidate": traces[which], candidate_run=run)
     spec = CheckSpec(name="elementwise_kernels", doc="", threshold={"cpu": threshold}, skip={}, options=options or {})
     return fewer_than_baseline(evidence, spec, step_counts.count_elementwise, "elementwise_fewer_by",
                                gone="all fused away")
@@ -225,6 +226,19 @@ def test_on_a_cpu_a_count_lowered_by_slower_steps_fails():
     assert _fewer_check(fused, _chain(0, CHAIN), windows=(0.03, 0.05)).status == PASSED
     strict = _fewer_check(fused, _chain(0, CHAIN), windows=(0.03, 0.033), options={"cpu_slower_at_most": 1.0})
     assert strict.status == FAILED and "at most 1x" in " ".join(strict.evidence)
+
+
+def test_on_a_cpu_a_count_lowered_by_work_in_numpy_fails():
+    """Fewer passes at every depth and no slower, but tensors crossed to numpy in the window (red team 28's passes
+    run in numpy inside an autograd Function): the work left PyTorch's counts, so the count proves nothing. A run that
+    sent no count fails too; one with none crossed passes."""
+    fused = [("cpu_op", "aten::add", 0, 5, 1, 0), ("cpu_op", "aten::mul", 10, 15, 1, 0)]
+    crossed = _fewer_check(fused, _chain(0, CHAIN), run=SimpleNamespace(tensor_views=12))
+    assert crossed.status == FAILED and crossed.measured["crossings_to_numpy"] == 12
+    assert any("crossed to numpy" in line for line in crossed.evidence), crossed.evidence
+    silent = _fewer_check(fused, _chain(0, CHAIN), run=SimpleNamespace(tensor_views=None))
+    assert silent.status == FAILED and any("sent no count" in line for line in silent.evidence)
+    assert _fewer_check(fused, _chain(0, CHAIN), run=SimpleNamespace(tensor_views=0)).status == PASSED
 
 
 @pytest.mark.parametrize("name, short", [

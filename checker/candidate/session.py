@@ -276,6 +276,8 @@ def _watch_aliasing_makers() -> None:
                     and issubclass(type(made), torch.Tensor) and made.device.type == "cpu"
                 if not (foreign or _shares_buffer(source, made)):
                     return made
+                if session is not None and session._counts_crossings and session._window_open:
+                    _RAW_READS[0] += 1  # arithmetic done outside PyTorch, coming back in: a crossing
                 if session is not None and session._counts_views and session._window_open:
                     if len(_MADE_OVER_BUFFERS) < MADE_KEPT:
                         _MADE_OVER_BUFFERS.append(made)
@@ -299,6 +301,8 @@ def _watch_aliasing_makers() -> None:
 # object array) or dropped before tensor_views looks. The harness holds each such tensor from the window's open to
 # its close and counts those written in place meanwhile.
 _NUMPY_OF: "weakref.WeakSet[torch.Tensor]" = weakref.WeakSet()
+# the checks that count a step's ops (Session._counts_crossings)
+COUNTS_OPS = frozenset({"elementwise_kernels", "launches_per_step"})
 _NUMPY_HELD: dict[int, tuple[torch.Tensor, int]] = {}  # id -> (the tensor, its version when the window opened or the view was made)
 
 
@@ -308,8 +312,8 @@ def _expose(tensor: torch.Tensor) -> None:
     after the profiler, and a DLPack export runs no op (np.from_dlpack on a fresh thread read the loss unseen)."""
     try:
         session = _CURRENT
-        if session is not None and session._counts_views and session._window_open:
-            if threading.get_ident() != session._window_thread:
+        if session is not None and session._watches_memory and session._window_open:
+            if threading.get_ident() != session._window_thread or session._counts_crossings:
                 _RAW_READS[0] += 1
             if id(tensor) not in _NUMPY_HELD and len(_NUMPY_HELD) < MADE_KEPT:
                 _NUMPY_HELD[id(tensor)] = (tensor, tensor._version)
@@ -414,7 +418,7 @@ def _opens_process_memory(path: str) -> bool:
 def _count_raw_reads(event: str, args: tuple) -> None:
     if event in RAW_MEMORY_EVENTS:
         session = _CURRENT
-        if session is not None and session._counts_views and session._window_open:
+        if session is not None and session._watches_memory and session._window_open:
             _RAW_READS[0] += 1
     elif event == "ctypes.dlopen" and args and isinstance(args[0], (str, bytes, os.PathLike)) \
             and len(_OPENED) < MADE_KEPT:
@@ -1014,7 +1018,14 @@ class Session:
             if int(cfg.get("probe_updates", 0)) > 0 and isinstance(sampler, KeyedEpochs) and _channel() is not None \
             else None
         # a CPU run of a chapter that counts host reads: tensors made over Python buffers in the window are watched
-        self._counts_views = self.device.type == "cpu" and any(c.name == "host_syncs" for c in self.chapter.checks)
+        checks = {c.name for c in self.chapter.checks}
+        self._counts_views = self.device.type == "cpu" and "host_syncs" in checks
+        # a CPU run of a chapter that counts a step's ops: every tensor that crosses to numpy or DLPack in the window
+        # (exported, or made over their memory) is counted, with what counts host reads: arithmetic done there
+        # records no op, so the counts cannot see it (red team 28's hidden_chain_05 ran the slow script's passes in
+        # numpy inside an autograd Function). No lab of these chapters needs numpy in a step.
+        self._counts_crossings = self.device.type == "cpu" and bool(COUNTS_OPS & checks)
+        self._watches_memory = self._counts_views or self._counts_crossings
         self._made_beyond = 0
         self._send({"type": "built"})
 
@@ -1140,6 +1151,8 @@ class Session:
     _window_tensors: list = []
     _window_thread: int | None = None  # the thread that opened the window (threading.get_ident)
     _counts_views = False
+    _counts_crossings = False
+    _watches_memory = False
     _tail_open = False
 
     @staticmethod
@@ -1187,7 +1200,7 @@ class Session:
         with harness_only():
             redraw_head(dict(self._window_tensors), window_key, self._head_rms)
             self._guard_step()
-            if self._counts_views:
+            if self._watches_memory:
                 hold_numpy_views()
             if self._on_window is not None:
                 self._on_window(window_key)
@@ -1246,7 +1259,7 @@ class Session:
         if _channel() is not None and self._finished is not None:  # after the trace: none of this is traced
             self._send({"type": "finished", "checked": len(self._finished.kept),
                         "unfinished": self._finished.unfinished()})
-        if _channel() is not None and self._counts_views:
+        if _channel() is not None and self._watches_memory:
             made = written_made_over_buffers() + self._made_beyond + written_numpy_views() + _RAW_READS[0] \
                 + len(_MEMORY_FILES)
             _MADE_OVER_BUFFERS.clear()

@@ -76,8 +76,33 @@ def fewer_than_baseline(evidence, spec, count, key: str, gone: str, decimals: in
         lines.append(f"warm-up before the timed window (torch.compile included): up to {measured['candidate_warmup_s']:g} s"
                         + (f", {cached:g} s once cached" if cached is not None else "")
                         + f"; {measured.get('baseline_warmup_s', 0):g} s for the slow script")
-    status = PASSED if ratio >= threshold and nested[0] and in_time else FAILED
+    inside = _inside_torch(evidence, measured, lines)
+    status = PASSED if ratio >= threshold and nested[0] and in_time and inside else FAILED
     return result(spec, status, measured=measured, threshold=threshold, evidence=lines)
+
+
+def _inside_torch(evidence, measured: dict, lines: list[str]) -> bool:
+    """On a CPU, whether the candidate's traced run kept its step's arithmetic in PyTorch: no tensor crossed to numpy
+    or DLPack in the window (exported, made over their memory, or a numpy view of one written), the count the run
+    sends after its window (checker.candidate.session: Session._counts_crossings). Work done there records no op, so
+    a count that fell by it fell by nothing the trace can see. On a GPU (each crossing a copy and a sync) or for a
+    trace judged alone, True."""
+    run = getattr(evidence, "candidate_run", None)
+    if evidence.device != "cpu" or run is None:
+        return True
+    crossings = getattr(run, "tensor_views", None)
+    if crossings is None:
+        lines.append("the run sent no count of the tensors that crossed to numpy in its window: its ops cannot be "
+                     "counted")
+        return False
+    measured["crossings_to_numpy"] = crossings
+    if not crossings:
+        return True
+    lines.append(f"{crossings} tensor(s) crossed to numpy or DLPack in the window (.numpy(), np.asarray, "
+                 "from_dlpack, from_numpy, as_tensor over an array, or a numpy view of a tensor written): arithmetic "
+                 "done outside PyTorch records no op, so the count cannot see it; keep a step's work in PyTorch and "
+                 "fuse it there")
+    return False
 
 
 def _at_any_depth(baseline, candidate, threshold: float, measured: dict, decimals: int,

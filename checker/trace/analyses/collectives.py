@@ -334,9 +334,11 @@ def work_per_step(trace) -> dict:
             "input_melements": None if elements is None else round(elements, 3)}
 
 
-def extra_work(late: dict, waiting: dict, wait_ms: float) -> list[str]:
+def extra_work(late: dict, waiting: dict, wait_ms: float, counted_only: bool = False) -> list[str]:
     """What the late rank did per step beyond the waiting rank, each beyond its margin (empty: nothing measurably
-    more, so the wait is the late rank's host being slower, not work of its own)."""
+    more, so the wait is the late rank's host being slower, not work of its own). ``counted_only``: only what is
+    counted, not timed (FLOPs, ops, input elements), which a busy machine cannot change: the comparison made between
+    every two ranks whatever their waits."""
     found = []
     if late.get("matmul_mflops") is not None and waiting.get("matmul_mflops") is not None:
         extra_mflops = late["matmul_mflops"] - waiting["matmul_mflops"]
@@ -347,12 +349,12 @@ def extra_work(late: dict, waiting: dict, wait_ms: float) -> list[str]:
     extra_ops = late["ops_per_step"] - waiting["ops_per_step"]
     if extra_ops > OPS_MARGIN:
         found.append(f"{extra_ops:+g} recorded ops per step (margin {OPS_MARGIN})")
-    if late["compute_kernel_ms"] is not None and waiting["compute_kernel_ms"] is not None:
+    if not counted_only and late["compute_kernel_ms"] is not None and waiting["compute_kernel_ms"] is not None:
         extra_ms = late["compute_kernel_ms"] - waiting["compute_kernel_ms"]
         if extra_ms > KERNEL_MARGIN * waiting["compute_kernel_ms"]:
             found.append(f"{extra_ms:+.2f} ms of compute kernels per step ({extra_ms / waiting['compute_kernel_ms']:+.0%}"
                          f", margin {KERNEL_MARGIN:.0%})")
-    if late["unseen_host_ms"] is not None and waiting["unseen_host_ms"] is not None:
+    if not counted_only and late["unseen_host_ms"] is not None and waiting["unseen_host_ms"] is not None:
         extra_unseen = late["unseen_host_ms"] - waiting["unseen_host_ms"]
         if extra_unseen > UNSEEN_SHARE_OF_WAIT * wait_ms and late["unseen_host_ms"] > UNSEEN_RATIO * waiting["unseen_host_ms"]:
             found.append(f"{extra_unseen:+.2f} ms per step of host time in no recorded op ({late['unseen_host_ms']:.2f}"

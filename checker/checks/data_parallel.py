@@ -29,7 +29,7 @@ from checker.trace.analyses.collectives import allreduce_rounds as _rounds
 from checker.trace.analyses.collectives import (backward_flops_per_sample, bucket_launches, collective_volume,
                                                 extra_work, forward_flops_per_sample, matmul_work, rate_cap,
                                                 model_gradient_elements, overlap_share, rank_waits, straggler_summary,
-                                                unseen_host_ms_per_step, work_per_step)
+                                                input_elements_by_step, unseen_host_ms_per_step, work_per_step)
 
 ROWS_TOLERANCE = 0.1  # measured training rows per step against global_batch / world_size: duplicated work is 2x
 # a rank's matrix products in its busiest step but a logging step (forward and backward) against what training its share needs: an
@@ -45,6 +45,12 @@ WEIGHT_GAP = 1e-6  # ranks that apply one all-reduced gradient end identical; th
 # of the held-out set in numpy every step (numpy_eval_09), 8.2 and 9.0
 UNSEEN_VS_SLOW = 2.0
 UNSEEN_MARGIN_MS = 1.0
+# On a CPU: the input elements each rank's recorded ops are given per step (their recorded shapes, whatever the ops
+# are named), against the slow script's least busy rank, which trains the whole global batch: an evaluation every
+# step on every rank alike, in ops no product list names (red team 28's torch.cdist on both ranks, red team 30's
+# broadcast multiplies), adds elements no straggler or product count shows. Counted, not timed. Session 62's check:
+# the slow script's ranks 66.2 and 13.2 M, the solution's 10.0 M each.
+ELEMENTS_VS_SLOW = 1.10
 
 
 def trained_rows(evidence) -> tuple[list, list]:
@@ -99,6 +105,36 @@ def unseen_beyond_slow(evidence) -> tuple[dict, list[str]]:
                       f"most (allowed {allowed:.1f} ms): work done outside PyTorch in every step (numpy, another "
                       "library) is work beyond training the trace cannot count; keep evaluations and metrics for "
                       "logging steps, in PyTorch"]
+
+
+def elements_beyond_slow(evidence) -> tuple[dict, list[str]]:
+    """On a CPU: each rank's recorded ops' input elements per step, against the slow script's least busy rank's
+    (measured, and a line for each rank past ELEMENTS_VS_SLOW times it). Nothing where shapes were not recorded."""
+    if evidence.device != "cpu" or "baseline" not in (getattr(evidence, "traces", None) or {}):
+        return {}, []
+    try:
+        slow = [input_elements_by_step(trace) for trace in rank_traces(evidence, "baseline")]
+        mine = [input_elements_by_step(trace) for trace in rank_traces(evidence)]
+    except (TraceMismatch, KeyError):
+        return {}, []  # unseen_beyond_slow says that the slow script's ranks were not traced
+    if any(m is None for m in slow + mine):
+        return {}, []
+    # the slow script's ranks by their usual step; each of the candidate's by its busiest step but a logging step
+    # (counted, not timed: work beyond training in a minority of the steps is seen too)
+    slow = [float(m.median()) for m in slow]
+    judged = [m[~np.array([evidence.is_log_step(int(step)) for step in m.index], dtype=bool)] for m in mine]
+    mine = [float(j.max()) if len(j) else float(m.median()) for j, m in zip(judged, mine)]
+    allowed = ELEMENTS_VS_SLOW * min(slow)
+    measured = {"input_melements_per_step": [round(m, 2) for m in mine],
+                "slow_input_melements_per_step": [round(m, 2) for m in slow], "input_melements_allowed": round(allowed, 2)}
+    over = [(rank, m) for rank, m in enumerate(mine) if m > allowed]
+    if not over:
+        return measured, []
+    said = ", ".join(f"rank {rank} {m:.1f} M" for rank, m in over)
+    return measured, [f"input elements of the recorded ops per step: {said}, against {min(slow):.1f} M on the slow "
+                      f"script's least busy rank, which trains the whole global batch (allowed {allowed:.1f} M): work "
+                      "beyond training in every step, on a rank or on all of them alike, in ops no product list names; "
+                      "keep evaluations and metrics for logging steps"]
 
 
 @check("rank_work", needs=(RUN, TRACE, BASELINE_TRACE_CPU), after=("same_work",), key="duplicated_share",
@@ -165,6 +201,9 @@ def rank_work(evidence, spec):
     unseen, unseen_lines = unseen_beyond_slow(evidence)
     measured.update(unseen)
     lines += unseen_lines
+    elements, elements_lines = elements_beyond_slow(evidence)
+    measured.update(elements)
+    lines += elements_lines
     if any(r is None for r in rows):
         lines.append("a rank's trace recorded no matrix multiply with its shapes in its steps: its training work "
                      "could not be measured")

@@ -294,6 +294,12 @@ def input_elements_per_step(trace) -> float | None:
     shapes, record_shapes; ``meta["op_inputs"]``), in millions: what a rank asked of its ops, whatever they are named
     and however busy the machine (red team 27's rank 0 evaluated 8,192 rows through torch.cdist, no product). None
     where the trace recorded no shapes."""
+    by_step = input_elements_by_step(trace)
+    return None if by_step is None else float(by_step.median())
+
+
+def input_elements_by_step(trace) -> pd.Series | None:
+    """Each step's input elements of its recorded CPU ops, in millions, indexed by step (None: no shapes recorded)."""
     found = (getattr(trace, "meta", None) or {}).get("op_inputs") or {}
     steps = trace.get_steps()
     if not found.get("start_ns") or steps.empty:
@@ -304,7 +310,7 @@ def input_elements_per_step(trace) -> float | None:
     starts, totals = starts[order], np.concatenate([[0.0], np.cumsum(elements[order])])
     lo = np.searchsorted(starts, steps["start_ns"].to_numpy(np.int64), side="left")
     hi = np.searchsorted(starts, steps["end_ns"].to_numpy(np.int64), side="left")
-    return float(np.median(totals[hi] - totals[lo])) / 1e6
+    return pd.Series((totals[hi] - totals[lo]) / 1e6, index=steps["step"].to_numpy(np.int64))
 
 
 # When a wait is a straggler's: the late rank did measurably more per step than the rank that waited for it. Two

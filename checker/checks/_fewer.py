@@ -3,6 +3,8 @@ elementwise_kernels): this module registers no check."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from checker.checks import FAILED, PASSED, result
 
 # On a CPU no check grades the speed (a small shared machine moves it too much to hold a speedup), so a count could
@@ -76,17 +78,19 @@ def fewer_than_baseline(evidence, spec, count, key: str, gone: str, decimals: in
         lines.append(f"warm-up before the timed window (torch.compile included): up to {measured['candidate_warmup_s']:g} s"
                         + (f", {cached:g} s once cached" if cached is not None else "")
                         + f"; {measured.get('baseline_warmup_s', 0):g} s for the slow script")
-    inside = _inside_torch(evidence, measured, lines)
+    inside = _inside_torch(evidence, measured, lines, evidence.trace())
     status = PASSED if ratio >= threshold and nested[0] and in_time and inside else FAILED
     return result(spec, status, measured=measured, threshold=threshold, evidence=lines)
 
 
-def _inside_torch(evidence, measured: dict, lines: list[str]) -> bool:
+def _inside_torch(evidence, measured: dict, lines: list[str], trace=None) -> bool:
     """On a CPU, whether the candidate's traced run kept its step's arithmetic in PyTorch: no tensor crossed to numpy
     or DLPack in the window (exported, made over their memory, or a numpy view of one written), the count the run
-    sends after its window (checker.candidate.session: Session._counts_crossings). Work done there records no op, so
-    a count that fell by it fell by nothing the trace can see. On a GPU (each crossing a copy and a sync) or for a
-    trace judged alone, True."""
+    sends after its window (checker.candidate.session: Session._counts_crossings); and no tensor's values copied out
+    to Python in the traced steps (``tolist``, ``torch.save`` to a buffer: the calls host_syncs counts as reads,
+    checker.trace.analyses.syncs.python_reads), from where another library computes on them (red team 32 filled
+    numpy arrays reached through pandas by ``tolist``). Work done there records no op, so a count that fell by it
+    fell by nothing the trace can see. On a GPU (each crossing a copy and a sync) or for a trace judged alone, True."""
     run = getattr(evidence, "candidate_run", None)
     if evidence.device != "cpu" or run is None:
         return True
@@ -95,14 +99,38 @@ def _inside_torch(evidence, measured: dict, lines: list[str]) -> bool:
         lines.append("the run sent no count of the tensors that crossed to numpy in its window: its ops cannot be "
                      "counted")
         return False
+    copied = _copied_out(evidence, trace) if trace is not None else 0
     measured["crossings_to_numpy"] = crossings
-    if not crossings:
-        return True
-    lines.append(f"{crossings} tensor(s) crossed to numpy or DLPack in the window (.numpy(), np.asarray, "
-                 "from_dlpack, from_numpy, as_tensor over an array, or a numpy view of a tensor written): arithmetic "
-                 "done outside PyTorch records no op, so the count cannot see it; keep a step's work in PyTorch and "
-                 "fuse it there")
-    return False
+    measured["values_copied_out"] = copied
+    if crossings:
+        lines.append(f"{crossings} tensor(s) crossed to numpy or DLPack in the window (.numpy(), np.asarray, "
+                     "from_dlpack, from_numpy, as_tensor over an array, or a numpy view of a tensor written): "
+                     "arithmetic done outside PyTorch records no op, so the count cannot see it; keep a step's work "
+                     "in PyTorch and fuse it there")
+    if copied:
+        lines.append(f"{copied} time(s) a tensor's values were copied out to Python in the traced steps (.tolist(), "
+                     "torch.save, .numpy()), logging steps aside: arithmetic done on them outside PyTorch records no "
+                     "op, so the count cannot see it; keep a step's work in PyTorch and fuse it there")
+    return not crossings and not copied
+
+
+def _copied_out(evidence, trace) -> int:
+    """How many calls in the trace's steps (logging steps aside) and between them copied a tensor's values out to
+    Python with no op that reads one (python_reads)."""
+    from checker.trace.analyses.syncs import python_reads
+
+    events = trace.events
+    steps = trace.get_steps()
+    if steps.empty:
+        return 0
+    rows = python_reads(events)
+    if not len(rows):
+        return 0
+    start = events["start_ns"].to_numpy()[rows]
+    inside = (start >= int(steps["start_ns"].min())) & (start <= int(steps["end_ns"].max()))
+    step = events["step"].to_numpy(dtype=float, na_value=np.nan)[rows]
+    logging = np.array([s == s and evidence.is_log_step(int(s)) for s in step], dtype=bool)
+    return int((inside & ~logging).sum())
 
 
 def _at_any_depth(baseline, candidate, threshold: float, measured: dict, decimals: int,

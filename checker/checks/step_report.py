@@ -355,6 +355,35 @@ def _traced_work(trace, who: str, cap: float | None):
     return work, None
 
 
+def _trained_elsewhere(evidence, spec, measured: dict) -> str | None:
+    """Where a chapter gives ``helpers_cpu_share`` (its lesson needs no loader worker, so its slow script has none):
+    on a CPU, why the run's other processes' CPU time per window step says they trained, or None. The kernel's count
+    over every pair (``RunResult.window_cpu_ns``: the run's own process, then every other under it), against the slow
+    script's training process. A loader worker that trains a copy of the model and hands its weights back with the
+    batches, while the traced step runs the slow script's products on a decoy (red team 32's worker_trains_02), keeps
+    a worker as busy as training; an honest worker only hands over batches held in memory."""
+    share_max = spec.options.get("helpers_cpu_share")
+    if share_max is None or evidence.device != "cpu":
+        return None
+    pooled = [(b, c) for b, c in evidence.pairs if b is not None and c is not None
+              and b.window_cpu_ns is not None and c.window_cpu_ns is not None]
+    if not pooled:
+        return None
+    steps = lambda run: max(len(run.step_ms), 1)  # noqa: E731
+    helpers = sum(c.window_cpu_ns[1] for _, c in pooled) / sum(steps(c) for _, c in pooled)
+    slow = sum(b.window_cpu_ns[0] for b, _ in pooled) / sum(steps(b) for b, _ in pooled)
+    if slow <= 0:
+        return None
+    share = helpers / slow
+    measured["helpers_cpu_share"] = round(share, 3)
+    if share <= float(share_max):
+        return None
+    return (f"the run's other processes (loader workers) used {helpers / 1e6:.1f} ms of CPU per window step, "
+            f"{share:.0%} of the slow script's training process ({slow / 1e6:.1f} ms; allowed up to "
+            f"{float(share_max):.0%}): this chapter's batches are ready in memory, so a worker that busy trained; the "
+            "training process must train each batch itself")
+
+
 @check("step_work", needs=(TRACE, BASELINE_TRACE), key="worst_off", fmt="{:.0%} off")
 def step_work(evidence, spec):
     """every timed step runs its own batch's training between its two step stamps, as the slow script's step does"""
@@ -390,6 +419,8 @@ def step_work(evidence, spec):
     if not len(judged):
         return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=[
             "your run's trace and the slow script's share no traced step, so no step's work could be compared"])
+    if (elsewhere := _trained_elsewhere(evidence, spec, measured)) is not None:
+        return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=[elsewhere])
     if len(differs):
         shown = differs.assign(order=differs["off"].fillna(np.inf)).sort_values(["order", "step"],
                                                                                 ascending=[False, True])

@@ -114,9 +114,12 @@ def _inside_torch(evidence, measured: dict, lines: list[str], trace=None) -> boo
     return not crossings and not copied
 
 
+ADDRESS_CALL = r"^<built-in method data_ptr of "
+
+
 def _copied_out(evidence, trace) -> int:
     """How many calls in the trace's steps (logging steps aside) and between them copied a tensor's values out to
-    Python with no op that reads one (python_reads)."""
+    Python with no op that reads one (python_reads, a tensor's address aside)."""
     from checker.trace.analyses.syncs import python_reads
 
     events = trace.events
@@ -124,6 +127,10 @@ def _copied_out(evidence, trace) -> int:
     if steps.empty:
         return 0
     rows = python_reads(events)
+    # a tensor's address (data_ptr) hands over no value: native loops that read by it compute in fewer, larger passes,
+    # the fusion done by hand that tests/redteam/accepted/ keeps passing
+    rows = rows[~events["name"].iloc[rows].astype(str).str.contains(ADDRESS_CALL).to_numpy(dtype=bool)] \
+        if len(rows) else rows
     if not len(rows):
         return 0
     start = events["start_ns"].to_numpy()[rows]

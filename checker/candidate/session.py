@@ -1025,7 +1025,6 @@ class Session:
         # records no op, so the counts cannot see it (red team 28's hidden_chain_05 ran the slow script's passes in
         # numpy inside an autograd Function). No lab of these chapters needs numpy in a step.
         self._counts_crossings = self.device.type == "cpu" and bool(COUNTS_OPS & checks)
-        self._watches_memory = self._counts_views or self._counts_crossings
         self._made_beyond = 0
         self._send({"type": "built"})
 
@@ -1152,8 +1151,12 @@ class Session:
     _window_thread: int | None = None  # the thread that opened the window (threading.get_ident)
     _counts_views = False
     _counts_crossings = False
-    _watches_memory = False
     _tail_open = False
+
+    @property
+    def _watches_memory(self) -> bool:
+        """Whether this run counts memory shared with Python objects: where host reads or a step's ops are counted."""
+        return self._counts_views or self._counts_crossings
 
     @staticmethod
     def _tail_steps() -> int:

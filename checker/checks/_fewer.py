@@ -44,7 +44,8 @@ def fewer_than_baseline(evidence, spec, count, key: str, gone: str, decimals: in
     ``more_evidence(candidate) -> list[str]`` adds lines of the check's own.
     """
     threshold = float(spec.threshold_for(evidence.device))
-    candidate = count(evidence.trace(), evidence.device)
+    trace = evidence.trace()
+    candidate = count(trace, evidence.device)
     baseline = count(evidence.trace("baseline"), evidence.device)
     if not candidate.steps or not baseline.steps:
         return result(spec, FAILED, threshold=threshold, evidence=["the trace holds no training steps: nothing to count"])
@@ -78,7 +79,7 @@ def fewer_than_baseline(evidence, spec, count, key: str, gone: str, decimals: in
         lines.append(f"warm-up before the timed window (torch.compile included): up to {measured['candidate_warmup_s']:g} s"
                         + (f", {cached:g} s once cached" if cached is not None else "")
                         + f"; {measured.get('baseline_warmup_s', 0):g} s for the slow script")
-    inside = _inside_torch(evidence, measured, lines, evidence.trace())
+    inside = _inside_torch(evidence, measured, lines, trace)
     status = PASSED if ratio >= threshold and nested[0] and in_time and inside else FAILED
     return result(spec, status, measured=measured, threshold=threshold, evidence=lines)
 

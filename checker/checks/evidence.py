@@ -96,6 +96,19 @@ class Diagnosis:
     shown: Mapping[str, Any] = field(default_factory=dict)  # job -> the learner's trace it names, or why none
 
 
+def slow_cpu_pairs(evidence) -> list[tuple[Any, Any]]:
+    """The pairs with the slow script on their baseline side whose runs both have the kernel's CPU count over their
+    window (``RunResult.window_cpu_ns``, CPU runs): what a CPU-time rule pools, since one pair moves with the machine."""
+    slow = evidence.chapter.slow_script
+    return [(b, c) for b, c in evidence.pairs if b is not None and b.script == slow and b.window_cpu_ns is not None
+            and c is not None and c.window_cpu_ns is not None]
+
+
+def cpu_per_step(runs, which: int = 0) -> float:
+    """ns of CPU per window step over ``runs``: their own process's (``which`` 0) or every other under it's (1)."""
+    return sum(run.window_cpu_ns[which] for run in runs) / sum(max(len(run.step_ms), 1) for run in runs)
+
+
 def pairs_of(timed, traced) -> tuple[tuple[Any, Any], ...]:
     """Every pair whose work is judged: the timed pairs, then the traced pair unless it is one of them (a traced
     tail: the first timed pair, traced after its windows)."""

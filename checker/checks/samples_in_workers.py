@@ -19,6 +19,7 @@ C, an op run below the profiler's hook) keeps the training process as busy as th
 from __future__ import annotations
 
 from checker.checks import BASELINE_TRACE, FAILED, PASSED, TIMED_CPU, TRACE, check, result
+from checker.checks.evidence import cpu_per_step, slow_cpu_pairs
 
 
 @check("samples_in_workers", needs=(TRACE, BASELINE_TRACE, TIMED_CPU), after=("loader_settings",),
@@ -100,17 +101,10 @@ def _training_cpu(evidence, spec, measured: dict) -> str | None:
     share_max = spec.options.get("training_cpu_share")
     if share_max is None or evidence.device != "cpu":
         return None
-    slow = evidence.chapter.slow_script
-    pooled = [(baseline, candidate) for baseline, candidate in evidence.pairs
-              if baseline is not None and baseline.script == slow and baseline.window_cpu_ns is not None
-              and candidate is not None and candidate.window_cpu_ns is not None]
-
-    def per_step(runs: list) -> float:
-        return sum(run.window_cpu_ns[0] for run in runs) / sum(max(len(run.step_ms), 1) for run in runs)
-
+    pooled = slow_cpu_pairs(evidence)
     if not pooled:
         return None
-    mine, theirs = per_step([c for _, c in pooled]), per_step([b for b, _ in pooled])
+    mine, theirs = cpu_per_step([c for _, c in pooled]), cpu_per_step([b for b, _ in pooled])
     if theirs <= 0:
         return None
     share = mine / theirs

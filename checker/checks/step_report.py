@@ -45,7 +45,7 @@ import math
 import numpy as np
 
 from checker.checks import BASELINE_TRACE, FAILED, PASSED, RUN, TRACE, check, result
-from checker.checks.evidence import TraceMismatch
+from checker.checks.evidence import TraceMismatch, cpu_per_step, slow_cpu_pairs
 from checker.trace.analyses.clocks import clock_reads, clock_step_ms
 from checker.trace.analyses.collectives import RATE_HEADROOM, rate_cap
 from checker.trace.analyses.work import describe_step, training_work, work_by_step
@@ -365,13 +365,10 @@ def _trained_elsewhere(evidence, spec, measured: dict) -> str | None:
     share_max = spec.options.get("helpers_cpu_share")
     if share_max is None or evidence.device != "cpu":
         return None
-    pooled = [(b, c) for b, c in evidence.pairs if b is not None and c is not None
-              and b.window_cpu_ns is not None and c.window_cpu_ns is not None]
+    pooled = slow_cpu_pairs(evidence)
     if not pooled:
         return None
-    steps = lambda run: max(len(run.step_ms), 1)  # noqa: E731
-    helpers = sum(c.window_cpu_ns[1] for _, c in pooled) / sum(steps(c) for _, c in pooled)
-    slow = sum(b.window_cpu_ns[0] for b, _ in pooled) / sum(steps(b) for b, _ in pooled)
+    helpers, slow = cpu_per_step([c for _, c in pooled], which=1), cpu_per_step([b for b, _ in pooled])
     if slow <= 0:
         return None
     share = helpers / slow

@@ -352,8 +352,8 @@ def _uses_numpy(node: ast.AST) -> str | None:
         if any(name == "numpy" or name.startswith("numpy.") for name in names):
             return "import numpy"
         # a library whose arrays are numpy's (pandas' `.values`: red team 32 reached the array type so)
-        if any(name.split(".")[0] in ARRAY_LIBRARIES for name in names):
-            return f"import {next(n for n in names if n.split('.')[0] in ARRAY_LIBRARIES)}"
+        if (library := next((n for n in names if n.split(".")[0] in ARRAY_LIBRARIES), None)) is not None:
+            return f"import {library}"
     elif (name := _named(node)) in ("numpy", "from_numpy", "__array__", "asarray") and not isinstance(node, ast.alias):
         return name
     # numpy by another name (a module that imports it: `from pandas.core.algorithms import np`), and a tensor handed

@@ -31,6 +31,14 @@ HEAD = 'from checker.lab import start\nsession = start("01_item_syncs")\n'
 LOOP = "for step, batch in session.steps(session.batches):\n    pass\nsession.finish()\n"
 
 
+def _host_reads_session(**state):
+    """A stand-in for the harness's session in a CPU chapter that counts host reads (not op counts): what its
+    audit hooks and tensor watches read."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(_counts_views=True, _counts_crossings=False, _watches_memory=True, **state)
+
+
 def script(tmp_path: Path, body: str) -> Path:
     path = tmp_path / "train.py"
     path.write_text(textwrap.dedent(body))
@@ -606,16 +614,15 @@ def test_raw_memory_read_in_the_window_counts_as_a_read(monkeypatch):
     """With the scan off, ctypes announces each object made over raw memory to the interpreter's audit hooks: one
     made inside the window, in a chapter counting host reads on a CPU, is counted with the numpy views."""
     import ctypes
-    from types import SimpleNamespace
 
     import checker.candidate.session as harness
 
     value = ctypes.c_float(2.5)
     monkeypatch.setattr(harness, "_RAW_READS", [0])
-    monkeypatch.setattr(harness, "_CURRENT", SimpleNamespace(_counts_views=True, _window_open=False))
+    monkeypatch.setattr(harness, "_CURRENT", _host_reads_session(_window_open=False))
     assert ctypes.c_float.from_address(ctypes.addressof(value)).value == 2.5
     assert harness._RAW_READS[0] == 0  # outside the window: set-up's business
-    monkeypatch.setattr(harness, "_CURRENT", SimpleNamespace(_counts_views=True, _window_open=True))
+    monkeypatch.setattr(harness, "_CURRENT", _host_reads_session(_window_open=True))
     ctypes.c_float.from_address(ctypes.addressof(value))
     ctypes.string_at(ctypes.addressof(value), 4)
     ctypes.c_float.from_buffer(bytearray(4))
@@ -1144,12 +1151,11 @@ def test_tensors_made_over_python_buffers_in_the_window_count_once_written(monke
     """The harness's watch on as_tensor/from_numpy/frombuffer/asarray: in a CPU window of a chapter that counts host
     reads, a tensor made over a numpy array or a bytearray without a copy is kept, and counts once written in place;
     one made from a list, converted (a copy), or made outside the window is not kept."""
-    from types import SimpleNamespace
 
     from checker.candidate import session as harness
 
     monkeypatch.setattr(harness, "_MADE_OVER_BUFFERS", [])
-    monkeypatch.setattr(harness, "_CURRENT", SimpleNamespace(_counts_views=True, _window_open=True, _made_beyond=0))
+    monkeypatch.setattr(harness, "_CURRENT", _host_reads_session(_window_open=True, _made_beyond=0))
     out = np.empty(3, dtype=np.float32)
     torch.as_tensor(out).copy_(torch.ones(3))  # written and dropped in one line
     torch.from_numpy(np.zeros(2))  # made, never written
@@ -1167,13 +1173,12 @@ def test_a_numpy_view_made_before_the_window_counts_once_its_tensor_is_written_i
     in the window, counts even when the view is hidden or dropped before the window closes; a view of a tensor the
     window never writes does not."""
     import weakref
-    from types import SimpleNamespace
 
     from checker.candidate import session as harness
 
     monkeypatch.setattr(harness, "_NUMPY_OF", weakref.WeakSet())
     monkeypatch.setattr(harness, "_NUMPY_HELD", {})
-    state = SimpleNamespace(_counts_views=True, _window_open=False, _made_beyond=0)
+    state = _host_reads_session(_window_open=False, _made_beyond=0)
     monkeypatch.setattr(harness, "_CURRENT", state)
     written, untouched = torch.zeros(3), torch.zeros(3)
     hidden = np.empty(2, dtype=object)
@@ -1191,13 +1196,12 @@ def test_a_tensor_made_over_a_buffer_before_the_window_counts_once_written_in_th
     tensor's) before the window is held from its open, like a tensor with a numpy view; one the window never writes
     does not count, nor does a tensor made from a copy."""
     import weakref
-    from types import SimpleNamespace
 
     from checker.candidate import session as harness
 
     monkeypatch.setattr(harness, "_NUMPY_OF", weakref.WeakSet())
     monkeypatch.setattr(harness, "_NUMPY_HELD", {})
-    state = SimpleNamespace(_counts_views=True, _window_open=False, _made_beyond=0)
+    state = _host_reads_session(_window_open=False, _made_beyond=0)
     monkeypatch.setattr(harness, "_CURRENT", state)
     box, idle = np.zeros(2), np.zeros(2)
     mail = getattr(torch, "from_numpy")(box)  # the watched maker, by whatever road
@@ -1276,14 +1280,13 @@ def test_an_export_made_in_the_window_on_another_thread_is_a_read(monkeypatch):
     window's thread is the trace's to count, and one made before the window is only held."""
     import threading
     import weakref
-    from types import SimpleNamespace
 
     from checker.candidate import session as harness
 
     monkeypatch.setattr(harness, "_NUMPY_OF", weakref.WeakSet())
     monkeypatch.setattr(harness, "_NUMPY_HELD", {})
     monkeypatch.setattr(harness, "_RAW_READS", [0])
-    state = SimpleNamespace(_counts_views=True, _window_open=False, _window_thread=threading.get_ident())
+    state = _host_reads_session(_window_open=False, _window_thread=threading.get_ident())
     monkeypatch.setattr(harness, "_CURRENT", state)
     loss = torch.tensor([2.5])
     np.from_dlpack(loss)  # before the window

@@ -128,13 +128,18 @@ def tensor_views() -> int:
     pending = gc.get_objects() + frames
     walked: set[int] = set()
     found = 0
-    while pending:
-        obj = pending.pop()
-        found += over_tensor(obj)
-        for referent in gc.get_referents(obj):
-            found += over_tensor(referent)
-            if type(referent) in (dict, list, tuple, set, frozenset) and not gc.is_tracked(referent) \
-                    and id(referent) not in walked:
+    # each type is sorted once (most of a process's objects are strings, functions and numbers, none of them memory
+    # a tensor can share): 1 for what over_tensor notes, 2 for a plain container to walk into, 0 for the rest
+    noted = (torch.Tensor, np.ndarray, bytearray, array.array, mmap.mmap, ctypes.Array, bytes, memoryview)
+    kinds: dict[type, int] = {dict: 2, list: 2, tuple: 2, set: 2, frozenset: 2}
+    for obj in pending:  # grows as untracked containers are found
+        for referent in (obj, *gc.get_referents(obj)):
+            kind = kinds.get(type(referent))
+            if kind is None:
+                kind = kinds[type(referent)] = 1 if issubclass(type(referent), noted) else 0
+            if kind == 1:
+                found += over_tensor(referent)
+            elif kind == 2 and referent is not obj and not gc.is_tracked(referent) and id(referent) not in walked:
                 walked.add(id(referent))
                 pending.append(referent)
     # the memory of the tensors written in place since they were made: a storage over a file, or over a buffer

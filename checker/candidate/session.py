@@ -77,6 +77,7 @@ def tensor_views() -> int:
 
     seen: set[int] = set()
     tensors: list[torch.Tensor] = []
+    storages: list = []  # bare storages: a storage's own copy_ moves no tensor's version counter
     buffers: list[tuple[int, int]] = []  # the memory of Python objects a tensor may have been made over
 
     def over_tensor(obj) -> bool:
@@ -88,6 +89,10 @@ def tensor_views() -> int:
         if issubclass(type(obj), torch.Tensor):  # type(): no attribute of obj is read
             seen.add(id(obj))
             tensors.append(obj)
+            return False
+        if issubclass(type(obj), (torch.UntypedStorage, torch.TypedStorage)):  # a bare storage, no tensor over it
+            seen.add(id(obj))
+            storages.append(obj)
             return False
         if issubclass(type(obj), np.ndarray):
             seen.add(id(obj))
@@ -130,7 +135,8 @@ def tensor_views() -> int:
     found = 0
     # each type is sorted once (most of a process's objects are strings, functions and numbers, none of them memory
     # a tensor can share): 1 for what over_tensor notes, 2 for a plain container to walk into, 0 for the rest
-    noted = (torch.Tensor, np.ndarray, bytearray, array.array, mmap.mmap, ctypes.Array, bytes, memoryview)
+    noted = (torch.Tensor, torch.UntypedStorage, torch.TypedStorage, np.ndarray, bytearray, array.array, mmap.mmap,
+             ctypes.Array, bytes, memoryview)
     kinds: dict[type, int] = {dict: 2, list: 2, tuple: 2, set: 2, frozenset: 2}
     for obj in pending:  # grows as untracked containers are found
         for referent in (obj, *gc.get_referents(obj)):
@@ -154,12 +160,31 @@ def tensor_views() -> int:
             continue
         if storage.nbytes() and storage.data_ptr() not in written:
             written[storage.data_ptr()] = storage.data_ptr() + storage.nbytes()
-            found += bool(storage.filename)
+    # memory mapped over a file (torch.from_file, UntypedStorage.from_file): a value copied in is read back from the
+    # file (os.pread) with no op; written or not (a storage's own copy_ moves no version counter), no lab holds one
+    files: set[int] = set()
+    for storage in [*storages, *(t.untyped_storage() for t in tensors if _plain_cpu(t))]:
+        try:
+            if isinstance(storage, torch.TypedStorage):
+                storage = storage.untyped()
+            if storage.filename and storage.data_ptr() not in files:
+                files.add(storage.data_ptr())
+                found += 1
+        except (RuntimeError, NotImplementedError, TypeError):
+            continue
     starts = sorted(written)
     for start, end in set(buffers):
         at = bisect_right(starts, end - 1) - 1  # the last storage starting before the buffer ends
         found += at >= 0 and written[starts[at]] > start
     return found
+
+
+def _plain_cpu(tensor: torch.Tensor) -> bool:
+    """A CPU tensor with a storage of its own kind (not sparse, nested or a wrapper subclass)."""
+    try:
+        return tensor.device.type == "cpu" and tensor.layout == torch.strided and not tensor.is_nested
+    except (RuntimeError, NotImplementedError, TypeError):
+        return False
 
 
 @dataclass
@@ -391,6 +416,43 @@ def written_made_over_buffers() -> int:
 
 
 _watch_aliasing_makers()
+
+
+# Memory the kernel also shows as a file: a storage mapped over one (from_file), or moved to shared memory, whose file
+# descriptor or name the script can read with os.pread (red team 34's file_box_01 copied each step's loss into a
+# storage made over a file in set-up, with a storage's own copy_, and read it back from the file). Made by the script
+# anywhere in the run, in a chapter that counts host reads or a step's ops on a CPU, each counts (no lab makes one:
+# a DataLoader's batches arrive in shared memory through the receivers, _new_shared_fd_cpu, which are not watched);
+# each storage made is also kept to the end of the run, so that the walk after the window finds it.
+FILE_MEMORY_MAKERS = ((torch, "from_file"), (torch._C._VariableFunctions, "from_file"),
+                      (torch.UntypedStorage, "from_file"), (torch.UntypedStorage, "_share_fd_cpu_"),
+                      (torch.UntypedStorage, "_share_filename_cpu_"), (torch.UntypedStorage, "_new_using_fd_cpu"),
+                      (torch.UntypedStorage, "_new_using_filename_cpu"))
+_FILE_MEMORY: list = []
+
+
+def _watch_file_memory_makers() -> None:
+    for owner, name in FILE_MEMORY_MAKERS:
+        original = getattr(owner, name, None)
+        if original is None or getattr(original, "_workbook_watched", False):
+            continue
+
+        def made(*args, _original=original, **kwargs):
+            result = _original(*args, **kwargs)
+            if len(_FILE_MEMORY) < MADE_KEPT:
+                _FILE_MEMORY.append(result)
+            return result
+
+        made._workbook_watched = True
+        made.__name__ = name
+        try:  # a method of the storage (bound per instance) or a maker of the class, called through the class
+            is_method = name.startswith("_share_")
+            setattr(owner, name, made if is_method or owner is not torch.UntypedStorage else staticmethod(made))
+        except (AttributeError, TypeError):  # a type that takes no new attributes
+            pass
+
+
+_watch_file_memory_makers()
 
 
 # ctypes objects over raw memory (from_address, from_buffer) and copies out of it (string_at): made in the window on a
@@ -1269,7 +1331,7 @@ class Session:
                         "unfinished": self._finished.unfinished()})
         if _channel() is not None and self._watches_memory:
             made = written_made_over_buffers() + self._made_beyond + written_numpy_views() + _RAW_READS[0] \
-                + len(_MEMORY_FILES)
+                + len(_MEMORY_FILES) + len(_FILE_MEMORY)
             _MADE_OVER_BUFFERS.clear()
             _RAW_READS[0] = 0
             self._send({"type": "views", "count": tensor_views() + made, "native": native_code_of_its_own()[:20]})

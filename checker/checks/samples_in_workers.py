@@ -18,6 +18,9 @@ C, an op run below the profiler's hook) keeps the training process as busy as th
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+
 from checker.checks import BASELINE_TRACE, FAILED, PASSED, TIMED_CPU, TRACE, check, result
 from checker.checks.evidence import cpu_per_step, slow_cpu_pairs
 
@@ -55,6 +58,10 @@ def samples_in_workers(evidence, spec):
     if unfinished:
         lines.append(unfinished)
         status = FAILED
+    fetched = _work_in_fetch(evidence, trace, measured)
+    if fetched:
+        lines.append(fetched)
+        status = FAILED
     busy = _training_cpu(evidence, spec, measured)
     if busy:
         lines.append(busy)
@@ -64,6 +71,31 @@ def samples_in_workers(evidence, spec):
                      f"slow script's over {measured['cpu_pairs']} pair(s) (allowed up to "
                      f"{float(spec.options['training_cpu_share']):.0%})")
     return result(spec, status, measured=measured, threshold=threshold, evidence=lines)
+
+
+# What a fetch with workers runs in the training process: tensors rebuilt over the shared memory a worker filled
+# (empty, set_, resize_) and the sampler's draws at an epoch's start (randperm, read with tolist). Any other op there
+# computes in the training process while the batch arrives: a worker can hand back keys in an object whose unpickling
+# runs a function (or a builtin such as torch.take) that crops and flips the batch inside the DataLoader's next(),
+# before the finished-batch audit sees it (red team 33's unpickle_prep_07).
+FETCH_OPS = re.compile(r"^aten::(?:empty|empty_strided|set_|resize_|randperm|scalar_tensor|resolve_conj|resolve_neg"
+                       r"|_local_scalar_dense)$")
+
+
+def _work_in_fetch(evidence, trace, measured: dict) -> str | None:
+    """A failing line when ops other than FETCH_OPS ran inside the traced steps' fetches, else None. On a CPU: a GPU
+    run's fetch (pinned memory, its own thread) has not been checked against the list, and its speed bar judges."""
+    if evidence.device != "cpu":
+        return None
+    others: Counter = Counter()
+    for ops in trace.get_fetch_ops().values():
+        others.update({name: n for name, n in ops.items() if not FETCH_OPS.match(name)})
+    measured["ops_in_fetch"] = sum(others.values())
+    if not others:
+        return None
+    shown = ", ".join(f"{name} {n}" for name, n in others.most_common(4))
+    return (f"the training process computed inside its fetches of the traced steps' batches ({sum(others.values())} "
+            f"ops: {shown}): with workers, a batch arrives finished; only its tensors are rebuilt there")
 
 
 def _unfinished_batches(evidence, measured: dict) -> str | None:

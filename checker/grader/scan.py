@@ -124,6 +124,12 @@ ALIASING.update({name: "makes or reads a sparse tensor, whose count of stored en
     "sparse_compressed_tensor", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc", "to_sparse",
     "to_sparse_coo", "to_sparse_csr", "to_sparse_csc", "to_sparse_bsr", "to_sparse_bsc", "_to_sparse", "sparse_mask",
     "_nnz", "crow_indices", "col_indices", "ccol_indices", "row_indices", "coalesce", "_coalesce")})
+# a nested tensor's sizes are a tensor's values, read in C++ and handed to Python by `.size(d)` (red team 33); no lab
+# holds a nested tensor
+ALIASING.update({name: "makes a nested tensor, whose sizes hand a tensor's values to Python" for name in (
+    "nested", "nested_tensor", "as_nested_tensor", "to_padded_tensor", "nested_to_padded_tensor", "is_nested",
+    "_nested_view_from_buffer", "_nested_view_from_buffer_copy", "_nested_tensor_from_tensor_list",
+    "_nested_tensor_from_mask", "_nested_from_padded", "_nested_view_from_jagged", "jagged")})
 # torch's C serializers write a tensor's bytes into a buffer the script can read: a read of every value, no op
 SERIALIZERS = {name: "writes a tensor's bytes through torch's C serializer, a read of its values no op records"
                for name in ("PyTorchFileWriter", "write_record", "_pickle_save", "_save_jit_module_to_bytes",
@@ -165,7 +171,11 @@ NAMESPACES = {"__dict__": "reads an object's namespace as a dict, where names ar
               "__builtins__": "reaches the builtins by a computed name",
               "__getattribute__": "picks an attribute by a name computed at run time",
               "attrgetter": "picks an attribute by a name computed at run time",
-              "modules": "looks up a loaded module by name (sys.modules)"}
+              "modules": "looks up a loaded module by name (sys.modules)",
+              # an object reached from a dotted name in a string ("torch.UntypedStorage.from_file": red team 34)
+              "locate": "resolves an object from a dotted name at run time (pydoc.locate)",
+              "resolve_name": "resolves an object from a dotted name at run time (pkgutil.resolve_name)",
+              "import_module": "imports a module by a name computed at run time"}
 # In a chapter that counts host reads: another program started from the script (a compiler building native code
 # that then reads values where no trace looks; red teams 25 and 26 ran gcc)
 PROGRAMS = {name: "starts another program (a compiler, a shell), which a lab that counts host reads never needs"
@@ -332,6 +342,9 @@ def _reads_error(node: ast.AST) -> str | None:
     return None
 
 
+DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:[.:][A-Za-z_]\w*)+")
+
+
 def _named(node: ast.AST) -> str | None:
     """The name an attribute, a name or an imported name uses, or a string that is exactly a name."""
     if isinstance(node, ast.Attribute):
@@ -341,7 +354,9 @@ def _named(node: ast.AST) -> str | None:
     if isinstance(node, ast.alias):
         return node.name.rsplit(".", 1)[-1]
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value.strip()
+        text = node.value.strip()
+        # a dotted name ("torch.UntypedStorage.from_file", pkgutil's "torch:UntypedStorage.from_file") names its last part
+        return re.split(r"[.:]", text)[-1] if DOTTED_NAME.fullmatch(text) else text
     return None
 
 

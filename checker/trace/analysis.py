@@ -18,6 +18,7 @@ it was missing.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from functools import cached_property
 
 import numpy as np
@@ -341,6 +342,10 @@ class TraceAnalysis:
         step, tid, call, and the frame that prepared that sample (start_ns, end_ns, frame)."""
         steps = self._steps[~self._steps["step"].isin({int(x) for x in exclude_steps})]
         return dataloader.sample_preparations(self.events, steps, calls)
+
+    def get_fetch_ops(self) -> dict[int, Counter]:
+        """Per traced step, the aten ops run inside its fetch of a batch, on the fetching thread (by name)."""
+        return dataloader.fetch_ops(self.events)
 
     def get_data_wait_gpu_idle(self, exclude_steps=()) -> pd.DataFrame:
         """One row per step: data_wait_ns, gpu_idle_ns (the GPU idle through it), after_sync_ns (of that, idle

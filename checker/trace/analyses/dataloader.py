@@ -64,6 +64,23 @@ def fetch_calls(events: pd.DataFrame) -> dict[int, Counter]:
     return out
 
 
+def fetch_ops(events: pd.DataFrame) -> dict[int, Counter]:
+    """Per step, the aten ops that run inside the step's fetch of its batch on the fetching thread (the harness's
+    ``data`` range, else the DataLoader's ``__next__``): with workers, tensors rebuilt from shared memory and the
+    sampler's draws; whatever else runs there computes in the training process (a batch finished as it is unpickled).
+    Steps without a fetch range are left out."""
+    ranges, _kind = wait_ranges(events)
+    ops = events[events["kind"] == "cpu_op"]
+    out: dict[int, Counter] = {}
+    for (pid, tid), mine in ranges.groupby(["pid", "tid"]):
+        theirs = ops[(ops["pid"] == pid) & (ops["tid"] == tid)]
+        starts, ends = theirs["start_ns"].to_numpy(np.int64), theirs["end_ns"].to_numpy(np.int64)
+        names = theirs["name"].astype(str).to_numpy()
+        for step, lo, hi in zip(mine["step"], mine["start_ns"], mine["end_ns"]):
+            out.setdefault(int(step), Counter()).update(names[(starts >= lo) & (ends <= hi)].tolist())
+    return out
+
+
 def data_wait(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=(), loading: str | None = None,
               preparing: str | None = None) -> pd.DataFrame:
     """One row per step: step_ns, data_wait_ns, data_wait_fraction, source (which ranges were used).

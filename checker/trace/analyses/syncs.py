@@ -87,6 +87,10 @@ SPARSE_SIZE_OPS = ("aten::_coalesce", "aten::_to_sparse", "aten::_to_sparse_csr"
 # called from (an op inside another is counted too).
 SPARSE_MEMBER_OPS = ("aten::_nnz", "aten::values", "aten::_values", "aten::indices", "aten::_indices",
                      "aten::crow_indices", "aten::col_indices", "aten::ccol_indices", "aten::row_indices")
+# a nested tensor's ops: its sizes are a tensor's values (a nested tensor viewed over a buffer takes its sizes from a
+# sizes tensor, read in C++ with no op that reads one), handed to Python by `.size(d)` (red team 33's
+# nested_reads_07); on a GPU they are copied back first. No lab holds a nested tensor: every nested or jagged op counts
+NESTED_OPS = re.compile(r"^aten::(?:_?nested_|_jagged_|_padded_dense_to_jagged)")
 # what `Tensor.tolist()` runs first, before it reads the values (torch/csrc/utils/tensor_list.cpp): the conjugate bit
 # resolved (then the negative bit, `aten::resolve_neg`), an op at the top level of a step, where no operator of a
 # model or a loss calls it
@@ -164,11 +168,12 @@ def sync_rows(events: pd.DataFrame) -> np.ndarray:
 
 
 def cpu_sync_op_rows(events: pd.DataFrame) -> np.ndarray:
-    """Row numbers of the aten ops of a CPU trace that read a tensor's values (CPU_SYNC_OPS, and an op of
-    READING_OUTER_OPS holding its inner op), sorted."""
+    """Row numbers of the aten ops of a CPU trace that read a tensor's values (CPU_SYNC_OPS, NESTED_OPS, and an op
+    of READING_OUTER_OPS holding its inner op), sorted."""
     ops = (events["kind"] == "cpu_op").to_numpy()
     names = events["name"]
-    rows = [np.flatnonzero(ops & names.isin(list(CPU_SYNC_OPS)).to_numpy())]
+    nested = [n for n in names[ops].unique() if NESTED_OPS.match(str(n))]
+    rows = [np.flatnonzero(ops & names.isin([*CPU_SYNC_OPS, *nested]).to_numpy())]
     tids, starts, ends = (events[c].to_numpy() for c in ("tid", "start_ns", "end_ns"))
     for outer_name, inner_name in READING_OUTER_OPS.items():
         outer = np.flatnonzero(ops & (names == outer_name).to_numpy())

@@ -1139,6 +1139,8 @@ class Session:
             with marked_range(f"step {step}"):
                 if self._window_open or self._tail_open:  # inside the step's range: whatever it runs is the step's
                     self._guard_step()
+                if self._window_open:
+                    self._add_blocked()  # a fetch's own waits are the loader's, judged by data_wait
                 with marked_range("data"), origin.fetch() if origin is not None else nullcontext(), \
                         harness_fetch():
                     try:
@@ -1157,6 +1159,8 @@ class Session:
                                 "(a list, a DataLoader) to session.steps()"
                             ) from None
                 fetched += 1
+                if self._window_open:
+                    self._blocked_mark = self._sched_mark()
                 if self._window_open and self._probe is not None:
                     self._probe.placed(step, in_epoch)
                 in_epoch += 1
@@ -1220,6 +1224,39 @@ class Session:
     _counts_crossings = False
     _tail_open = False
 
+    _blocked: list[int] | None = None  # [ns blocked, ns in all] of the window's stepping thread outside its fetches
+    _blocked_mark: tuple[int, int] | None = None
+
+    @staticmethod
+    def _sched_mark(_open=os.open, _read=os.read, _close=os.close, _now=time.monotonic_ns) -> tuple[int, int] | None:
+        """(the clock, the calling thread's ns on a CPU or waiting for one), from the kernel's scheduler statistics
+        (/proc/thread-self/schedstat); None where the kernel gives none. Bound at import: nothing the script
+        replaces reads them."""
+        try:
+            fd = _open("/proc/thread-self/schedstat", os.O_RDONLY)
+            try:
+                fields = _read(fd, 256).split()
+            finally:
+                _close(fd)
+            return _now(), int(fields[0]) + int(fields[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _add_blocked(self) -> None:
+        """Add the time since the last mark that the stepping thread spent blocked (neither on a CPU nor waiting for
+        one: waiting on a lock, a pipe, a sleep) to the window's count. The time inside the fetches is left out:
+        a step that waits for its batch there is data_wait's to judge. Training on a CPU blocks nowhere else; a
+        step that waits for another process's work outside its fetch (a worker gated to load only when the step
+        lets it: red team 34's serial_gate_03) does."""
+        now = self._sched_mark()
+        if now is None or self._blocked_mark is None or self._blocked is None:
+            self._blocked = None
+        else:
+            wall, busy = now[0] - self._blocked_mark[0], now[1] - self._blocked_mark[1]
+            self._blocked[0] += max(wall - busy, 0)
+            self._blocked[1] += max(wall, 0)
+        self._blocked_mark = now
+
     @property
     def _watches_memory(self) -> bool:
         """Whether this run counts memory shared with Python objects: where host reads or a step's ops are counted."""
@@ -1275,6 +1312,7 @@ class Session:
             if self._on_window is not None:
                 self._on_window(window_key)
         self._window_open = True
+        self._blocked, self._blocked_mark = [0, 0], self._sched_mark()
         if self._keeps_time:
             self._t0 = time.perf_counter_ns()
             # warm-up: first-step costs (torch.compile, cudnn autotuning, allocator growth), outside the window
@@ -1295,6 +1333,7 @@ class Session:
     def _close_window(self) -> None:
         # from here to the weights' send none of the script's code may run: the last step's range has closed, and
         # work done here would train where no step's trace looks (and before the grader has the weights)
+        self._add_blocked()
         if replaced := replaced_read_path():
             _stop({"type": "reads", "what": replaced[:5], "count": len(replaced)},
                   f"the script replaced what the harness reads the trained weights with ({', '.join(replaced[:3])})")
@@ -1314,7 +1353,7 @@ class Session:
             self._window_s = (t1 - self._t0) / 1e9
         self._window_open = False
         self._window_closed = True
-        self._send({"type": "close"})
+        self._send({"type": "close", "blocked": self._blocked})
         if _channel() is not None and self._sample_log is not None:
             import numpy as np
 

@@ -62,6 +62,10 @@ def samples_in_workers(evidence, spec):
     if fetched:
         lines.append(fetched)
         status = FAILED
+    blocked = _blocked_outside_fetch(evidence, spec, measured)
+    if blocked:
+        lines.append(blocked)
+        status = FAILED
     busy = _training_cpu(evidence, spec, measured)
     if busy:
         lines.append(busy)
@@ -118,6 +122,34 @@ def _unfinished_batches(evidence, measured: dict) -> str | None:
     return (f"{unfinished} of the {checked} window batches compared were not their samples as the dataset makes them "
             "(cropped, flipped and normalized, or the uint8 dataset's crops and flips, in the order of the workload's "
             "sampler): the loader handed the steps something to finish, and the training process finished the samples")
+
+
+def _blocked_outside_fetch(evidence, spec, measured: dict) -> str | None:
+    """Why the stepping thread's waits outside its fetches say the loading did not overlap the training, or None.
+
+    Workers that load only when the step lets them (a gate the step opens after training and waits on before it
+    ends) hand every fetch a batch already made, so the wait data_wait would see moves into the step, and the
+    training process, blocked, uses no CPU. Training on a CPU waits for nothing outside the fetch: the thread that
+    steps is on a CPU or waiting for one. So the time it spent blocked there, from the kernel's scheduler statistics
+    (``RunResult.window_blocked_ns``), pooled over every candidate run, may be at most ``blocked_share`` of its time
+    outside the fetches. A run that could not read them fails: the waits could not be seen."""
+    share_max = spec.options.get("blocked_share")
+    if share_max is None or evidence.device != "cpu":
+        return None
+    runs = [c for _, c in evidence.pairs if c is not None]
+    unread = [run for run in runs if run.window_blocked_ns is None]
+    if unread or not runs:
+        return ("the stepping thread's blocked time could not be read (the kernel's scheduler statistics, "
+                "/proc/thread-self/schedstat): whether its steps waited for the loader outside the fetch is unknown")
+    blocked = sum(run.window_blocked_ns[0] for run in runs)
+    outside = sum(run.window_blocked_ns[1] for run in runs)
+    share = blocked / outside if outside > 0 else 0.0
+    measured["blocked_outside_fetch"] = round(share, 3)
+    if share <= float(share_max):
+        return None
+    return (f"the stepping thread was blocked for {share:.0%} of its steps' time outside the fetches ({blocked / 1e6:.0f} "
+            f"of {outside / 1e6:.0f} ms over {len(runs)} run(s); allowed up to {float(share_max):.0%}): the step waited "
+            "for its next batch after fetching this one, so the loading did not overlap the training")
 
 
 def _training_cpu(evidence, spec, measured: dict) -> str | None:

@@ -74,6 +74,9 @@ class RunResult:
     workers_at_close: set[int] = field(default_factory=set)
     # CPU ns in the timed window: the run's own process, and every other process under it (sandbox.cpu_of_run)
     window_cpu_ns: tuple[int, int] | None = None
+    # (ns blocked, ns in all) of the stepping thread in the window outside its fetches, from the kernel's scheduler
+    # statistics as the harness read them (checker.candidate.session.Session._add_blocked); None: not read
+    window_blocked_ns: tuple[int, int] | None = None
     survivors: int = 0  # processes the run left behind, killed by the grader
     output_tail: str = ""
     reports: dict[str, float] = field(default_factory=dict)  # numbers the run claimed (session.report): untrusted
@@ -199,6 +202,7 @@ class _Run:
         self.sample_counts: list[int] = []
         self.finished: tuple[int, int] | None = None
         self.views: int | None = None
+        self.blocked: tuple[int, int] | None = None
         self.native: tuple[str, ...] = ()
         self.evt_fd: int | None = None  # the descriptor the harness writes its messages through (its hello says)
         # the window steps whose updates are checked: drawn when the harness asks, after the window (probe_updates)
@@ -287,6 +291,9 @@ class _Run:
                                   "(the descriptor the harness opened to the grader's pipe, or another one, is not "
                                   "where it was): their arrival times are not the steps'")
             self.step_stamps.append(now)
+            blocked = header.get("blocked")
+            self.blocked = tuple(blocked) if isinstance(blocked, list) and len(blocked) == 2 \
+                and all(isinstance(n, int) and n >= 0 for n in blocked) else None
             below = sandbox.descendants(self.pid)
             self.workers_at_close = sandbox.worker_processes(below)
             if self.watch_cpu:
@@ -609,6 +616,7 @@ def run_script(
         workers_at_close=run.workers_at_close,
         window_cpu_ns=(tuple(b - a for a, b in zip(run.cpu_at_open, run.cpu_at_close))
                        if run.cpu_at_open and run.cpu_at_close else None),
+        window_blocked_ns=run.blocked,
         survivors=survivors,
         output_tail=output[-4000:],
         reports=dict(run.reports),

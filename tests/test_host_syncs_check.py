@@ -173,3 +173,28 @@ def test_a_sparse_tensors_count_of_stored_entries_read_is_a_read_on_a_cpu(tmp_pa
     names = events.iloc[cpu_sync_op_rows(events)]["name"].tolist()
     assert "aten::_nnz" in names, names
     assert not {"aten::mm", "aten::sum", "aten::neg"} & set(names), names
+
+
+def test_a_nested_tensors_size_is_a_read_on_a_cpu(tmp_path):
+    """A nested tensor viewed over a buffer takes its sizes from a sizes tensor, read in C++ with no op that reads a
+    value, and `.size(d)` hands them to Python (red team 33's nested_reads_07). Every nested op counts on a CPU
+    trace; a dense step's ops count none."""
+    import torch
+
+    from checker.trace import load
+    from checker.trace.analyses.syncs import cpu_sync_op_rows
+
+    buffer = torch.zeros(1)
+    value = torch.tensor([[7]])
+    with torch.profiler.profile() as prof:
+        torch.ones(4, 4).matmul(torch.ones(4, 4)).sum()
+        nested = torch._nested_view_from_buffer(buffer, value, torch.zeros(1, 1, dtype=torch.long),
+                                                torch.zeros(1, dtype=torch.long))
+        read = nested.size(1)
+    assert read == 7
+    path = tmp_path / "nested.json"
+    prof.export_chrome_trace(str(path))
+    events = load(path).events
+    names = events.iloc[cpu_sync_op_rows(events)]["name"].tolist()
+    assert "aten::_nested_view_from_buffer" in names, names
+    assert not {"aten::mm", "aten::sum", "aten::matmul"} & set(names), names

@@ -1345,3 +1345,58 @@ def test_numpy_by_another_name_is_refused_where_a_steps_ops_are_counted(line):
     DLPack: in the chapters that count a step's ops, numpy by that name and DLPack are refused too."""
     assert any("outside PyTorch" in found for found in findings(line + "\n", counts_ops=True))
     assert findings(line + "\n") == []
+
+
+def test_storages_over_a_file_or_in_shared_memory_count(monkeypatch, tmp_path):
+    """Red team 34 copied each step's values into a storage mapped over a file (a storage's own copy_ moves no
+    version counter) and read them back with os.pread. Every storage the script maps over a file or moves to shared
+    memory is counted when made (from_file by any of its roads, share_memory_, a new shared storage), and a storage
+    over a file still alive after the window is found by the walk, written or not; a plain tensor is neither."""
+    from checker.candidate import session as harness
+
+    monkeypatch.setattr(harness, "_FILE_MEMORY", [])
+    before = harness.tensor_views()
+    box = torch.UntypedStorage.from_file(str(tmp_path / "box"), True, 12)
+    typed = torch.FloatStorage.from_file(str(tmp_path / "typed"), True, 3)
+    mapped = torch.from_file(str(tmp_path / "mapped"), True, 3)
+    torch.zeros(3).share_memory_()
+    torch.UntypedStorage._new_shared(8)
+    torch.zeros(3).clone().add_(1)
+    assert len(harness._FILE_MEMORY) == 5
+    box.copy_(torch.ones(3).untyped_storage())
+    assert harness.tensor_views() - before == 3, (box, typed, mapped)
+
+
+def test_the_scan_reads_a_dotted_name_by_its_last_part():
+    """A refused name reached through a dotted string and a resolver (pydoc.locate("torch.UntypedStorage.from_file"),
+    red team 34) is refused as the name itself, and the resolvers are refused in every chapter."""
+    from checker.grader.scan import findings
+
+    source = 'import pydoc\nmake = pydoc.locate("torch.UntypedStorage.from_file")\n'
+    found = findings(source, host_reads=True)
+    assert any("(from_file)" in line for line in found), found
+    assert any("pydoc.locate" in line for line in found), found
+    resolved = findings('import pkgutil\nf = pkgutil.resolve_name("torch:from_file")\n', host_reads=False)
+    assert any("pkgutil.resolve_name" in line for line in resolved), resolved
+    assert findings('path = "model.pt"\nname = "torch.float32"\n', host_reads=True) == []
+
+
+def test_the_stepping_threads_blocked_time_is_read_from_the_kernel():
+    """The harness's count of the stepping thread's blocked time (Session._add_blocked): a sleep is blocked time, a
+    busy loop is not (the kernel's scheduler statistics: on a CPU or waiting for one is not blocked)."""
+    from types import SimpleNamespace
+
+    from checker.candidate.session import Session
+
+    if Session._sched_mark() is None:
+        pytest.skip("this kernel gives no /proc/thread-self/schedstat")
+    probe = SimpleNamespace(_blocked=[0, 0], _blocked_mark=Session._sched_mark(), _sched_mark=Session._sched_mark)
+    time.sleep(0.2)
+    Session._add_blocked(probe)
+    assert probe._blocked[0] >= 150_000_000 and probe._blocked[1] >= probe._blocked[0], probe._blocked
+    slept = probe._blocked[0]
+    end = time.monotonic() + 0.2
+    while time.monotonic() < end:
+        pass
+    Session._add_blocked(probe)
+    assert probe._blocked[0] - slept < 100_000_000 and probe._blocked[1] >= 350_000_000, probe._blocked

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from checker.trace import TraceAnalysis, TraceError
@@ -336,3 +338,15 @@ def test_a_read_made_while_the_harness_fetched_the_batch_is_said_so_and_the_repo
     assert "1/step aten::_local_scalar_dense (train.py:45)" in line
     assert ("0.333333/step aten::_local_scalar_dense (while session.steps() fetched the next batch: the DataLoader, "
             "its sampler or dataset, iterated at train.py:40)") in line, line
+
+
+def test_fetch_ops_are_the_ops_inside_each_steps_fetch_on_its_thread():
+    """What each step's fetch ran on the fetching thread (samples_in_workers' rule on a fetch with workers): ops
+    inside the ``data`` range count by name; ops of the step outside it, or on another thread, do not."""
+    rows = [host("range", "step 0", 0, 1000), host("range", "data", 0, 300),
+            host("cpu_op", "aten::set_", 10, 20), host("cpu_op", "aten::index_select", 50, 90),
+            host("cpu_op", "aten::mm", 400, 600), host("cpu_op", "aten::flip", 100, 120, tid=2),
+            host("range", "step 1", 1000, 2000), host("range", "data", 1000, 1100),
+            host("cpu_op", "aten::empty", 1010, 1020)]
+    fetched = analysis(rows).get_fetch_ops()
+    assert fetched == {0: Counter({"aten::set_": 1, "aten::index_select": 1}), 1: Counter({"aten::empty": 1})}

@@ -1351,7 +1351,8 @@ def test_storages_over_a_file_or_in_shared_memory_count(monkeypatch, tmp_path):
     """Red team 34 copied each step's values into a storage mapped over a file (a storage's own copy_ moves no
     version counter) and read them back with os.pread. Every storage the script maps over a file or moves to shared
     memory is counted when made (from_file by any of its roads, share_memory_, a new shared storage), and a storage
-    over a file still alive after the window is found by the walk, written or not; a plain tensor is neither."""
+    over a file still alive after the window is found by the walk (a bare storage written or not, a tensor once
+    written); a plain tensor is neither, nor is a file mapped privately."""
     from checker.candidate import session as harness
 
     monkeypatch.setattr(harness, "_FILE_MEMORY", [])
@@ -1362,9 +1363,12 @@ def test_storages_over_a_file_or_in_shared_memory_count(monkeypatch, tmp_path):
     torch.zeros(3).share_memory_()
     torch.UntypedStorage._new_shared(8)
     torch.zeros(3).clone().add_(1)
+    torch.from_file(str(tmp_path / "mapped"), False, 3)  # mapped privately: writes never reach the file
     assert len(harness._FILE_MEMORY) == 5
     box.copy_(torch.ones(3).untyped_storage())
-    assert harness.tensor_views() - before == 3, (box, typed, mapped)
+    assert harness.tensor_views() - before == 2, (box, typed, mapped)  # the bare storages; the tensor is unwritten
+    mapped.add_(1)
+    assert harness.tensor_views() - before == 3
 
 
 def test_the_scan_reads_a_dotted_name_by_its_last_part():

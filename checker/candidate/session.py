@@ -160,10 +160,12 @@ def tensor_views() -> int:
             continue
         if storage.nbytes() and storage.data_ptr() not in written:
             written[storage.data_ptr()] = storage.data_ptr() + storage.nbytes()
-    # memory mapped over a file (torch.from_file, UntypedStorage.from_file): a value copied in is read back from the
-    # file (os.pread) with no op; written or not (a storage's own copy_ moves no version counter), no lab holds one
+            found += bool(storage.filename)  # a written tensor over a file: the file reads its values back
+    # a bare storage mapped over a file (UntypedStorage.from_file): a value copied in by the storage's own copy_, which
+    # moves no version counter, is read back from the file (os.pread) with no op; written or not, no lab holds one (a
+    # tensor over a file that is never written is data coming in)
     files: set[int] = set()
-    for storage in [*storages, *(t.untyped_storage() for t in tensors if _plain_cpu(t))]:
+    for storage in storages:
         try:
             if isinstance(storage, torch.TypedStorage):
                 storage = storage.untyped()
@@ -422,13 +424,13 @@ _watch_aliasing_makers()
 # descriptor or name the script can read with os.pread (red team 34's file_box_01 copied each step's loss into a
 # storage made over a file in set-up, with a storage's own copy_, and read it back from the file). Made by the script
 # anywhere in the run, in a chapter that counts host reads or a step's ops on a CPU, each counts (no lab makes one:
-# a DataLoader's batches arrive in shared memory through the receivers, _new_shared_fd_cpu, which are not watched);
-# each storage made is also kept to the end of the run, so that the walk after the window finds it.
+# a DataLoader's batches arrive in shared memory through the receivers, _new_shared_fd_cpu, which are not watched; a
+# file mapped privately is data coming in). Each is counted by the name of its maker.
 FILE_MEMORY_MAKERS = ((torch, "from_file"), (torch._C._VariableFunctions, "from_file"),
                       (torch.UntypedStorage, "from_file"), (torch.UntypedStorage, "_share_fd_cpu_"),
                       (torch.UntypedStorage, "_share_filename_cpu_"), (torch.UntypedStorage, "_new_using_fd_cpu"),
                       (torch.UntypedStorage, "_new_using_filename_cpu"))
-_FILE_MEMORY: list = []
+_FILE_MEMORY: list[str] = []
 
 
 def _watch_file_memory_makers() -> None:
@@ -437,10 +439,12 @@ def _watch_file_memory_makers() -> None:
         if original is None or getattr(original, "_workbook_watched", False):
             continue
 
-        def made(*args, _original=original, **kwargs):
+        def made(*args, _original=original, _name=name, **kwargs):
             result = _original(*args, **kwargs)
-            if len(_FILE_MEMORY) < MADE_KEPT:
-                _FILE_MEMORY.append(result)
+            # a file mapped privately (from_file's shared false) keeps what is written from the file: data coming in
+            private = _name == "from_file" and not (args[1] if len(args) > 1 else kwargs.get("shared", False))
+            if not private and len(_FILE_MEMORY) < MADE_KEPT:
+                _FILE_MEMORY.append(_name)
             return result
 
         made._workbook_watched = True
@@ -1093,6 +1097,11 @@ class Session:
         # numpy inside an autograd Function). No lab of these chapters needs numpy in a step.
         self._counts_crossings = self.device.type == "cpu" and bool(COUNTS_OPS & checks)
         self._made_beyond = 0
+        # a CPU run of a chapter that bounds the stepping thread's blocked time (samples_in_workers' blocked_share):
+        # the kernel's scheduler statistics are read around each fetch. Only there: the marks hold the clock, which
+        # no other chapter's script may find in the harness (chapter 00 times its own steps)
+        self._counts_blocked = self.device.type == "cpu" and any(
+            "blocked_share" in c.options for c in self.chapter.checks)
         self._send({"type": "built"})
 
     @property
@@ -1139,7 +1148,7 @@ class Session:
             with marked_range(f"step {step}"):
                 if self._window_open or self._tail_open:  # inside the step's range: whatever it runs is the step's
                     self._guard_step()
-                if self._window_open:
+                if self._window_open and self._counts_blocked:
                     self._add_blocked()  # a fetch's own waits are the loader's, judged by data_wait
                 with marked_range("data"), origin.fetch() if origin is not None else nullcontext(), \
                         harness_fetch():
@@ -1159,7 +1168,7 @@ class Session:
                                 "(a list, a DataLoader) to session.steps()"
                             ) from None
                 fetched += 1
-                if self._window_open:
+                if self._window_open and self._counts_blocked:
                     self._blocked_mark = self._sched_mark()
                 if self._window_open and self._probe is not None:
                     self._probe.placed(step, in_epoch)
@@ -1224,6 +1233,7 @@ class Session:
     _counts_crossings = False
     _tail_open = False
 
+    _counts_blocked = False
     _blocked: list[int] | None = None  # [ns blocked, ns in all] of the window's stepping thread outside its fetches
     _blocked_mark: tuple[int, int] | None = None
 
@@ -1312,7 +1322,8 @@ class Session:
             if self._on_window is not None:
                 self._on_window(window_key)
         self._window_open = True
-        self._blocked, self._blocked_mark = [0, 0], self._sched_mark()
+        if self._counts_blocked:
+            self._blocked, self._blocked_mark = [0, 0], self._sched_mark()
         if self._keeps_time:
             self._t0 = time.perf_counter_ns()
             # warm-up: first-step costs (torch.compile, cudnn autotuning, allocator growth), outside the window
@@ -1333,7 +1344,9 @@ class Session:
     def _close_window(self) -> None:
         # from here to the weights' send none of the script's code may run: the last step's range has closed, and
         # work done here would train where no step's trace looks (and before the grader has the weights)
-        self._add_blocked()
+        if self._counts_blocked:
+            self._add_blocked()
+            self._blocked_mark = None  # no clock reading is held past the window
         if replaced := replaced_read_path():
             _stop({"type": "reads", "what": replaced[:5], "count": len(replaced)},
                   f"the script replaced what the harness reads the trained weights with ({', '.join(replaced[:3])})")

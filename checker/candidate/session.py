@@ -181,14 +181,6 @@ def tensor_views() -> int:
     return found
 
 
-def _plain_cpu(tensor: torch.Tensor) -> bool:
-    """A CPU tensor with a storage of its own kind (not sparse, nested or a wrapper subclass)."""
-    try:
-        return tensor.device.type == "cpu" and tensor.layout == torch.strided and not tensor.is_nested
-    except (RuntimeError, NotImplementedError, TypeError):
-        return False
-
-
 @dataclass
 class LaunchOptions:
     """Set by ``checker.candidate.launch`` before it runs a script; ``None`` when a script runs on its own."""

@@ -47,21 +47,27 @@ def call_name(name: str) -> str:
     return name.rsplit("): ", 1)[-1] if "): " in name else name
 
 
+def _in_fetches(events: pd.DataFrame, inner: pd.DataFrame, names: np.ndarray, keys: list[str]) -> dict[int, Counter]:
+    """Per step, the names of the ``inner`` events (``names``, one per row) that lie inside the step's fetch ranges
+    (wait_ranges) and share the range's ``keys`` columns (its process, or its process and thread)."""
+    ranges, _kind = wait_ranges(events)
+    starts, ends = inner["start_ns"].to_numpy(np.int64), inner["end_ns"].to_numpy(np.int64)
+    out: dict[int, Counter] = {}
+    for key, mine in ranges.groupby(keys):
+        same = np.ones(len(inner), dtype=bool)
+        for column, value in zip(keys, key if isinstance(key, tuple) else (key,)):
+            same &= (inner[column] == value).to_numpy()
+        for step, lo, hi in zip(mine["step"], mine["start_ns"], mine["end_ns"]):
+            out.setdefault(int(step), Counter()).update(names[same & (starts >= lo) & (ends <= hi)].tolist())
+    return out
+
+
 def fetch_calls(events: pd.DataFrame) -> dict[int, Counter]:
     """Per step, the Python calls (frames and C calls, as Python's tracer records them, by ``call_name``) that run
     inside the step's fetch of its batch: the loader's own machinery, and with no workers, the dataset's work for
     every sample. Steps without a fetch range are left out; a trace without Python events gives an empty count."""
-    ranges, _kind = wait_ranges(events)
     python = events[events["kind"] == "python"]
-    out: dict[int, Counter] = {}
-    for pid, mine in ranges.groupby("pid"):
-        theirs = python[python["pid"] == pid]
-        starts, ends = theirs["start_ns"].to_numpy(np.int64), theirs["end_ns"].to_numpy(np.int64)
-        names = theirs["name"].astype(str).map(call_name).to_numpy()
-        for step, lo, hi in zip(mine["step"], mine["start_ns"], mine["end_ns"]):
-            inside = names[(starts >= lo) & (ends <= hi)]
-            out.setdefault(int(step), Counter()).update(inside.tolist())
-    return out
+    return _in_fetches(events, python, python["name"].astype(str).map(call_name).to_numpy(), ["pid"])
 
 
 def fetch_ops(events: pd.DataFrame) -> dict[int, Counter]:
@@ -69,16 +75,8 @@ def fetch_ops(events: pd.DataFrame) -> dict[int, Counter]:
     ``data`` range, else the DataLoader's ``__next__``): with workers, tensors rebuilt from shared memory and the
     sampler's draws; whatever else runs there computes in the training process (a batch finished as it is unpickled).
     Steps without a fetch range are left out."""
-    ranges, _kind = wait_ranges(events)
     ops = events[events["kind"] == "cpu_op"]
-    out: dict[int, Counter] = {}
-    for (pid, tid), mine in ranges.groupby(["pid", "tid"]):
-        theirs = ops[(ops["pid"] == pid) & (ops["tid"] == tid)]
-        starts, ends = theirs["start_ns"].to_numpy(np.int64), theirs["end_ns"].to_numpy(np.int64)
-        names = theirs["name"].astype(str).to_numpy()
-        for step, lo, hi in zip(mine["step"], mine["start_ns"], mine["end_ns"]):
-            out.setdefault(int(step), Counter()).update(names[(starts >= lo) & (ends <= hi)].tolist())
-    return out
+    return _in_fetches(events, ops, ops["name"].astype(str).to_numpy(), ["pid", "tid"])
 
 
 def data_wait(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=(), loading: str | None = None,

@@ -41,7 +41,7 @@ import weakref
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -233,21 +233,35 @@ PROFILER_SWITCHES = ("_enable_record_function", "_toggle_collection_dynamic", "_
 _SWITCH_CALLS: list[str] = []
 
 
+def _watch(targets: Iterable[tuple[Any, str]], wrap: Callable[[Callable, str], Callable],
+           static: Callable[[Any, str], bool] = lambda owner, name: False) -> None:
+    """Put ``wrap(original, name)`` in the place of each ``owner.name`` of ``targets`` that exists and is not watched
+    yet (marked ``_workbook_watched``: an import run twice wraps nothing twice). Where ``static(owner, name)``, it is
+    set as a static method (a maker called through a class). An owner that takes no new attributes keeps its own."""
+    for owner, name in targets:
+        original = getattr(owner, name, None)
+        if original is None or getattr(original, "_workbook_watched", False):
+            continue
+        watched = wrap(original, name)
+        watched._workbook_watched = True
+        watched.__name__ = name
+        try:
+            setattr(owner, name, staticmethod(watched) if static(owner, name) else watched)
+        except (AttributeError, TypeError):
+            pass
+
+
 def _watch_profiler_switches() -> None:
     import torch.autograd.profiler
 
-    for module in (torch._C, torch._C._autograd, torch.autograd, torch.autograd.profiler):
-        for name in PROFILER_SWITCHES:
-            original = getattr(module, name, None)
-            if original is None or getattr(original, "_workbook_watched", False):
-                continue
+    def wrap(original: Callable, name: str) -> Callable:
+        def watched(*args, **kwargs):
+            _SWITCH_CALLS.append(name)
+            return original(*args, **kwargs)
+        return watched
 
-            def watched(*args, _original=original, _name=name, **kwargs):
-                _SWITCH_CALLS.append(_name)
-                return _original(*args, **kwargs)
-
-            watched._workbook_watched = True
-            setattr(module, name, watched)
+    modules = (torch._C, torch._C._autograd, torch.autograd, torch.autograd.profiler)
+    _watch([(module, name) for module in modules for name in PROFILER_SWITCHES], wrap)
 
 
 _watch_profiler_switches()
@@ -284,38 +298,31 @@ def _shares_buffer(source: Any, made: Any) -> bool:
 def _watch_aliasing_makers() -> None:
     import torch.utils.dlpack
 
-    for module in (torch, torch._C._VariableFunctions, torch.utils.dlpack):
-        for name in ALIASING_MAKERS:
-            original = getattr(module, name, None)
-            if original is None or getattr(original, "_workbook_watched", False):
-                continue
-
-            def watched(*args, _original=original, _name=name, **kwargs):
-                made = _original(*args, **kwargs)
-                session = _CURRENT
-                source = args[0] if args else next(
-                    (kwargs[k] for k in ("obj", "data", "buffer", "ndarray", "ext_tensor") if k in kwargs), None)
-                # a DLPack capsule (or an object exporting one) that is not a tensor is memory from outside torch
-                foreign = _name == "from_dlpack" and not issubclass(type(source), torch.Tensor) \
-                    and issubclass(type(made), torch.Tensor) and made.device.type == "cpu"
-                if not (foreign or _shares_buffer(source, made)):
-                    return made
-                if session is not None and session._counts_crossings and session._window_open:
-                    _RAW_READS[0] += 1  # arithmetic done outside PyTorch, coming back in: a crossing
-                if session is not None and session._counts_views and session._window_open:
-                    if len(_MADE_OVER_BUFFERS) < MADE_KEPT:
-                        _MADE_OVER_BUFFERS.append(made)
-                    else:
-                        session._made_beyond += 1
-                else:  # before the window (or before the session): held from the window's open
-                    _expose(made)
+    def wrap(original: Callable, name: str) -> Callable:
+        def watched(*args, **kwargs):
+            made = original(*args, **kwargs)
+            session = _CURRENT
+            source = args[0] if args else next(
+                (kwargs[k] for k in ("obj", "data", "buffer", "ndarray", "ext_tensor") if k in kwargs), None)
+            # a DLPack capsule (or an object exporting one) that is not a tensor is memory from outside torch
+            foreign = name == "from_dlpack" and not issubclass(type(source), torch.Tensor) \
+                and issubclass(type(made), torch.Tensor) and made.device.type == "cpu"
+            if not (foreign or _shares_buffer(source, made)):
                 return made
+            if session is not None and session._counts_crossings and session._window_open:
+                _RAW_READS[0] += 1  # arithmetic done outside PyTorch, coming back in: a crossing
+            if session is not None and session._counts_views and session._window_open:
+                if len(_MADE_OVER_BUFFERS) < MADE_KEPT:
+                    _MADE_OVER_BUFFERS.append(made)
+                else:
+                    session._made_beyond += 1
+            else:  # before the window (or before the session): held from the window's open
+                _expose(made)
+            return made
+        return watched
 
-            watched._workbook_watched = True
-            try:
-                setattr(module, name, watched)
-            except (AttributeError, TypeError):  # a type that takes no new attributes
-                pass
+    modules = (torch, torch._C._VariableFunctions, torch.utils.dlpack)
+    _watch([(module, name) for module in modules for name in ALIASING_MAKERS], wrap)
 
 
 # Tensors whose memory Python can read with no op: those a numpy view or a DLPack capsule was made of (Tensor.numpy,
@@ -353,30 +360,21 @@ _EXPORTING = threading.local()
 def _watch_numpy_views() -> None:
     import torch.utils.dlpack
 
-    exports = [(torch.Tensor, "numpy"), (torch.Tensor, "__dlpack__"), (torch._C, "_to_dlpack"),
-               (torch._C, "_to_dlpack_versioned"), (torch.utils.dlpack, "to_dlpack"), (torch, "to_dlpack")]
-    for owner, name in exports:
-        original = getattr(owner, name, None)
-        if original is None or getattr(original, "_workbook_watched", False):
-            continue
-
-        def exported(tensor, *args, _original=original, **kwargs):
+    def wrap(original: Callable, name: str) -> Callable:
+        def exported(tensor, *args, **kwargs):
             outer = not getattr(_EXPORTING, "on", False)  # __dlpack__ calls _to_dlpack: one export, noted once
             _EXPORTING.on = True
             try:
-                made = _original(tensor, *args, **kwargs)
+                made = original(tensor, *args, **kwargs)
             finally:
                 _EXPORTING.on = not outer
             if outer and issubclass(type(tensor), torch.Tensor):
                 _expose(tensor)
             return made
+        return exported
 
-        exported._workbook_watched = True
-        exported.__name__ = name
-        try:
-            setattr(owner, name, exported)
-        except (AttributeError, TypeError):  # a type that takes no new attributes
-            pass
+    _watch([(torch.Tensor, "numpy"), (torch.Tensor, "__dlpack__"), (torch._C, "_to_dlpack"),
+            (torch._C, "_to_dlpack_versioned"), (torch.utils.dlpack, "to_dlpack"), (torch, "to_dlpack")], wrap)
 
 
 def hold_numpy_views() -> None:
@@ -426,26 +424,19 @@ _FILE_MEMORY: list[str] = []
 
 
 def _watch_file_memory_makers() -> None:
-    for owner, name in FILE_MEMORY_MAKERS:
-        original = getattr(owner, name, None)
-        if original is None or getattr(original, "_workbook_watched", False):
-            continue
-
-        def made(*args, _original=original, _name=name, **kwargs):
-            result = _original(*args, **kwargs)
+    def wrap(original: Callable, name: str) -> Callable:
+        def made(*args, **kwargs):
+            result = original(*args, **kwargs)
             # a file mapped privately (from_file's shared false) keeps what is written from the file: data coming in
-            private = _name == "from_file" and not (args[1] if len(args) > 1 else kwargs.get("shared", False))
+            private = name == "from_file" and not (args[1] if len(args) > 1 else kwargs.get("shared", False))
             if not private and len(_FILE_MEMORY) < MADE_KEPT:
-                _FILE_MEMORY.append(_name)
+                _FILE_MEMORY.append(name)
             return result
+        return made
 
-        made._workbook_watched = True
-        made.__name__ = name
-        try:  # a method of the storage (bound per instance) or a maker of the class, called through the class
-            is_method = name.startswith("_share_")
-            setattr(owner, name, made if is_method or owner is not torch.UntypedStorage else staticmethod(made))
-        except (AttributeError, TypeError):  # a type that takes no new attributes
-            pass
+    # a method of the storage (_share_*: bound per instance) stays one; the storage's makers are called through the class
+    _watch(FILE_MEMORY_MAKERS, wrap,
+           static=lambda owner, name: owner is torch.UntypedStorage and not name.startswith("_share_"))
 
 
 _watch_file_memory_makers()
@@ -550,16 +541,13 @@ _EXPORTED_CUDA: set[int] = set()
 
 
 def _watch_cuda_sharing() -> None:
-    original = getattr(torch.UntypedStorage, "_share_cuda_", None)
-    if original is None or getattr(original, "_workbook_watched", False):
-        return
+    def wrap(original: Callable, name: str) -> Callable:
+        def watched(storage, *args, **kwargs):
+            _EXPORTED_CUDA.add(storage.data_ptr())
+            return original(storage, *args, **kwargs)
+        return watched
 
-    def watched(storage, *args, _original=original, **kwargs):
-        _EXPORTED_CUDA.add(storage.data_ptr())
-        return _original(storage, *args, **kwargs)
-
-    watched._workbook_watched = True
-    torch.UntypedStorage._share_cuda_ = watched
+    _watch([(torch.UntypedStorage, "_share_cuda_")], wrap)
 
 
 _watch_cuda_sharing()

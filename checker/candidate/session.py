@@ -244,7 +244,6 @@ def _watch(targets: Iterable[tuple[Any, str]], wrap: Callable[[Callable, str], C
             continue
         watched = wrap(original, name)
         watched._workbook_watched = True
-        watched.__name__ = name
         try:
             setattr(owner, name, staticmethod(watched) if static(owner, name) else watched)
         except (AttributeError, TypeError):
@@ -371,6 +370,7 @@ def _watch_numpy_views() -> None:
             if outer and issubclass(type(tensor), torch.Tensor):
                 _expose(tensor)
             return made
+        exported.__name__ = name
         return exported
 
     _watch([(torch.Tensor, "numpy"), (torch.Tensor, "__dlpack__"), (torch._C, "_to_dlpack"),
@@ -432,6 +432,7 @@ def _watch_file_memory_makers() -> None:
             if not private and len(_FILE_MEMORY) < MADE_KEPT:
                 _FILE_MEMORY.append(name)
             return result
+        made.__name__ = name
         return made
 
     # a method of the storage (_share_*: bound per instance) stays one; the storage's makers are called through the class

@@ -244,6 +244,7 @@ def _watch(targets: Iterable[tuple[Any, str]], wrap: Callable[[Callable, str], C
             continue
         watched = wrap(original, name)
         watched._workbook_watched = True
+        watched.__wrapped__ = original  # as functools.wraps does
         try:
             setattr(owner, name, staticmethod(watched) if static(owner, name) else watched)
         except (AttributeError, TypeError):

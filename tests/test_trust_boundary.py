@@ -539,6 +539,7 @@ def test_the_labs_and_solutions_pass_the_scan(pristine_lab):
     "lib = torch.library.Library('at' + 'en', 'IMPL')", "stamps = getattr(session, '_window_stamps_ns')",
     "stamps = session.__dict__['_window_' + 'stamps_ns']", "for name in vars(session): pass",
     "value = getattr(session, name)", "getattr(sys, 'settrace')(None)",
+    "make = torch.from_numpy.__wrapped__", "make = torch.as_tensor.__closure__[0].cell_contents",
 ])
 def test_probes_are_found_with_their_line(line):
     assert findings(f"session = start('01_item_syncs')\n{line}\n")[0].startswith("line 2:")

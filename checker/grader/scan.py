@@ -56,6 +56,9 @@ PROBE_ATTRIBUTES = {
     # a function's code object names the file and function a trace's Python frames show
     **{name: "rewrites where its code says it comes from" for name in (
         "__code__", "co_filename", "co_name", "co_qualname", "co_firstlineno", "CodeType")},
+    # a watched function's own (the harness wraps some of torch's makers and exports): the original runs unwatched
+    **{name: "reaches past a wrapper to the function it wraps" for name in (
+        "__wrapped__", "__closure__", "cell_contents", "__kwdefaults__", "__defaults__")},
     "forkpty": "forks the process, out of the profiler's sight",
     # a pipe or device node where the harness writes a file hands its reader other bytes (a trace, a report)
     "mkfifo": "makes a named pipe", "mknod": "makes a named pipe or device node",

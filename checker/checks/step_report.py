@@ -20,7 +20,9 @@ and closed the window).
 * ``step_cost``: the observer does not change the observed. The candidate's steps cost what the baseline's cost
   under the same secret (the mean step of each timed window, both traced alike), within the chapter's allowance:
   a benchmark that paces every step to a beat chosen in warm-up reports a p50, p90 and mean that are all true,
-  and all the beat, of steps it made slower;
+  and all the beat, of steps it made slower. On a CPU, where an op has finished when its call returns, the time
+  each traced step ran no op on its own thread is held to the slow script's too (``idle_margin``): a step slept or
+  spun to a beat holds the padding between its ops, however little it is against the allowance;
 * ``mean_step_report``: its ``mean_ms`` is within the threshold of the grader's mean step time over the timed
   window. The window is synchronized at both ends by the harness, so this holds on a GPU whether or not the
   script waits for the device; a clock read right after queueing the work lands far below it.
@@ -48,6 +50,7 @@ from checker.checks import BASELINE_TRACE, FAILED, PASSED, RUN, TRACE, check, re
 from checker.checks.evidence import TraceMismatch, cpu_per_step, slow_cpu_pairs
 from checker.trace.analyses.clocks import clock_reads, clock_step_ms
 from checker.trace.analyses.collectives import RATE_HEADROOM, rate_cap
+from checker.trace.analyses.ops import uncovered_shares
 from checker.trace.analyses.work import describe_step, training_work, work_by_step
 
 KNOWN = ("steps", "p50_ms", "p90_ms", "mean_ms")
@@ -300,7 +303,7 @@ def window_step_ms(run) -> float | None:
     return run.window_s * 1e3 / steps if steps and run.window_s else None
 
 
-@check("step_cost", needs=(RUN, BASELINE_TRACE), key="ratio", fmt="{:.2f}x the baseline's step")
+@check("step_cost", needs=(RUN, TRACE, BASELINE_TRACE), key="ratio", fmt="{:.2f}x the baseline's step")
 def step_cost(evidence, spec):
     """measuring does not change what is measured: the benchmark's steps cost what the slow script's cost"""
     allowance = float(spec.threshold_for(evidence.device))
@@ -330,7 +333,37 @@ def step_cost(evidence, spec):
         return result(spec, FAILED, measured=measured, threshold=allowance, evidence=[
             said, "the benchmark made the steps it measured slower: a report may only observe the steps (a wait for "
             "the device, a clock read), never pace or pad them"])
+    if (padded := _padded_steps(evidence, spec, measured)) is not None:
+        return result(spec, FAILED, measured=measured, threshold=allowance, evidence=[said, padded])
     return result(spec, PASSED, measured=measured, threshold=allowance, evidence=[said])
+
+
+def _padded_steps(evidence, spec, measured: dict) -> str | None:
+    """On a CPU, where chapter.toml gives ``idle_margin``: why the traced steps held more time without an op on their
+    own thread than the slow script's same steps, or None. An op has finished there when its call returns, so an
+    honest step is its ops and a little Python between them (about 1% of a step, the slow script's and the
+    solution's alike); a sleep, a loop on the clock or any wait of the script's own is time between ops. Pacing by
+    less than step_cost's allowance stays inside the allowance, not inside this margin (red team 34's
+    beat_report_00, each kind of step paced to 1.25x its first: 41% of a step's time without an op)."""
+    margin = spec.options.get("idle_margin")
+    if margin is None or evidence.device != "cpu":
+        return None
+    slow, missing = _trace_of(evidence, "baseline", "the slow script's run")
+    mine, missing_too = (None, None) if missing else _trace_of(evidence, "candidate", "your run")
+    if missing or missing_too:
+        return missing or missing_too
+    theirs, ours = uncovered_shares(slow.events, slow.get_steps()), uncovered_shares(mine.events, mine.get_steps())
+    both = ours.index.intersection(theirs.index)
+    if not len(both):
+        return "your run's trace and the slow script's share no traced step, so what each step waited is unknown"
+    idle, base = float(ours[both].mean()), float(theirs[both].mean())
+    measured.update(idle_share=round(idle, 4), baseline_idle_share=round(base, 4))
+    if idle - base <= float(margin):
+        return None
+    return (f"in {len(both)} traced steps, {idle:.0%} of a step's time ran no operator on the thread that ran the step, "
+            f"against {base:.0%} in the slow script's same steps (allowed {float(margin):.0%} more): a benchmark's step "
+            "is the training's ops and a clock read; time between them is a wait or a loop of the script's own (a "
+            "sleep, a spin on the clock) that pads the steps it measures")
 
 
 SHOWN_STEPS = 4  # the steps a failure names, the most different first

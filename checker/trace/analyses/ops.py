@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from checker.trace.intervals import clip, union_length
 from checker.trace.steps import rows_in_steps
 
 OP_COLUMNS = {"name": object, "count": "int64", "self_ns": "int64", "total_ns": "int64", "count_per_step": float,
@@ -95,3 +96,25 @@ def top_ops(events: pd.DataFrame, in_steps: bool, counted_steps: int, exclude_st
     if limit is not None:
         grouped = grouped.head(limit)
     return grouped[list(OP_COLUMNS)].reset_index(drop=True).astype(OP_COLUMNS)
+
+
+def uncovered_shares(events: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
+    """Each step's share (0-1) of its range's time in which no CPU op ran on the thread that opened the range,
+    indexed by step. On a CPU an op has finished when its call returns, so a training step's time is its ops' time
+    and a little Python between them; a step slept or spun to a beat (a sleep, a loop on the clock) holds that time
+    between its ops. Steps without a range's thread or length are left out."""
+    ops = cpu_ops(events, in_steps=True)
+    ops = ops[ops["top_level"].to_numpy(bool)]
+    by_step = {int(step): group for step, group in ops.groupby("step")}
+    shares = {}
+    for row in steps.itertuples(index=False):
+        start, end = int(row.start_ns), int(row.end_ns)
+        if end <= start:
+            continue
+        mine = by_step.get(int(row.step))
+        if mine is not None:
+            mine = mine[(mine["pid"].to_numpy() == row.pid) & (mine["tid"].to_numpy() == row.tid)]
+        covered = 0 if mine is None or mine.empty else union_length(
+            *clip(mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64), start, end))
+        shares[int(row.step)] = 1.0 - covered / (end - start)
+    return pd.Series(shares, dtype=float)

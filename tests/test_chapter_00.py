@@ -251,6 +251,51 @@ def test_on_a_cpu_steps_paced_to_a_beat_fail_step_by_step_though_a_loaded_baseli
     assert step_cost(evidence, spec("step_cost", 1.5, device="cpu")).status == PASSED
 
 
+def _traced_steps(path, pad: float):
+    """A CPU trace of four steps of products, each slept ``pad`` times its own time after its ops (0: not paced)."""
+    import time
+
+    import torch
+    from torch.profiler import profile, record_function
+
+    from checker.trace import load
+
+    x = torch.randn(192, 192)
+    with profile(with_stack=True) as prof:
+        for step in range(10, 14):
+            with record_function(f"step {step}"):
+                start = time.perf_counter()
+                for _ in range(30):
+                    x @ x
+                if pad:
+                    time.sleep(pad * (time.perf_counter() - start))
+    prof.export_chrome_trace(str(path))
+    return load(path)
+
+
+def test_on_a_cpu_steps_padded_between_their_ops_fail_step_cost_inside_the_allowance(tmp_path):
+    """Slept a third of its time after its ops, each step costs 1.33x, inside the allowance; the trace shows that time
+    ran no op on the step's thread, against about none in the honest steps (red team 34's beat_report_00)."""
+    from checker.trace.analyses.ops import uncovered_shares
+
+    honest, padded = _traced_steps(tmp_path / "honest.json", 0), _traced_steps(tmp_path / "padded.json", 0.33)
+    assert uncovered_shares(honest.events, honest.get_steps()).mean() < 0.1
+    assert uncovered_shares(padded.events, padded.get_steps()).mean() > 0.2
+    window = [10.0] * 4
+    checked = CheckSpec(name="step_cost", doc="", threshold={"cpu": 1.5}, skip={}, options={"idle_margin": 0.1})
+
+    def judged(candidate):
+        evidence = Evidence(chapter=get_chapter(CHAPTER), device="cpu", trace_tool="torch", candidate=Path("train.py"),
+                            cfg={"warmup": 10}, traced=(Windowed(window, 0.04), Windowed(window, 0.04)),
+                            traces={"baseline": honest, "candidate": candidate})
+        return step_cost(evidence, checked)
+
+    assert judged(honest).status == PASSED
+    outcome = judged(padded)
+    assert outcome.status == FAILED and "ran no operator on the thread that ran the step" in outcome.evidence[1]
+    assert outcome.measured["idle_share"] > 0.2 > outcome.measured["baseline_idle_share"]
+
+
 def test_step_cost_is_declared_for_both_devices():
     declared = get_chapter(CHAPTER).check("step_cost")
     assert 1 < float(declared.threshold_for("cpu")) < 2.3 and 1 < float(declared.threshold_for("cuda")) < 2.3

@@ -30,6 +30,7 @@ import argparse
 import gc
 import io
 import os
+import re
 import signal
 import site
 import stat
@@ -44,6 +45,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
+
+try:  # the path prefixes torch.profiler's Python tracer cuts from a frame's file (sys.path now, site's folders)
+    from torch.profiler.python_tracer import _prefix_regex
+except ImportError:  # pragma: no cover - an older torch: the same list, as it builds it
+    def _prefix_regex() -> list[str]:
+        raw = [*site.getsitepackages(), *sys.path, site.getuserbase(), site.getusersitepackages()]
+        return [p + os.sep for p in sorted({os.path.abspath(p) for p in raw}, reverse=True)]
 
 from checker.base.ranks import LoggedSamples, world_from_env
 from checker.base.workloads import (KeyedEpochs, Workload, harness_fetch, initial_rms, load_workload_module,
@@ -449,6 +457,7 @@ _watch_file_memory_makers()
 # c_float.from_address(t.data_ptr()), the address taken through a call made from C). ctypes announces each to the
 # interpreter's audit hooks, which a script cannot remove; a foreign function that copies memory (memmove, a C
 # extension's own) announces nothing.
+CODE_EVENTS = frozenset({"compile", "exec", "code.__new__", "function.__new__", "object.__setattr__"})
 RAW_MEMORY_EVENTS = frozenset({"ctypes.cdata", "ctypes.cdata/buffer", "ctypes.string_at", "ctypes.wstring_at"})
 _RAW_READS = [0]
 # every library ctypes opened in this process, from import on (ctypes.dlopen's audit event names it): one opened and
@@ -471,8 +480,82 @@ def _opens_process_memory(path: str) -> bool:
     return real.startswith("/proc/") and os.path.basename(real) == "mem"
 
 
+# Code named like the grader's own. A trace tells the grader's code (checker/, a chapter's workload.py: its reads in a
+# fetch are excused, its clock reads are the harness's) from the script's by the file its frames name, which
+# torch.profiler writes relative to the sys.path folder that holds it: a module the script wrote to
+# <folder>/chapters/<x>/workload.py and imported with <folder> on sys.path was "the grader's" in the trace (red team
+# 35's grader_path_06). So every code object the run makes from import on (compiled, executed, built, put in a
+# function or as one's code) whose file is named like that and is not one of the grader's own files is noted, and a
+# step guard ends the run on any that a trace would name as the grader's (named_like_own). torch.compile's
+# generated modules are named otherwise.
+OWN_CODE_NAME = re.compile(r"(?:^|[/\\])(?:checker|chapters)[/\\]")
+# the names the trace analyses take for the grader's code (checker.trace.analyses: syncs' GRADER_CODE and HARNESS_CODE,
+# clocks' HARNESS_FRAME), as a frame shows its file
+SHOWN_AS_OWN = re.compile(r"(?:^|/)(?:checker/[\w/]+\.py|chapters/[^/]+/workload\.py)$")
+
+
+def _own_code_roots() -> tuple[str, ...]:
+    roots = {os.path.dirname(os.path.dirname(os.path.realpath(__file__)))}  # checker/
+    try:
+        from checker.base.paths import chapters_dir
+
+        roots.add(os.path.realpath(chapters_dir()))
+    except Exception:  # noqa: BLE001 - no checkout found: only the package's own files are the grader's
+        pass
+    return tuple(sorted(roots))
+
+
+_OWN_CODE_ROOTS = _own_code_roots()
+_NAMED_LIKE_OWN: list[str] = []
+
+
+def _note_code_named(filename: Any) -> None:
+    """Note ``filename`` (a code object's file) where it is named like the grader's code and is none of its files."""
+    if not isinstance(filename, (str, bytes)) or len(_NAMED_LIKE_OWN) >= MADE_KEPT:
+        return
+    name = os.fsdecode(filename)
+    if not OWN_CODE_NAME.search(name):
+        return
+    real = os.path.realpath(name)
+    if not any(real.startswith(root + os.sep) for root in _OWN_CODE_ROOTS):
+        _NAMED_LIKE_OWN.append(name)
+
+
+def named_like_own(_prefixes=_prefix_regex) -> list[str]:
+    """The files of code the script made that a trace would name as the grader's: each as torch.profiler's Python
+    tracer shows it, cut by the first of its path prefixes (sys.path now, site's folders) that it starts with."""
+    if not _NAMED_LIKE_OWN:
+        return []
+    prefixes = _prefixes()
+    shown = [next((name[len(p):] for p in prefixes if name.startswith(p)), name) for name in _NAMED_LIKE_OWN]
+    return [name for name in shown if SHOWN_AS_OWN.search(name.replace(os.sep, "/"))]
+
+
+def _note_code(code: Any) -> None:
+    """Note the files of a code object and of every code object nested in its constants (a function's, a class's)."""
+    pending, seen = [code], 0
+    while pending and seen < 100_000:
+        code = pending.pop()
+        seen += 1
+        if issubclass(type(code), types.CodeType):
+            _note_code_named(code.co_filename)
+            pending.extend(c for c in code.co_consts if issubclass(type(c), types.CodeType))
+
+
 def _count_raw_reads(event: str, args: tuple) -> None:
-    if event in RAW_MEMORY_EVENTS:
+    if event in CODE_EVENTS:
+        try:
+            if event == "compile" and len(args) > 1:
+                _note_code_named(args[1])
+            elif event == "code.__new__" and len(args) > 1:
+                _note_code_named(args[1])
+            elif event in ("exec", "function.__new__") and args:
+                _note_code(args[0])
+            elif event == "object.__setattr__" and len(args) > 2 and args[1] == "__code__":
+                _note_code(args[2])
+        except Exception:  # noqa: BLE001 - an audit hook never fails the operation it watches
+            pass
+    elif event in RAW_MEMORY_EVENTS:
         session = _CURRENT
         if session is not None and session._watches_memory and session._window_open:
             _RAW_READS[0] += 1
@@ -1314,6 +1397,10 @@ class Session:
     def _guard_step(self, tensors: list[tuple[str, torch.Tensor]] | None = None) -> None:
         """Every timed step looks at the tensors the window opened with (microseconds); the window's open and close
         walk the model again, for a tensor put in one's place. And at the harness's own code (changed_harness)."""
+        if named := named_like_own():
+            _stop({"type": "named", "what": named[:5], "count": len(named)},
+                  f"the script made code named like the grader's own ({', '.join(named[:3])}): a trace tells the "
+                  "grader's code from the script's by the file its frames name")
         if changed := changed_harness(self):
             _stop({"type": "harness", "what": changed[:5]},
                   f"the script changed the harness's session ({', '.join(changed[:3])}): the harness's own code marks, "

@@ -359,6 +359,12 @@ class _Run:
             shown = ", ".join(str(w)[:60] for w in what[:5]) if isinstance(what, list) and what else "the model's weights"
             raise self.broken(f"put the model's weights where another process can train them ({header.get('count')} "
                               f"tensor(s) in shared memory: {shown}): the traced process must do its own training")
+        elif kind == "named":
+            what = header.get("what")
+            shown = ", ".join(str(w)[:80] for w in what[:5]) if isinstance(what, list) and what else "its code"
+            raise self.broken(f"made code named like the grader's own ({shown}): a trace tells the grader's code "
+                              "(checker/, a chapter's workload.py) from the script's by the file its frames name, so "
+                              "such code would be taken for the grader's")
         elif kind == "harness":
             what = header.get("what")
             shown = ", ".join(str(w)[:60] for w in what[:5]) if isinstance(what, list) and what else "its code"

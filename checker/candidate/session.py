@@ -528,7 +528,7 @@ def named_like_own(_prefixes=_prefix_regex) -> list[str]:
         return []
     prefixes = _prefixes()
     shown = [next((name[len(p):] for p in prefixes if name.startswith(p)), name) for name in _NAMED_LIKE_OWN]
-    return [name for name in shown if SHOWN_AS_OWN.search(name.replace(os.sep, "/"))]
+    return [name for name in dict.fromkeys(shown) if SHOWN_AS_OWN.search(name.replace(os.sep, "/"))]
 
 
 def _note_code(code: Any) -> None:

@@ -198,3 +198,49 @@ def test_a_nested_tensors_size_is_a_read_on_a_cpu(tmp_path):
     names = events.iloc[cpu_sync_op_rows(events)]["name"].tolist()
     assert "aten::_nested_view_from_buffer" in names, names
     assert not {"aten::mm", "aten::sum", "aten::matmul"} & set(names), names
+
+
+def _tagged_as_sizing_by_values() -> set[str]:
+    """Every aten op that PyTorch tags as sizing its result by its inputs' values, in the torch installed."""
+    import torch
+
+    tags = {torch.Tag.dynamic_output_shape, torch.Tag.data_dependent_output}
+    found = set()
+    for name in {schema.name for schema in torch._C._jit_get_all_schemas() if schema.name.startswith("aten::")}:
+        packet = getattr(torch.ops.aten, name.split("::")[1], None)
+        if packet is not None and any(tags & set(getattr(packet, o).tags) for o in packet.overloads()):
+            found.add(name)
+    return found
+
+
+def test_every_op_tagged_as_sizing_by_values_is_a_read_or_reads_through_one():
+    """A new op of this kind in a torch upgrade must be placed: counted itself, or shown to read through a listed op."""
+    from checker.trace.analyses.syncs import CPU_SYNC_OPS, READ_BENEATH
+
+    assert _tagged_as_sizing_by_values() - CPU_SYNC_OPS - set(READ_BENEATH) == set()
+
+
+def test_the_tagged_ops_that_read_beneath_run_a_listed_read_and_ctc_loss_counts_itself(tmp_path):
+    """Each op of READ_BENEATH, in its overload that sizes its result by values, runs a counted read inside it on a CPU;
+    `_ctc_loss` sizes its alpha table by the largest target length with no such op (red team 35's ctc_shape_06)."""
+    import torch
+    import torch.nn.functional as F
+
+    from checker.trace.analyses.syncs import cpu_sync_op_rows
+
+    x, mask = torch.arange(6.0), torch.tensor([True, False] * 3)
+    calls = {"aten::allclose": lambda: torch.allclose(x, x), "aten::argwhere": lambda: torch.argwhere(mask),
+             "aten::index": lambda: x[mask], "aten::item": lambda: x[0].item(),
+             "aten::masked_select": lambda: torch.masked_select(x, mask),
+             "aten::one_hot": lambda: F.one_hot(torch.tensor([1, 3])),
+             "aten::repeat_interleave": lambda: torch.repeat_interleave(torch.tensor([1, 2]))}
+    log_probs = torch.randn(5, 1, 4).log_softmax(2)
+    calls["aten::_ctc_loss"] = lambda: torch._ctc_loss(log_probs, torch.tensor([[1, 2, 3]]), torch.tensor([5]),
+                                                       torch.tensor([3]))
+    for name, call in calls.items():
+        with torch.profiler.profile() as prof:
+            call()
+        path = tmp_path / f"{name.split('::')[1]}.json"
+        prof.export_chrome_trace(str(path))
+        events = load(path).events
+        assert len(cpu_sync_op_rows(events)), name

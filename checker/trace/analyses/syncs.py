@@ -73,7 +73,16 @@ SYNC_COPY = re.compile(r"^cu(?:da)?Memcpy(?!.*Async)\w*$")
 # (_pack_padded_sequence reads its lengths, which must be on the CPU: a GPU run copies them there)
 # (_pad_packed_sequence reads its batch sizes, which must be on the CPU, and sizes its result by the first: a shape that
 # hands a value to Python, red team 17's packed_shape_06)
-READING_OPS = ("aten::bincount", "aten::equal", "aten::_pack_padded_sequence", "aten::_pad_packed_sequence")
+# (_ctc_loss sizes its alpha table by the largest target length, read in C++, and `.shape` hands it to Python: red
+# team 35's ctc_shape_06; linalg_lstsq's residuals are empty or not by the solution's rank)
+READING_OPS = ("aten::bincount", "aten::equal", "aten::_pack_padded_sequence", "aten::_pad_packed_sequence",
+               "aten::_ctc_loss", "aten::linalg_lstsq")
+# the other ops PyTorch tags as sizing their result by values (Tag.dynamic_output_shape, data_dependent_output): each
+# reads through an op listed above, run inside it on a CPU (aten::nonzero, aten::_local_scalar_dense), or reads
+# nothing in the overload that does not (index given integer tensors, repeat_interleave given its output_size).
+# tests/test_host_syncs_check.py holds every tagged op of the torch installed to one list or the other.
+READ_BENEATH = ("aten::allclose", "aten::argwhere", "aten::index", "aten::item", "aten::masked_select",
+                "aten::one_hot", "aten::repeat_interleave")
 # ops whose result's size is the number of distinct or nonzero values: a sparse tensor coalesced (its nnz then read
 # as a size, `_nnz()`, no op) or made from a dense one; on a GPU each copies that count back and waits for it
 # (the inner ops that do the work: `coalesce` and `to_sparse` call them, counted once)

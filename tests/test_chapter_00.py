@@ -467,6 +467,21 @@ def test_products_replayed_on_the_meta_device_record_shapes_but_are_credited_onl
     assert again.status == PASSED and again.measured["worst_off"] == pytest.approx(0.0), again.evidence
 
 
+def test_the_credited_rate_has_a_floor_where_a_busy_machine_slowed_every_product_of_the_slow_script():
+    """Red team 35 saw the cap at 0.3 GFLOP/s once, every honest product then credited a few percent of its FLOPs."""
+    from types import SimpleNamespace
+
+    from tests.trace.trace_helpers import make_events
+
+    from checker.trace.analyses.collectives import RATE_FLOOR, RATE_HEADROOM, rate_cap
+
+    def slow(rate):  # products of 1 MFLOP each, at ``rate`` FLOPs per ns
+        return SimpleNamespace(events=make_events([]), meta={"matmuls": {"flops": [1e6] * 4, "dur_ns": [1e6 / rate] * 4}})
+
+    assert rate_cap([slow(0.1)]) == RATE_FLOOR
+    assert rate_cap([slow(50.0)]) == pytest.approx(RATE_HEADROOM * 50.0)
+
+
 def test_on_a_gpu_trace_a_product_counts_only_where_it_launched_a_kernel():
     import numpy as np
 

@@ -465,6 +465,11 @@ def credited_flops(events: pd.DataFrame, starts: np.ndarray, ends: np.ndarray, t
 # recorded with its shapes and takes about the same short time whatever its size, so a large one runs far above that
 # rate; an honest product of the same shapes runs at the slow script's rate, both runs traced alike
 RATE_HEADROOM = 3.0
+# ... and never less than this many FLOPs per ns (1 GFLOP/s): a slow script's products all slowed by a busy machine
+# once set the cap at 0.3 GFLOP/s and failed an honest step's products (red team 35's note), where honest CPU products
+# run at 50-60 GFLOP/s on the 2-core machine; a product on the meta device (a few microseconds) gains a few thousand
+# FLOPs from the floor, where the cap itself gives it hundreds of thousands
+RATE_FLOOR = 1.0
 
 
 def rate_cap(slow_traces) -> float | None:
@@ -478,7 +483,7 @@ def rate_cap(slow_traces) -> float | None:
         best = best_matmul_rate(trace)
         if best is not None:
             rates.append(best)
-    return RATE_HEADROOM * max(rates) if rates else None
+    return max(RATE_HEADROOM * max(rates), RATE_FLOOR) if rates else None
 
 
 def best_matmul_rate(trace, min_dur_ns: int = 1000) -> float | None:

@@ -806,14 +806,18 @@ def _loader_settings(source: Any) -> dict[str, Any] | None:
 
 class LoaderOrigin:
     """Which DataLoaders' iterators made the batches the steps fetched: torch's own iterator class records the loader
-    that built it, and counts each batch it hands out while the harness fetches a step's batch (``fetching``; an
-    evaluation loader run inside a step is not counted). The batches must come from the loader whose settings were
-    read, not from a second loader behind its ``__iter__``."""
+    that built it, and counts each batch it hands out while the harness fetches a step's batch (``fetching``). The
+    batches must come from the loader whose settings were read, not from a second loader behind its ``__iter__``.
+    Nor may a step take its batch anywhere else: a batch any DataLoader hands out while the steps run, outside the
+    fetch, and an item read from the reported loader's dataset there (in this process), are counted too (red team
+    35's shadow_loader_02 handed session.steps() a pinned loader and trained each step on a second, pageable loader's
+    batch, fetched in the step's body)."""
 
     def __init__(self, source: Any):
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
         self.source, self.made, self.fetching = source, {}, False  # made: id(loader) -> batches handed out
+        self.elsewhere = self.items_elsewhere = 0
         self._cls, self._init, self._next = _BaseDataLoaderIter, _BaseDataLoaderIter.__init__, _BaseDataLoaderIter.__next__
         origin, init, fetch = self, self._init, self._next
 
@@ -828,9 +832,26 @@ class LoaderOrigin:
                 if key is None and getattr(origin.source, "_iterator", None) is iterator:
                     key = id(origin.source)  # persistent workers started before session.steps(): the loader's own
                 origin.made[key] = origin.made.get(key, 0) + 1
+            else:
+                origin.elsewhere += 1
             return batch
 
         _BaseDataLoaderIter.__init__, _BaseDataLoaderIter.__next__ = counted_init, counted_next
+        # the reported loader's dataset, read in this process outside the fetch (a worker reads it in its own)
+        self._dataset_cls = self._getitem = None
+        dataset_cls = type(getattr(source, "dataset", None))
+        getitem = dataset_cls.__dict__.get("__getitem__")
+        if callable(getitem) and dataset_cls.__module__ != "builtins":
+            def counted_getitem(dataset, *args, **kwargs):
+                if not origin.fetching:
+                    origin.items_elsewhere += 1
+                return getitem(dataset, *args, **kwargs)
+
+            try:
+                dataset_cls.__getitem__ = counted_getitem
+                self._dataset_cls, self._getitem = dataset_cls, getitem
+            except (AttributeError, TypeError):  # a type that takes no new attributes
+                pass
 
     @contextmanager
     def fetch(self):
@@ -843,6 +864,8 @@ class LoaderOrigin:
 
     def close(self) -> None:
         self._cls.__init__, self._cls.__next__ = self._init, self._next
+        if self._dataset_cls is not None:
+            self._dataset_cls.__getitem__ = self._getitem
 
     def problems(self, fetched: int) -> list[str]:
         """What says the batches did not come from the reported loader's own iteration ([] when they did)."""
@@ -853,6 +876,12 @@ class LoaderOrigin:
             found.append(f"batches from another DataLoader ({others} made by a loader whose settings were not read)")
         if mine < fetched:
             found.append(f"batches not made by its own iterators ({mine} of the {fetched} the steps fetched)")
+        if self.elsewhere:
+            found.append(f"batches outside session.steps()' fetch ({self.elsewhere} handed out by a DataLoader iterated "
+                         "while the steps ran: a step trains on the batch it was handed)")
+        if self.items_elsewhere:
+            found.append(f"items of its dataset read outside session.steps()' fetch ({self.items_elsewhere} while the "
+                         "steps ran: a step trains on the batch it was handed)")
         return found
 
 

@@ -197,6 +197,7 @@ class _Run:
         self.workers_at_close: set[int] = set()
         self.cpu_at_open: tuple[int, int] | None = None
         self.cpu_at_close: tuple[int, int] | None = None
+        self.known: set[int] = set()  # this grader's processes before the run started (its fork server)
         self.reports: dict[str, float] = {}
         self.sample_ids: bytes | None = None
         self.sample_counts: list[int] = []
@@ -209,6 +210,15 @@ class _Run:
         self.probes = int(chapter.config(device).get("probe_updates", 0))
         self.probe_steps: list[int] | None = None
         self.update_probe: bytes | None = None
+
+    def _none_left(self) -> None:
+        """The window's CPU is counted over the processes under the run: one that left it (an orphan this grader
+        adopted) works where no count and no trace looks (red team 36's orphan_key_04 trained the window in a process
+        whose launcher exited in warm-up, while the traced process ran a decoy)."""
+        if left := sandbox.adopted(self.pid, self.known):
+            raise self.broken(f"left {len(left)} process(es) of its own running outside the run (orphaned, adopted by "
+                              "the grader): the window's work is counted over the run's processes, so work done in "
+                              "one that left it is in no count and no trace")
 
     def _channel_kept(self) -> bool:
         """Whether the run's process still holds the grader's pipe at the descriptor the harness announced, and no
@@ -264,6 +274,7 @@ class _Run:
         elif kind == "open":
             self._answer({"window_key": self.window_key})
             if self.watch_cpu:  # after the answer: the run's window is not held up by the reading
+                self._none_left()
                 self.cpu_at_open = sandbox.cpu_of_run(self.pid)
         elif kind == "step":
             in_tail = "tail" in self.clock and "tail_close" not in self.clock
@@ -297,6 +308,7 @@ class _Run:
             below = sandbox.descendants(self.pid)
             self.workers_at_close = sandbox.worker_processes(below)
             if self.watch_cpu:
+                self._none_left()
                 self.cpu_at_close = sandbox.cpu_of_run(self.pid, below)
         elif kind == "weights":
             self.weights = payload
@@ -486,6 +498,7 @@ def run_script(
     known_children = sandbox.descendants(os.getpid())
     run = _Run(chapter, script, device, total_steps, warmup, seed, window_key, folder, display, tail=traced_after,
                watch_cpu=device == "cpu")
+    run.known = known_children
     protocol = _Protocol(run)
     evt = os.open(folder.path / "evt", os.O_RDWR | os.O_NONBLOCK)  # RDWR: never an EOF before the run connects
     tail: deque[bytes] = deque()

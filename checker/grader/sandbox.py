@@ -486,6 +486,13 @@ def cpu_of_run(pid: int, below: set[int] | None = None) -> tuple[int, int]:
     return own, others
 
 
+def adopted(run: int, known: set[int]) -> set[int]:
+    """The live processes that left ``run`` (orphans this process, a subreaper, adopted: a double fork, a launcher
+    that exits), and what they started: every process below this one but the run's own and those in ``known``."""
+    me = os.getpid()
+    return {pid for pid in descendants(me) - known - {run} - descendants(run) if _alive(pid)}
+
+
 def descendants(pid: int) -> set[int]:
     """Every process below ``pid`` (children, their children, ...), now."""
     table = _parents()

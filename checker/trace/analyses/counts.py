@@ -215,6 +215,30 @@ def _top(names: pd.Series, steps: int, limit: int = 8) -> list[tuple[str, float]
     return [(name, round(count / steps, 2)) for name, count in counts.items()]
 
 
+# On a CPU a compiled graph's kernels (Inductor's C++) record no op: each call of one (its autograd record, forward and
+# backward) counts as one op in a CPU count, as a GPU counts each of its kernels. A chain compiled one op per graph (a
+# graph break after every op: red team 36's unfused_breaks_05, 64 graph calls a step) makes as many calls as passes;
+# the lesson's fusion makes one or two a step.
+COMPILED_GRAPH_CALLS = ("CompiledFunction", "CompiledFunctionBackward")
+
+
+def compiled_graph_calls(events: pd.DataFrame) -> pd.DataFrame:
+    """The calls of compiled graphs a CPU trace recorded (each one's autograd record)."""
+    return events[(events["kind"] == "cpu_op").to_numpy() & events["name"].isin(COMPILED_GRAPH_CALLS).to_numpy()]
+
+
+def _with_graph_calls(count: StepCount, trace, steps: list[int]) -> StepCount:
+    """A CPU count with each compiled graph's call counted as one op, at the top level and at any depth."""
+    graphs = len(_in_steps(compiled_graph_calls(trace.events), steps, trace))
+    count.extra["compiled_graph_calls_per_step"] = round(graphs / len(steps), 2) if steps else 0.0
+    count.total += graphs
+    if count.nested is not None:
+        count.nested += graphs
+    if graphs:
+        count.top = sorted([*count.top, ("compiled graph calls", graphs / len(steps))], key=lambda item: -item[1])
+    return count
+
+
 def count_launches(trace, device: str) -> StepCount:
     """Kernel launches per step (CUDA), or top-level operators per step (CPU: aten's and every other namespace's,
     ``dispatcher_ops``; the unit keeps aten's name, which nearly all of them have)."""
@@ -232,7 +256,8 @@ def count_launches(trace, device: str) -> StepCount:
     every = dispatcher_ops(events)
     ops = _in_steps(top_level(every), steps, trace)
     nested = len(_in_steps(leaf_ops(every), steps, trace))
-    return StepCount("top-level aten ops", len(ops), len(steps), _top(ops["name"], len(steps)), nested=nested)
+    return _with_graph_calls(StepCount("top-level aten ops", len(ops), len(steps), _top(ops["name"], len(steps)),
+                                       nested=nested), trace, steps)
 
 
 def count_elementwise(trace, device: str) -> StepCount:
@@ -251,7 +276,8 @@ def count_elementwise(trace, device: str) -> StepCount:
         return StepCount("elementwise kernels", len(kernels), len(steps), _top(names, len(steps)), extra)
     ops = _in_steps(pass_ops(events), steps, trace)
     nested = len(_in_steps(leaf_pass_ops(events), steps, trace))
-    return StepCount("aten ops passing over memory", len(ops), len(steps), _top(ops["name"], len(steps)), nested=nested)
+    return _with_graph_calls(StepCount("aten ops passing over memory", len(ops), len(steps),
+                                       _top(ops["name"], len(steps)), nested=nested), trace, steps)
 
 
 def launched_from_step_thread(trace, kernels: pd.DataFrame) -> pd.Series | None:

@@ -49,6 +49,10 @@ PROBE_ATTRIBUTES = {
     "methodcaller": "calls a method from C, where the Python tracer does not see the call",
     "redispatch": "runs an operator below the profiler's hook, which records no op for it",
     "redispatch_boxed": "runs an operator below the profiler's hook, which records no op for it",
+    # one dispatch key's kernel called directly (an overload's _op_dk): no op is recorded (red team 36's below_hook_04)
+    "_op_dk": "runs an operator below the profiler's hook, which records no op for it",
+    "DispatchKey": "runs an operator below the profiler's hook, which records no op for it",
+    "DispatchKeySet": "runs an operator below the profiler's hook, which records no op for it",
     "_RecordFunctionFast": "makes up profiler events",
     "setprofile": "switches the Python profiler off",
     "settrace": "switches the Python tracer off",

@@ -212,6 +212,25 @@ def test_a_process_left_running_is_killed_and_counted(tmp_path):
     """) + HEAD + LOOP
     forkserver.server()  # the grader's fork server outlives every run, by design: started before the count
     before = sandbox.descendants(os.getpid())
+    # on a CPU the window's work is counted over the run's processes: one that left the run before the window (an
+    # orphan the grader adopted) ends it at the window's open (red team 36's orphan_key_04)
+    with pytest.raises(ScriptError, match="outside the run"):
+        run(script(tmp_path, body))
+    assert not sandbox.descendants(os.getpid()) - before  # nothing of the run is left
+
+
+@pytest.mark.slow
+def test_a_process_left_running_after_the_window_is_killed_and_counted(tmp_path):
+    body = HEAD + LOOP + textwrap.dedent("""
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(120)
+            os._exit(0)
+    """)
+    forkserver.server()
+    before = sandbox.descendants(os.getpid())
     result = run(script(tmp_path, body))
     assert result.survivors >= 1
     assert not sandbox.descendants(os.getpid()) - before  # nothing of the run is left

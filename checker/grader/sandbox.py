@@ -548,24 +548,30 @@ def kill_survivors(pid: int, pgid: int | None, known: set[int] | None = None, gr
         if not left or time.monotonic() >= deadline:
             break
         time.sleep(0.05)
-    for target in left:
-        try:
-            os.kill(target, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    if pgid is not None:
-        kill_group(pgid)
-    for target in left:  # reap the ones that became our children
-        try:
-            os.waitpid(target, 0)
-        except ChildProcessError:
-            pass
+    killed: set[int] = set()
+    for _ in range(20):  # again while any is left: one killed in the middle of a fork leaves the child it made
+        for target in left:
+            try:
+                os.kill(target, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if pgid is not None:
+            kill_group(pgid)
+        for target in left:  # reap the ones that became our children
+            try:
+                os.waitpid(target, 0)
+            except ChildProcessError:
+                pass
+        killed |= left
+        left = {p for p in descendants(pid) | (descendants(me) - (known or set()) - {pid}) if _alive(p)} - killed
+        if not left:
+            break
     for target in descendants(me) - (known or set()) - {pid}:  # orphans that had already ended (zombies)
         try:
             os.waitpid(target, os.WNOHANG)
         except ChildProcessError:
             pass
-    return len(left)
+    return len(killed)
 
 
 def kill_group(pgid: int) -> None:

@@ -241,7 +241,7 @@ def _left_by_runs(before: set[int]) -> set[int]:
     in this test may still be making its own helpers)."""
     server = forkserver.server()
     own = sandbox.descendants(server.proc.pid) | {server.proc.pid} if server is not None else set()
-    return sandbox.descendants(os.getpid()) - before - own
+    return {pid for pid in sandbox.descendants(os.getpid()) - before - own if sandbox._alive(pid)}
 
 
 @pytest.mark.slow

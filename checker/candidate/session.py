@@ -496,16 +496,16 @@ SHOWN_AS_OWN = re.compile(r"(?:^|/)(?:checker/[\w/]+\.py|chapters/[^/]+/workload
 
 def _own_code_roots() -> tuple[str, ...]:
     roots = {os.path.dirname(os.path.dirname(os.path.realpath(__file__)))}  # checker/
-    try:
-        from checker.base.paths import chapters_dir
+    try:  # found as the harness finds it, without keeping what it found: a fork server imports this module once
+        from checker.base.paths import repo_root
 
-        roots.add(os.path.realpath(chapters_dir()))
+        roots.add(os.path.realpath(repo_root.__wrapped__() / "chapters"))
     except Exception:  # noqa: BLE001 - no checkout found: only the package's own files are the grader's
         pass
     return tuple(sorted(roots))
 
 
-_OWN_CODE_ROOTS = _own_code_roots()
+_ROOTS_OF: dict[int, tuple[str, ...]] = {}  # process id -> its roots: a fork server's run finds its own checkout
 _NAMED_LIKE_OWN: list[str] = []
 
 
@@ -517,7 +517,11 @@ def _note_code_named(filename: Any) -> None:
     if not OWN_CODE_NAME.search(name):
         return
     real = os.path.realpath(name)
-    if not any(real.startswith(root + os.sep) for root in _OWN_CODE_ROOTS):
+    roots = _ROOTS_OF.get(os.getpid())
+    if roots is None:
+        _ROOTS_OF.clear()
+        roots = _ROOTS_OF[os.getpid()] = _own_code_roots()
+    if not any(real.startswith(root + os.sep) for root in roots):
         _NAMED_LIKE_OWN.append(name)
 
 

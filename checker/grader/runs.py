@@ -216,9 +216,9 @@ class _Run:
         adopted) works where no count and no trace looks (red team 36's orphan_key_04 trained the window in a process
         whose launcher exited in warm-up, while the traced process ran a decoy)."""
         if left := sandbox.adopted(self.pid, self.known):
-            raise self.broken(f"left {len(left)} process(es) of its own running outside the run (orphaned, adopted by "
-                              "the grader): the window's work is counted over the run's processes, so work done in "
-                              "one that left it is in no count and no trace")
+            raise self.broken(f"left {len(left)} process{'es' if len(left) > 1 else ''} running outside the run "
+                              "(orphaned, adopted by the grader): the window's work is counted over the run's "
+                              "processes, so work done in one that left it is in no count and no trace")
 
     def _channel_kept(self) -> bool:
         """Whether the run's process still holds the grader's pipe at the descriptor the harness announced, and no

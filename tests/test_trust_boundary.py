@@ -221,13 +221,15 @@ def test_a_process_left_running_is_killed_and_counted(tmp_path):
 
 @pytest.mark.slow
 def test_a_process_left_running_after_the_window_is_killed_and_counted(tmp_path):
-    body = HEAD + LOOP + textwrap.dedent("""
+    body = HEAD + LOOP.replace("session.finish()\n", "") + textwrap.dedent("""
         import os, time
         if os.fork() == 0:
             os.setsid()
             if os.fork() == 0:
                 time.sleep(120)
             os._exit(0)
+        time.sleep(0.5)  # the grandchild is made before the run says it is done
+        session.finish()
     """)
     forkserver.server()
     before = sandbox.descendants(os.getpid())

@@ -45,14 +45,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 
 from checker.checks import BASELINE_TRACE, FAILED, PASSED, RUN, TRACE, check, result
 from checker.checks.evidence import TraceMismatch, cpu_per_step, slow_cpu_pairs
 from checker.trace.analyses.clocks import clock_reads, clock_step_ms
 from checker.trace.analyses.collectives import RATE_HEADROOM, rate_cap
 from checker.trace.analyses.ops import uncovered_shares
-from checker.trace.intervals import clip, union_length
 from checker.trace.analyses.work import describe_step, training_work, work_by_step
 
 KNOWN = ("steps", "p50_ms", "p90_ms", "mean_ms")
@@ -101,21 +99,6 @@ def device_step_ms(events, steps=None) -> list[float]:
     firsts, lasts = spans["first"].to_numpy(), spans["last"].to_numpy()
     ends = np.append(firsts[1:], lasts[-1])
     return [float(ms) for ms in (ends - firsts) / 1e6]
-
-
-def device_idle_shares(events) -> pd.Series:
-    """Each traced step's share (0-1) of its device time (``device_step_ms``'s interval) in which the device ran
-    nothing, indexed by step; the last step, whose interval ends with its own work, is left out."""
-    work = events[events["kind"].isin(DEVICE_KINDS) & events["step"].notna()]
-    if work.empty:
-        return pd.Series(dtype=float)
-    firsts = work.groupby("step")["start_ns"].min().sort_index()
-    starts, ends = work["start_ns"].to_numpy(np.int64), work["end_ns"].to_numpy(np.int64)
-    shares = {}
-    for step, lo, hi in zip(firsts.index[:-1], firsts.to_numpy()[:-1], firsts.to_numpy()[1:]):
-        if hi > lo:
-            shares[int(step)] = 1.0 - union_length(*clip(starts, ends, int(lo), int(hi))) / (hi - lo)
-    return pd.Series(shares, dtype=float)
 
 
 def step_truth(evidence, run) -> tuple[list[float], str, str | None]:
@@ -356,29 +339,23 @@ def step_cost(evidence, spec):
 
 
 def _padded_steps(evidence, spec, measured: dict) -> str | None:
-    """Where chapter.toml gives ``idle_margin`` for the device: why the traced steps held more idle time than the slow
-    script's same steps, or None.
-    On a CPU an op has finished when its call returns, so an honest step is its ops and a little Python between them
-    (about 1% of a step, the slow script's and the solution's alike); a sleep, a loop on the clock or any wait of the
-    script's own is time without an op on the step's thread. On a GPU it is time the device ran nothing, within the
-    step's device time (``device_step_ms``). Pacing by less than step_cost's allowance stays inside the allowance,
-    not inside this margin (red team 34's beat_report_00, each kind of step paced to 1.25x its first: 41% of a CPU
-    step's time without an op)."""
+    """On a CPU, where chapter.toml gives ``idle_margin``: why the traced steps held more time without an op on their
+    own thread than the slow script's same steps, or None. An op has finished there when its call returns, so an
+    honest step is its ops and a little Python between them (about 1% of a step, the slow script's and the
+    solution's alike); a sleep, a loop on the clock or any wait of the script's own is time between ops. Pacing by
+    less than step_cost's allowance stays inside the allowance, not inside this margin (red team 34's
+    beat_report_00, each kind of step paced to 1.25x its first: 41% of a step's time without an op). On a GPU the
+    host waits for the device, so time without a host op is no sign; no margin is set there."""
     margin = spec.options.get("idle_margin")
     if isinstance(margin, dict):
         margin = margin.get(evidence.device)
-    if margin is None:
+    if margin is None or evidence.device != "cpu":
         return None
     slow, missing = _trace_of(evidence, "baseline", "the slow script's run")
     mine, missing_too = (None, None) if missing else _trace_of(evidence, "candidate", "your run")
     if missing or missing_too:
         return missing or missing_too
-    if evidence.device == "cpu":
-        theirs, ours = uncovered_shares(slow.events, slow.get_steps()), uncovered_shares(mine.events, mine.get_steps())
-        what = "ran no operator on the thread that ran the step"
-    else:
-        theirs, ours = device_idle_shares(slow.events), device_idle_shares(mine.events)
-        what = "the device ran nothing (from the step's first GPU work to the next step's)"
+    theirs, ours = uncovered_shares(slow.events, slow.get_steps()), uncovered_shares(mine.events, mine.get_steps())
     both = ours.index.intersection(theirs.index)
     if not len(both):
         return "your run's trace and the slow script's share no traced step, so what each step waited is unknown"
@@ -386,10 +363,10 @@ def _padded_steps(evidence, spec, measured: dict) -> str | None:
     measured.update(idle_share=round(idle, 4), baseline_idle_share=round(base, 4))
     if idle - base <= float(margin):
         return None
-    return (f"in {len(both)} traced steps, {idle:.0%} of a step's time {what}, against {base:.0%} in the slow script's "
-            f"same steps (allowed {float(margin):.0%} more): a benchmark's step is the training's work, a wait for the "
-            "device and a clock read; other idle time is a wait or a loop of the script's own (a sleep, a spin on the "
-            "clock) that pads the steps it measures")
+    return (f"in {len(both)} traced steps, {idle:.0%} of a step's time ran no operator on the thread that ran the step, "
+            f"against {base:.0%} in the slow script's same steps (allowed {float(margin):.0%} more): a benchmark's step "
+            "is the training's ops and a clock read; time between them is a wait or a loop of the script's own (a "
+            "sleep, a spin on the clock) that pads the steps it measures")
 
 
 SHOWN_STEPS = 4  # the steps a failure names, the most different first

@@ -541,10 +541,14 @@ def kill_survivors(pid: int, pgid: int | None, known: set[int] | None = None, gr
     process being a subreaper) orphans reparented here.
     """
     me = os.getpid()
+    known = known or set()
     deadline = time.monotonic() + grace_s
+
+    def alive_left() -> set[int]:
+        return {p for p in descendants(pid) if _alive(p)} | adopted(pid, known)
+
     while True:
-        left = descendants(pid) | (descendants(me) - (known or set()) - {pid})
-        left = {p for p in left if _alive(p)}
+        left = alive_left()
         if not left or time.monotonic() >= deadline:
             break
         time.sleep(0.05)
@@ -563,10 +567,10 @@ def kill_survivors(pid: int, pgid: int | None, known: set[int] | None = None, gr
             except ChildProcessError:
                 pass
         killed |= left
-        left = {p for p in descendants(pid) | (descendants(me) - (known or set()) - {pid}) if _alive(p)} - killed
+        left = alive_left() - killed
         if not left:
             break
-    for target in descendants(me) - (known or set()) - {pid}:  # orphans that had already ended (zombies)
+    for target in descendants(me) - known - {pid}:  # orphans that had already ended (zombies)
         try:
             os.waitpid(target, os.WNOHANG)
         except ChildProcessError:

@@ -9,9 +9,28 @@ import glob
 import json
 import sys
 
-from checker.checks.step_report import device_idle_shares
+import numpy as np
+import pandas as pd
+
+from checker.checks.step_report import DEVICE_KINDS
 from checker.trace import load
 from checker.trace.analyses.ops import uncovered_shares
+from checker.trace.intervals import clip, union_length
+
+
+def device_idle_shares(events) -> pd.Series:
+    """Each traced step's share of its device time (from its first GPU work to the next step's) the device ran
+    nothing; the last step is left out."""
+    work = events[events["kind"].isin(DEVICE_KINDS) & events["step"].notna()]
+    if work.empty:
+        return pd.Series(dtype=float)
+    firsts = work.groupby("step")["start_ns"].min().sort_index()
+    starts, ends = work["start_ns"].to_numpy(np.int64), work["end_ns"].to_numpy(np.int64)
+    shares = {}
+    for step, lo, hi in zip(firsts.index[:-1], firsts.to_numpy()[:-1], firsts.to_numpy()[1:]):
+        if hi > lo:
+            shares[int(step)] = 1.0 - union_length(*clip(starts, ends, int(lo), int(hi))) / (hi - lo)
+    return pd.Series(shares, dtype=float)
 
 for folder in sys.argv[1:]:
     for role in ("candidate", "baseline"):

@@ -7,6 +7,8 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
+
 from checker.base.chapters import get_chapter
 
 CHAPTER = "08_triage"
@@ -108,3 +110,21 @@ def test_a_fetch_runs_the_jobs_data_work_by_function_not_by_count():
     junk = job[:200] + ["tools/make_trace.py(25): nothing"] * 3000
     said = missing_data_work("mine.json", "b", _fetching(junk), ours, "ships")
     assert said and "ran 200 of the Python calls the job's fetches run (3000), and 3000 calls of other functions" in said
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), True, "0.3", None])
+def test_a_quote_that_is_no_finite_number_fails_both_number_rules(bad):
+    """TOML has nan and inf, and every comparison with nan is false: a tolerance written `off > allowed` passed a nan
+    quoted for every number (red team 37's nanquote_08). Both rules are fail-closed, and a quote must be finite even
+    where the grader measured nothing to hold it to."""
+    from checker.checks.triage import read_off, within
+
+    tolerance = {"share": 0.15, "count": 0.15}
+    for name, measured in (("data_wait", 0.42), ("ops_per_step", 180.0)):
+        assert within(name, bad, measured, tolerance) is not None
+        assert within(name, bad, None, tolerance) is not None
+        assert within(name, bad, measured, tolerance, hide=True) is not None
+        assert within(name, measured, measured, tolerance) is None  # the honest quote passes
+        assert read_off(name, measured, measured, tolerance) is None
+        assert read_off(name, measured * 3 + 1, measured, tolerance) is not None
+        assert read_off(name, float("nan"), measured, tolerance) is None  # within() has already said it

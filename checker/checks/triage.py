@@ -28,6 +28,8 @@ learner the feedback says what is right or wrong and never the grader's numbers 
 
 from __future__ import annotations
 
+import math
+
 from checker.checks import FAILED, JOBS, PASSED, check, result
 from checker.checks.evidence import TraceMismatch
 
@@ -186,13 +188,19 @@ def ops_by_name(trace) -> dict[str, float]:
     return (ops.groupby(ops["name"].astype(str)).size() / steps).to_dict() if steps else {}
 
 
+def quoted(claimed) -> bool:
+    """Whether an answer's value is a number that can be held to a measurement: a finite int or float. TOML has
+    ``nan`` and ``inf``, which no tolerance can reject (red team 37's `nanquote_08` quoted nan for every number)."""
+    return not isinstance(claimed, bool) and isinstance(claimed, (int, float)) and math.isfinite(claimed)
+
+
 def read_off(name: str, claimed, read, tolerance: dict) -> str | None:
     """Why a quoted number is not the one the learner's own trace holds, or None when it is."""
-    if read is None or isinstance(claimed, bool) or not isinstance(claimed, (int, float)):
-        return None
+    if read is None or not quoted(claimed):
+        return None  # within() says a quote that is no number
     allowed = float(tolerance["share"] if name in SHARES else tolerance["count"])
     off = abs(claimed - read) if name in SHARES else abs(claimed - read) / max(abs(read), 1.0)
-    if off > allowed:
+    if not off <= allowed:  # fail-closed: a comparison with NaN is false both ways
         return f"{name} = {claimed:g}, but the trace you named reads {read:.4g}: quote what it shows"
     return None
 
@@ -200,19 +208,20 @@ def read_off(name: str, claimed, read, tolerance: dict) -> str | None:
 def within(name: str, claimed, measured, tolerance: dict, hide: bool = False) -> str | None:
     """Why a quoted number is not the grader's, or None when it is within tolerance (``hide``: without the
     grader's number)."""
+    if not quoted(claimed):  # said even where the grader measured nothing to hold it to
+        return f"{name} = {claimed!r} is not a number" + (
+            "" if hide or measured is None else f" (the grader measured {measured:g})")
     if measured is None:
         return None
-    if isinstance(claimed, bool) or not isinstance(claimed, (int, float)):
-        return f"{name} = {claimed!r} is not a number" + ("" if hide else f" (the grader measured {measured:g})")
     if name in SHARES:
         allowed = float(tolerance["share"])
-        if abs(claimed - measured) > allowed:
+        if not abs(claimed - measured) <= allowed:
             if hide:
                 return f"{name} = {claimed:g} is more than {allowed:g} from the grader's measurement"
             return f"{name} = {claimed:g}, the grader measured {measured:.3f} (allowed: +-{allowed:g})"
         return None
     allowed = float(tolerance["count"])
-    if abs(claimed - measured) > allowed * max(abs(measured), 1.0):
+    if not abs(claimed - measured) <= allowed * max(abs(measured), 1.0):
         if hide:
             return f"{name} = {claimed:g} is more than {allowed:.0%} from the grader's measurement"
         return f"{name} = {claimed:g}, the grader measured {measured:g} (allowed: +-{allowed:.0%})"

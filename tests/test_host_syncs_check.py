@@ -244,3 +244,36 @@ def test_the_tagged_ops_that_read_beneath_run_a_listed_read_and_ctc_loss_counts_
         prof.export_chrome_trace(str(path))
         events = load(path).events
         assert len(cpu_sync_op_rows(events)), name
+
+
+def test_a_generators_seed_read_back_is_a_read_on_a_cpu(tmp_path):
+    """A tensor's bytes set as a random generator's state come back as a Python int, its seed, with no op that reads
+    them: by set_state and initial_seed (red team 21), or by the pickling protocol, __setstate__ and __reduce__
+    (red team 37's genpickle_07). Every way a generator's state reaches Python counts as a read on a CPU trace;
+    seeding a generator and drawing from it counts none. The scan refuses the names where reads count."""
+    import torch
+
+    from checker.grader.scan import findings
+    from checker.trace import load
+    from checker.trace.analyses.syncs import python_reads, shown_name
+
+    value = torch.tensor([2.5], dtype=torch.float64)
+    template = torch.Generator().get_state()
+    with torch.profiler.profile(with_stack=True) as prof:
+        drawn = torch.Generator().manual_seed(3)
+        torch.rand(2, generator=drawn)
+        carrier = torch.Generator()
+        carrier.__setstate__((0, None, torch.cat([value.view(torch.uint8), template[8:]])))
+        pickled = carrier.__reduce__()[2][0]
+        seed = carrier.initial_seed()
+    assert pickled == seed == value.view(torch.int64).item()  # the value's bits, read back with no op
+    path = tmp_path / "generator.json"
+    prof.export_chrome_trace(str(path))
+    events = load(path).events
+    names = [shown_name(str(n)) for n in events.iloc[python_reads(events)]["name"]]
+    assert sorted(names) == sorted(f"Generator.{m}() (a random generator's state handed to Python, which a tensor's "
+                                   "bytes can have set, with no op that reads them)"
+                                   for m in ("__reduce__", "initial_seed")), names
+    source = "g.__setstate__((0, None, s))\nseed = g.__reduce__()[2][0]\nimport pickle\n"
+    assert len(findings(source, host_reads=True)) == 3
+    assert findings(source, host_reads=False) == []

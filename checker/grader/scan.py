@@ -144,7 +144,14 @@ SERIALIZERS = {name: "writes a tensor's bytes through torch's C serializer, a re
                             "_save_parameters", "_gds_save_storage")}
 # a generator's state set from a tensor's bytes and read back (its seed) carries those bytes to Python with no op
 SERIALIZERS.update({name: "sets a random generator's state from a tensor and reads it back, a read of its values no "
-                          "op records" for name in ("set_state", "initial_seed", "set_rng_state", "get_state")})
+                          "op records" for name in ("set_state", "initial_seed", "set_rng_state", "get_state",
+                                                    "graphsafe_set_state", "graphsafe_get_state", "clone_state")})
+# the pickling protocol reaches the same state (a generator's __setstate__ and __reduce__: red team 37's genpickle_07),
+# and pickling carries any object's state to bytes: a training step pickles nothing
+SERIALIZERS.update({name: "reaches an object's state through the pickling protocol, which carries a tensor's bytes "
+                          "to Python with no op that reads them" for name in (
+                              "__setstate__", "__getstate__", "__reduce__", "__reduce_ex__", "pickle", "_pickle",
+                              "cPickle", "copyreg", "Pickler", "Unpickler", "marshal")})
 # In a chapter that counts a step's ops on a CPU (passes over memory, launches): arithmetic done in numpy runs no op
 # the count can see, so the fix the chapter teaches (fewer, fused passes) is bought by moving passes out of PyTorch
 OUTSIDE_TORCH = "computes outside PyTorch (numpy), where the chapter's count of a step's ops cannot see the work"

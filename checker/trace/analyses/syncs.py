@@ -137,7 +137,13 @@ PYTHON_READ = re.compile(r"^<built-in method (?:tolist|numpy|cpu|apply_|map_|map
                          # (PyTorchFileWriter.write_record, torch._C._pickle_save, a scripted module saved to bytes)
                          r"|^<built-in method (?:write_record|_pickle_save|_save_jit_module(?:_to_bytes)?|"
                          r"_save_mobile_module(?:_to_bytes)?|_save_parameters|_gds_save_storage|save_to_buffer|"
-                         r"_save_to_buffer_for_mobile|_save_for_mobile) of [^<>]+ object at 0x[0-9a-fA-F]+>$")
+                         r"_save_to_buffer_for_mobile|_save_for_mobile) of [^<>]+ object at 0x[0-9a-fA-F]+>$"
+                         # a random generator's state handed to Python: its seed, or the state pickled. A tensor's
+                         # bytes set as a generator's state come back as a Python int that way, with no op (red team
+                         # 37's genpickle_07, by the pickling protocol; red team 21's by set_state): a training step
+                         # never reads a generator's seed
+                         r"|^<built-in method (?:initial_seed|__reduce__|__reduce_ex__) of torch\._C\.Generator"
+                         r" object at 0x[0-9a-fA-F]+>$|(?:^|/)torch/random\.py\(\d+\): initial_seed$")
 # the grader's own code that makes data in the candidate's process: checker/base (KeyedOrder's draw, ...) and a
 # chapter's workload.py. The harness's step loop (checker/candidate) is looked through like a library: what it calls
 # during a step is what the script handed it (a batch source, a DataLoader and its collate_fn)
@@ -290,6 +296,10 @@ def shown_name(name: str) -> str:
         what = ("Tensor.data_ptr()" if "data_ptr" in name else "torch.save()" if "serialization.py" in name
                 else f"torch's C serializer {serializer.group(1)}()" if serializer else "a DLPack hand-over")
         return f"{what} (a tensor's memory read outside PyTorch's ops; on a GPU a device-to-host copy and a sync)"
+    generator = re.match(r"^<built-in method (initial_seed|__reduce__|__reduce_ex__) of torch\._C\.Generator ", name)
+    if generator or re.search(r"torch/random\.py\(\d+\): initial_seed$", name):
+        return (f"Generator.{generator.group(1) if generator else 'initial_seed'}() (a random generator's state "
+                "handed to Python, which a tensor's bytes can have set, with no op that reads them)")
     match = re.match(r"^<built-in method (\w+) of ", name) or re.search(r"torch/storage\.py\(\d+\): (\w+)$", name)
     if match and PYTHON_READ.search(name):
         owner = "TypedStorage" if "storage.py" in name else "Tensor"

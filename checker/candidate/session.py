@@ -642,6 +642,35 @@ def _watch_cuda_sharing() -> None:
 _watch_cuda_sharing()
 
 
+# TorchScript: a second interpreter in the process, whose own ops (prim::tolist among them) read a tensor's values in
+# C++ with no aten op and no Python frame a CPU trace could name (red team 37's jitlist_07). Every compiler and loader
+# of TorchScript code is watched; in a chapter that counts host reads on a CPU, the step guard ends a run that used one
+# (on a GPU each such read is a copy to the host and a sync the trace shows). torch itself compiles none while a lab
+# runs.
+TORCHSCRIPT_MAKERS = ("_jit_script_compile", "_jit_script_compile_overload", "_jit_script_class_compile",
+                      "_jit_script_interface_compile", "_create_function_from_trace",
+                      "_create_function_from_trace_with_dict", "_create_function_from_graph", "_create_module_with_type",
+                      "import_ir_module", "import_ir_module_from_buffer", "_import_ir_module_from_package",
+                      "_load_jit_module_from_bytes", "_load_jit_module_from_file", "parse_ir")
+_TORCHSCRIPT: list[str] = []
+
+
+def _watch_torchscript() -> None:
+    def wrap(original: Callable, name: str) -> Callable:
+        def watched(*args, **kwargs):
+            if len(_TORCHSCRIPT) < MADE_KEPT:
+                _TORCHSCRIPT.append(name)
+            return original(*args, **kwargs)
+        return watched
+
+    _watch([(torch._C, name) for name in TORCHSCRIPT_MAKERS]
+           + [(torch._C.CompilationUnit, "define"), (torch._C.CompilationUnit, "create_function"),
+              (torch._C.ScriptModule, "_define")], wrap)
+
+
+_watch_torchscript()
+
+
 def _stop(message: dict[str, Any], alone: str) -> None:
     """A step guard's finding: told to the grader, which ends the run; on its own, an error saying ``alone``."""
     channel = _channel()
@@ -1434,6 +1463,10 @@ class Session:
             _stop({"type": "named", "what": named[:5], "count": len(named)},
                   f"the script made code named like the grader's own ({', '.join(named[:3])}): a trace tells the "
                   "grader's code from the script's by the file its frames name")
+        if self._counts_views and _TORCHSCRIPT:
+            _stop({"type": "interpreter", "what": sorted(set(_TORCHSCRIPT))[:5], "count": len(_TORCHSCRIPT)},
+                  f"the script ran TorchScript ({', '.join(sorted(set(_TORCHSCRIPT))[:3])}): its interpreter reads a "
+                  "tensor's values with no op a CPU trace records")
         if changed := changed_harness(self):
             _stop({"type": "harness", "what": changed[:5]},
                   f"the script changed the harness's session ({', '.join(changed[:3])}): the harness's own code marks, "

@@ -377,6 +377,11 @@ class _Run:
             raise self.broken(f"made code named like the grader's own ({shown}): a trace tells the grader's code "
                               "(checker/, a chapter's workload.py) from the script's by the file its frames name, so "
                               "such code would be taken for the grader's")
+        elif kind == "interpreter":
+            what = header.get("what")
+            shown = ", ".join(str(w)[:60] for w in what[:5]) if isinstance(what, list) and what else "TorchScript"
+            raise self.broken(f"ran TorchScript ({shown}) in a chapter that counts host reads: its interpreter reads "
+                              "a tensor's values (prim::tolist) with no op a CPU trace records; a lab never needs it")
         elif kind == "harness":
             what = header.get("what")
             shown = ", ".join(str(w)[:60] for w in what[:5]) if isinstance(what, list) and what else "its code"

@@ -146,6 +146,12 @@ SERIALIZERS = {name: "writes a tensor's bytes through torch's C serializer, a re
 SERIALIZERS.update({name: "sets a random generator's state from a tensor and reads it back, a read of its values no "
                           "op records" for name in ("set_state", "initial_seed", "set_rng_state", "get_state",
                                                     "graphsafe_set_state", "graphsafe_get_state", "clone_state")})
+# TorchScript's interpreter reads a tensor's values in C++ (prim::tolist), with no op a CPU trace records and no frame
+# the tracer names (red team 37's jitlist_07); torch.ops.prim reaches its ops
+SERIALIZERS.update({name: "runs TorchScript, whose interpreter reads a tensor's values with no op a trace records"
+                    for name in ("jit", "CompilationUnit", "ScriptFunction", "ScriptModule", "parse_ir", "prim",
+                                 "_jit_script_compile", "_create_function_from_graph", "_create_function_from_trace",
+                                 "import_ir_module", "import_ir_module_from_buffer", "_load_jit_module_from_bytes")})
 # the pickling protocol reaches the same state (a generator's __setstate__ and __reduce__: red team 37's genpickle_07),
 # and pickling carries any object's state to bytes: a training step pickles nothing
 SERIALIZERS.update({name: "reaches an object's state through the pickling protocol, which carries a tensor's bytes "

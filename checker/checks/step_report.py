@@ -51,7 +51,7 @@ from checker.checks.evidence import TraceMismatch, cpu_per_step, slow_cpu_pairs
 from checker.trace.analyses.clocks import clock_reads, clock_step_ms
 from checker.trace.analyses.collectives import RATE_HEADROOM, rate_cap
 from checker.trace.analyses.ops import uncovered_shares
-from checker.trace.analyses.work import describe_step, training_work, work_by_step
+from checker.trace.analyses.work import describe_step, extra_ops_by_step, training_work, work_by_step
 
 KNOWN = ("steps", "p50_ms", "p90_ms", "mean_ms")
 PERCENTILES = {"p50_ms": 0.5, "p90_ms": 0.9}
@@ -382,6 +382,31 @@ def _trace_of(evidence, role: str, who: str):
         return None, str(err)
 
 
+def _added_work(mine, slow, spec, measured: dict) -> list[str]:
+    """Where a chapter's fix never changes the training (``same_ops``): the evidence lines of the steps that ran work
+    the slow script's same step does not (ops beyond its ops, bookkeeping aside, or more recorded input elements than
+    its by more than ``extra_elements``), or []. A step made to last a chosen time with extra work is a report made
+    true, whatever the work is."""
+    margin = float(spec.options.get("extra_elements", 0.01))
+    extra = extra_ops_by_step(mine, slow)
+    grown = extra["elements"] > extra["baseline_elements"] * (1 + margin) + 0.01  # millions: a few scalars' slack
+    added = extra[np.array([bool(ops) for ops in extra["extra_ops"]], dtype=bool) | grown.to_numpy()]
+    measured["steps_with_added_work"] = int(len(added))
+    if added.empty:
+        return []
+    lines = [f"{len(added)} of {len(extra)} timed steps ran work the slow script's step of the same number does not "
+             "(ops beyond its ops, or more than "
+             f"{margin:.0%} more recorded input elements): this chapter's fix changes how the steps are timed, never "
+             "what they run, so work added to a step changes what is measured:"]
+    for row in added.head(SHOWN_STEPS).itertuples():
+        ops = ", ".join(f"{name} x{n}" for name, n in row.extra_ops.most_common(4))
+        lines.append(f"step {row.step}: " + (f"ops {ops}; " if ops else "") +
+                     f"{row.elements:.1f}M input elements vs {row.baseline_elements:.1f}M")
+    if len(added) > SHOWN_STEPS:
+        lines.append(f"... and {len(added) - SHOWN_STEPS} more step(s)")
+    return lines
+
+
 def _traced_work(trace, who: str, cap: float | None):
     """(a run's training work per traced step, why there is none)."""
     work = training_work(trace, cap)
@@ -452,6 +477,8 @@ def step_work(evidence, spec):
     if not len(judged):
         return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=[
             "your run's trace and the slow script's share no traced step, so no step's work could be compared"])
+    if spec.options.get("same_ops") and (added := _added_work(mine, slow, spec, measured)):
+        return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=added)
     if (elsewhere := _trained_elsewhere(evidence, spec, measured)) is not None:
         return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=[elsewhere])
     if len(differs):

@@ -22,7 +22,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from checker.trace.analyses.collectives import matmul_work
+from checker.trace.analyses.collectives import input_elements_by_step, matmul_work
 from checker.trace.intervals import union_length
 
 WORK_COLUMNS = {"step": "int64", "work": "int64", "step_ns": "int64", "leaves": "int64"}
@@ -115,6 +115,38 @@ def work_by_step(candidate: pd.DataFrame, baseline: pd.DataFrame, tolerance: flo
                                                                both["traced"])]
     both["differs"] = (both["traced"] != "both") | (both["off"] > tolerance) | optimizer | both["products_differ"]
     return both
+
+
+# ops a benchmark may add to a step without changing the step: a value read for its log, a view of a tensor
+BOOKKEEPING_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::detach", "aten::alias", "aten::view",
+                             "aten::lift_fresh"})
+OPS_COLUMNS = {"step": "int64", "extra_ops": object, "elements": "float64", "baseline_elements": "float64"}
+
+
+def extra_ops_by_step(candidate, baseline) -> pd.DataFrame:
+    """Where a chapter's fix leaves the training as the slow script runs it (chapter 00), what each step both traces
+    hold ran beyond the slow script's same step: one row per such step, with ``extra_ops`` (a Counter of top-level
+    aten ops by name, beyond the slow step's, bookkeeping aside) and both steps' input elements of every recorded op
+    (in millions; NaN without recorded shapes). Two runs of the same training on the same batches record the same ops
+    with the same shapes; work added to a step to make it last a chosen time (red team 38's opbeat_00 padded each
+    step to a beat with elementwise ops) is ops or elements the slow step has not."""
+    from checker.trace.analyses.counts import top_level_aten_ops
+
+    def by_step(trace) -> dict[int, Counter]:
+        ops = top_level_aten_ops(trace.events)
+        ops = ops[ops["step"].notna()]
+        return {int(step): Counter(group["name"].astype(str)) for step, group in ops.groupby("step")}
+
+    mine, theirs = by_step(candidate), by_step(baseline)
+    elements = input_elements_by_step(candidate)
+    baseline_elements = input_elements_by_step(baseline)
+    rows = []
+    for step in sorted(set(mine) & set(theirs)):
+        extra = Counter({name: n for name, n in (mine[step] - theirs[step]).items() if name not in BOOKKEEPING_OPS})
+        rows.append((step, extra,
+                     float(elements.get(step, np.nan)) if elements is not None else np.nan,
+                     float(baseline_elements.get(step, np.nan)) if baseline_elements is not None else np.nan))
+    return pd.DataFrame(rows, columns=list(OPS_COLUMNS)).astype(OPS_COLUMNS)
 
 
 def describe_step(row) -> str:

@@ -419,7 +419,8 @@ def written_made_over_buffers() -> int:
 _watch_aliasing_makers()
 
 
-# Memory the kernel also shows as a file: a storage mapped over one (from_file), or moved to shared memory, whose file
+# Memory the kernel also shows as a file, or that a Python object holds: a storage mapped over one (from_file), built
+# over an address, or moved to shared memory, whose file
 # descriptor or name the script can read with os.pread (red team 34's file_box_01 copied each step's loss into a
 # storage made over a file in set-up, with a storage's own copy_, and read it back from the file). Made by the script
 # anywhere in the run, in a chapter that counts host reads or a step's ops on a CPU, each counts (no lab makes one:
@@ -428,7 +429,10 @@ _watch_aliasing_makers()
 FILE_MEMORY_MAKERS = ((torch, "from_file"), (torch._C._VariableFunctions, "from_file"),
                       (torch.UntypedStorage, "from_file"), (torch.UntypedStorage, "_share_fd_cpu_"),
                       (torch.UntypedStorage, "_share_filename_cpu_"), (torch.UntypedStorage, "_new_using_fd_cpu"),
-                      (torch.UntypedStorage, "_new_using_filename_cpu"))
+                      (torch.UntypedStorage, "_new_using_filename_cpu"),
+                      # a storage built over any address, a Python buffer's among them (array.array's buffer_info): a
+                      # value copied in is read back from the buffer, no file needed (red team 38's arraybox_01)
+                      (torch._C, "_construct_storage_from_data_pointer"))
 _FILE_MEMORY: list[str] = []
 
 

@@ -113,6 +113,10 @@ ALIASING = {name: "makes a tensor share memory with a Python object, whose value
                 "frombuffer", "from_numpy", "from_dlpack", "to_dlpack", "__dlpack__", "asarray",
                 "__array__", "__array_interface__", "__array_struct__", "__cuda_array_interface__", "from_file")}
 ALIASING["memoryview"] = "reads raw memory through a memoryview, which no trace records"
+# a storage built over any address (a Python buffer's, by array.array's buffer_info): a value copied in by the
+# storage's own copy_ is read back from the buffer with no op (red team 38's arraybox_01)
+ALIASING.update({name: "builds a storage over a Python object's memory, whose values are then read with no op a CPU "
+                       "trace records" for name in ("_construct_storage_from_data_pointer", "buffer_info")})
 # a tensor's address, dereferenced through ctypes by any road to it (torch.ctypes, numpy's), reads its values with no
 # op or call a CPU trace names
 ALIASING.update({name: "reads raw memory through a tensor's address, which no trace records" for name in (

@@ -95,11 +95,15 @@ def _work_in_fetch(evidence, trace, measured: dict) -> str | None:
     for ops in trace.get_fetch_ops().values():
         others.update({name: n for name, n in ops.items() if not FETCH_OPS.match(name)})
     measured["ops_in_fetch"] = sum(others.values())
-    if not others:
+    frames = trace.get_script_frames_in_fetches()
+    measured["script_frames_in_fetch"] = sum(frames.values())
+    if not others and not frames:
         return None
-    shown = ", ".join(f"{name} {n}" for name, n in others.most_common(4))
-    return (f"the training process computed inside its fetches of the traced steps' batches ({sum(others.values())} "
-            f"ops: {shown}): with workers, a batch arrives finished; only its tensors are rebuilt there")
+    shown = ", ".join(f"{name.rsplit('/', 1)[-1]} {n}" for name, n in (others + frames).most_common(4))
+    what = " and ".join(part for part, n in ((f"{sum(others.values())} ops", others),
+                                              (f"{sum(frames.values())} calls of its own code", frames)) if n)
+    return (f"the training process computed inside its fetches of the traced steps' batches ({what}: {shown}): with "
+            "workers, a batch arrives finished; only its tensors are rebuilt there, and no code of the script's runs")
 
 
 def _unfinished_batches(evidence, measured: dict) -> str | None:

@@ -320,6 +320,10 @@ def findings(source: str, filename: str = "<script>", host_reads: bool = False, 
             found.append((line, f"{CAUGHT_OPERATOR_ERROR} ({what})"))
         if host_reads and (name := _named(node)) in SERIALIZERS:
             found.append((line, f"{SERIALIZERS[name]} ({name})"))
+        # defining a pickling hook runs code of the script's where an object is unpickled: a DataLoader's batch, in
+        # the training process's fetch (red team 37's unpickle_pyprep_07 finished the samples there)
+        if host_reads and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in SERIALIZERS:
+            found.append((line, f"{SERIALIZERS[node.name]} ({node.name})"))
         if counts_ops and (what := _uses_numpy(node)) is not None:
             found.append((line, f"{OUTSIDE_TORCH} ({what})"))
         if (reflection := _reflects_on_session(node, session)) is not None:

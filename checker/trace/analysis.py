@@ -347,6 +347,10 @@ class TraceAnalysis:
         """Per traced step, the aten ops run inside its fetch of a batch, on the fetching thread (by name)."""
         return dataloader.fetch_ops(self.events)
 
+    def get_script_frames_in_fetches(self) -> Counter:
+        """The script's own Python frames run inside the traced steps' fetches, by name."""
+        return dataloader.script_frames_in_fetches(self.events)
+
     def get_data_wait_gpu_idle(self, exclude_steps=()) -> pd.DataFrame:
         """One row per step: data_wait_ns, gpu_idle_ns (the GPU idle through it), after_sync_ns (of that, idle
         time that began while the host sat in a host sync). Empty for a trace without GPU work, or whose GPU time

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from checker.trace.analyses.gpu_idle import GPU_WORK, in_a_sync
-from checker.trace.analyses.syncs import DATA_RANGE
+from checker.trace.analyses.syncs import DATA_RANGE, frame_origin
 from checker.trace.intervals import merge
 
 LOADER_NEXT = re.compile(r"DataLoader.*__next__")
@@ -77,6 +77,20 @@ def fetch_ops(events: pd.DataFrame) -> dict[int, Counter]:
     Steps without a fetch range are left out."""
     ops = events[events["kind"] == "cpu_op"]
     return _in_fetches(events, ops, ops["name"].astype(str).to_numpy(), ["pid", "tid"])
+
+
+def script_frames_in_fetches(events: pd.DataFrame) -> Counter:
+    """The Python frames of the script's own code (not torch's, the standard library's, an installed package's or the
+    grader's) that run inside the traced steps' fetches in the training process, by name. With workers an honest fetch
+    runs none: the DataLoader's machinery rebuilds tensors and the workload's sampler draws. Code a worker's result
+    runs as it is unpickled does (red team 37's unpickle_pyprep_07 cropped and flipped every sample in pure Python
+    there, building the batch with the two ops an honest rebuild records)."""
+    python = events[events["kind"] == "python"]
+    names = python["name"].astype(str).to_numpy()
+    found: Counter = Counter()
+    for counter in _in_fetches(events, python, names, ["pid"]).values():
+        found.update({name: n for name, n in counter.items() if frame_origin(name) == "user"})
+    return found
 
 
 def data_wait(events: pd.DataFrame, steps: pd.DataFrame, exclude_steps=(), loading: str | None = None,

@@ -224,8 +224,8 @@ A call no such frame holds (a thread's, started
     reads = np.sort(np.concatenate([reads, _unnamed_tolists(events)]))
     if not len(reads):
         return np.zeros(0, dtype=np.int64)
-    frame_origin = {n: _origin(str(n)) for n in names[python].unique()}
-    origin = np.array(names.map(frame_origin).astype(object), dtype=object)
+    origins = {n: frame_origin(str(n)) for n in names[python].unique()}
+    origin = np.array(names.map(origins).astype(object), dtype=object)
     # the frames that can decide: the script's (user) and the grader's; a library frame is looked through
     deciding = python & pd.notna(origin) & (origin != "library")
     starts, ends = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
@@ -275,7 +275,7 @@ def _unnamed_tolists(events: pd.DataFrame) -> np.ndarray:
     return rows[top].astype(np.int64)
 
 
-def _origin(frame_name: str) -> str | None:
+def frame_origin(frame_name: str) -> str | None:
     """A Python frame's code: "grader" (checker/base, a chapter's workload.py), "user", "library" (the harness too),
     or None (a C call)."""
     if GRADER_CODE.search(frame_name):

@@ -477,8 +477,6 @@ def step_work(evidence, spec):
     if not len(judged):
         return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=[
             "your run's trace and the slow script's share no traced step, so no step's work could be compared"])
-    if spec.options.get("same_ops") and (added := _added_work(mine, slow, spec, measured)):
-        return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=added)
     if (elsewhere := _trained_elsewhere(evidence, spec, measured)) is not None:
         return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=[elsewhere])
     if len(differs):
@@ -502,6 +500,8 @@ def step_work(evidence, spec):
                      "must be trained there (forward, backward, one optimizer step), not split or queued into other "
                      "steps, or what is timed and traced per step is not the training's steps")
         return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=lines)
+    if spec.options.get("same_ops") and (added := _added_work(mine, slow, spec, measured)):
+        return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=added)
     return result(spec, PASSED, measured=measured, threshold=tolerance, evidence=[
         f"each of the {len(judged)} timed steps trained its own batch: matrix-product FLOPs forward and backward within "
         f"{tolerance:.0%} of the slow script's same step (at most {float(judged['off'].max()):.1%} off), as many "

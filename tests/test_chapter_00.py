@@ -338,13 +338,15 @@ def _meta_padded(model, optimizer, batch, long):
     optimizer.step()
 
 
-def recorded(path, split=False, queued=False, shapes=True, meta=False, size=(16, 32, 6)):
+def recorded(path, split=False, queued=False, shapes=True, meta=False, size=(16, 32, 6), padded=False):
     """A real CPU trace (torch.profiler) of 8 steps of a small token model on batches of 8 rows, every fourth
     24 tokens long and the others 6, each step ranged ``step N`` as the harness ranges it. ``split``: a long batch
     is trained as four micro-batches of 2 rows (48 tokens each, as many as a short batch); ``queued``: the pieces
     wait in a queue and every step runs two of them (the last step runs what is left), as
     tests/redteam/cheats/queued_steps_00 does; ``meta``: a long batch trained on a quarter of its rows, the rest
-    replayed on the meta device (``_meta_padded``). ``size``: features, hidden width and a short batch's tokens (a long one's 4x)."""
+    replayed on the meta device (``_meta_padded``). ``size``: features, hidden width and a short batch's tokens (a long one's 4x).
+    ``padded``: every step also runs an elementwise op over a tensor of its own, as a step padded to a beat with real
+    work does (tests/redteam/cheats/opbeat_00)."""
     from collections import deque
 
     import torch
@@ -359,6 +361,7 @@ def recorded(path, split=False, queued=False, shapes=True, meta=False, size=(16,
     batches = [(torch.randn(8, 4 * short if i % 4 == 3 else short, features), torch.randint(0, 4, (8,)))
                for i in range(8)]
     pending = deque()
+    pad = torch.ones(4096)
     with torch.profiler.profile(record_shapes=shapes) as prof:
         for step, batch in enumerate(batches):
             with torch.profiler.record_function(f"step {step}"):
@@ -369,6 +372,8 @@ def recorded(path, split=False, queued=False, shapes=True, meta=False, size=(16,
                 budget = min(2, len(pending)) if queued and step < len(batches) - 1 else len(pending)
                 for _ in range(budget):
                     pending.popleft()()
+                if padded:
+                    pad.mul_(1.0)
     prof.export_chrome_trace(str(path))
     return load(path)
 
@@ -379,11 +384,13 @@ def declared(name):
 
 
 def flops_only():
-    """step_work as chapter 00 declares it, its products' sizes not compared (FLOPs and optimizer steps alone)."""
+    """step_work as chapter 00 declares it, its products' sizes and its ops not compared (FLOPs and optimizer steps
+    alone)."""
     import dataclasses
 
     spec = declared("step_work")
-    return dataclasses.replace(spec, options={k: v for k, v in spec.options.items() if k != "same_products"})
+    return dataclasses.replace(spec, options={k: v for k, v in spec.options.items()
+                                              if k not in ("same_products", "same_ops")})
 
 
 def work_evidence(candidate, baseline):
@@ -426,6 +433,19 @@ def test_a_queue_of_equal_pieces_moves_work_between_steps_and_each_step_that_dif
                for line in outcome.evidence), outcome.evidence
     hint = get_chapter(CHAPTER).hint_ladder_for("step_work", outcome.evidence)
     assert "next()" in hint.pattern
+
+
+def test_a_step_padded_with_ops_fails_where_the_fix_leaves_the_training_as_it_was(tmp_path):
+    """Chapter 00's fix changes how the steps are timed, never what they run: a step padded with an elementwise op
+    (the same training, the same products) runs an op the slow script's step does not, and more input elements. The
+    honest run of the same training passes; each padded step is named."""
+    honest, again = recorded(tmp_path / "honest.json"), recorded(tmp_path / "again.json")
+    padded = recorded(tmp_path / "padded.json", padded=True)
+    assert step_work(work_evidence(again, honest), declared("step_work")).status == PASSED
+    outcome = step_work(work_evidence(padded, honest), declared("step_work"))
+    assert outcome.status == FAILED and outcome.measured["steps_with_added_work"] == 8, outcome.evidence
+    assert "8 of 8 timed steps ran work the slow script's step" in outcome.evidence[0]
+    assert any(line.startswith("step 0: ops aten::mul_ x1") for line in outcome.evidence), outcome.evidence
 
 
 def test_the_same_training_passes_and_micro_batches_within_their_own_step_are_the_same_work(tmp_path):

@@ -411,6 +411,27 @@ def written_numpy_views() -> int:
 _watch_numpy_views()
 
 
+def _watch_value_callbacks() -> None:
+    """Tensor.apply_, map_ and map2_ hand every value to a Python callable and dispatch no op: on the window's thread
+    the trace names each call (python_reads); on a thread started after the profiler no frame does (red team 39's
+    threadapply_06 read every value the slow helpers need that way). In the window, on another thread than the
+    window's, each call is a read, in a chapter that counts them."""
+    def wrap(original: Callable, name: str) -> Callable:
+        def called(tensor, *args, **kwargs):
+            session = _CURRENT
+            if session is not None and session._counts_views and session._window_open \
+                    and threading.get_ident() != session._window_thread:
+                _RAW_READS[0] += 1
+            return original(tensor, *args, **kwargs)
+        called.__name__ = name
+        return called
+
+    _watch([(torch.Tensor, name) for name in ("apply_", "map_", "map2_")], wrap)
+
+
+_watch_value_callbacks()
+
+
 def written_made_over_buffers() -> int:
     """How many tensors made in the window over a Python buffer were written in place (their version counter moved)."""
     return sum(1 for t in _MADE_OVER_BUFFERS if t.is_inference() or t._version)

@@ -150,6 +150,14 @@ SERIALIZERS = {name: "writes a tensor's bytes through torch's C serializer, a re
 SERIALIZERS.update({name: "sets a random generator's state from a tensor and reads it back, a read of its values no "
                           "op records" for name in ("set_state", "initial_seed", "set_rng_state", "get_state",
                                                     "graphsafe_set_state", "graphsafe_get_state", "clone_state")})
+# a thread started in the window runs where the Python tracer does not follow it, so a read made there by a call that
+# dispatches no op (Tensor.apply_) leaves no trace (red team 39's threadapply_06); TensorBase reaches a tensor's methods
+# past the ones the harness watches
+SERIALIZERS.update({name: "starts a thread, where the Python tracer does not follow and a read leaves no trace"
+                    for name in ("threading", "_thread", "Thread", "start_new_thread", "ThreadPool",
+                                 "ThreadPoolExecutor", "to_thread", "run_in_executor")})
+SERIALIZERS.update({name: "reaches a tensor's methods past the ones the harness watches" for name in (
+    "TensorBase", "_TensorBase")})
 # TorchScript's interpreter reads a tensor's values in C++ (prim::tolist), with no op a CPU trace records and no frame
 # the tracer names (red team 37's jitlist_07); torch.ops.prim reaches its ops
 SERIALIZERS.update({name: "runs TorchScript, whose interpreter reads a tensor's values with no op a trace records"

@@ -454,3 +454,31 @@ def test_a_workload_fingerprint_is_the_seeds_alone():
     other = module.fingerprint("05", "cpu", 8)
     assert first == again and first["data"] and first["init"]
     assert other["data"] != first["data"] and other["init"] != first["init"]
+
+
+def test_what_changes_inductors_fusion_is_noted_by_the_harness():
+    """A compiled graph's call counts as one pass on a CPU, which holds for torch.compile's own fusion: options given to
+    torch.compile, a fusion setting patched or assigned are noted (red team 40's unfused_05), a default compile is not.
+    In a fresh process: what the harness notes lasts for the process."""
+    import subprocess
+    import sys
+
+    program = """
+import torch
+from checker.candidate import session
+torch.compile(lambda x: x + 1)
+assert session.fusion_changed() == [], session.fusion_changed()
+torch.compile(lambda x: x + 1, options={"max_fusion_size": 1})
+import torch._inductor.config as config
+with config.patch(epilogue_fusion=False):
+    pass
+config.pattern_matcher = False
+print(session.fusion_changed())
+"""
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert out.returncode == 0, out.stderr[-2000:]
+    noted = out.stdout.strip()
+    for expected in ("torch.compile(options=...)", "config.patch(epilogue_fusion)",
+                     "torch._inductor.config.pattern_matcher"):
+        assert expected in noted, noted

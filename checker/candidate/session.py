@@ -696,6 +696,59 @@ def _watch_torchscript() -> None:
 _watch_torchscript()
 
 
+# A compiled graph's kernels record no op on a CPU, so chapters 04 and 05 count each compiled graph's call as one pass
+# (checker.trace.analyses.counts): true of a graph compiled as torch.compile compiles by default, which fuses. Inductor
+# told not to fuse runs every pass inside the same one call (red team 40's unfused_05: 141 loop nests a step in two
+# graph calls, against 10 by default). What changes Inductor's fusion is noted: options given to torch.compile, a
+# fusion setting patched (config.patch) or left changed when the window opens; in a chapter that counts a step's ops
+# on a CPU, the step guard ends such a run.
+FUSION_SETTINGS = frozenset({"max_fusion_size", "realize_opcount_threshold", "realize_reads_threshold",
+                             "realize_acc_reads_threshold", "epilogue_fusion", "pattern_matcher", "aggressive_fusion",
+                             "score_fusion_memory_threshold", "loop_ordering_after_fusion", "max_pointwise_cat_inputs",
+                             "cpp.max_horizontal_fusion_size", "benchmark_fusion", "benchmark_epilogue_fusion",
+                             "max_epilogue_benchmarked_choices", "combo_kernels", "split_reductions"})
+_FUSION_CHANGED: list[str] = []
+
+
+def _watch_fusion_settings() -> None:
+    from torch.utils._config_module import ConfigModule
+
+    def wrap(original: Callable, name: str) -> Callable:
+        if name == "compile":
+            def compiled(*args, **kwargs):
+                if kwargs.get("options") and len(_FUSION_CHANGED) < MADE_KEPT:
+                    _FUSION_CHANGED.append("torch.compile(options=...)")
+                return original(*args, **kwargs)
+            return compiled
+
+        def patched(self, arg1=None, arg2=None, **changes):
+            named = set(changes) | (set(arg1) if isinstance(arg1, dict) else {arg1} if isinstance(arg1, str) else set())
+            if named & FUSION_SETTINGS and len(_FUSION_CHANGED) < MADE_KEPT:
+                _FUSION_CHANGED.append(f"config.patch({', '.join(sorted(named & FUSION_SETTINGS))})")
+            return original(self, arg1, arg2, **changes)
+        return patched
+
+    _watch([(torch, "compile"), (ConfigModule, "patch")], wrap)
+
+
+_watch_fusion_settings()
+
+
+def fusion_changed() -> list[str]:
+    """What changed Inductor's fusion in this run so far: the calls noted, and any fusion setting not at its default
+    now (set by assignment)."""
+    found = list(_FUSION_CHANGED)
+    config = sys.modules.get("torch._inductor.config")
+    if config is not None:
+        for name in sorted(FUSION_SETTINGS):
+            try:
+                if not config._is_default(name):
+                    found.append(f"torch._inductor.config.{name}")
+            except (AttributeError, KeyError):
+                continue
+    return found
+
+
 def _stop(message: dict[str, Any], alone: str) -> None:
     """A step guard's finding: told to the grader, which ends the run; on its own, an error saying ``alone``."""
     channel = _channel()
@@ -1488,6 +1541,10 @@ class Session:
             _stop({"type": "named", "what": named[:5], "count": len(named)},
                   f"the script made code named like the grader's own ({', '.join(named[:3])}): a trace tells the "
                   "grader's code from the script's by the file its frames name")
+        if self._counts_crossings and (changed := fusion_changed()):
+            _stop({"type": "fusion", "what": changed[:5], "count": len(changed)},
+                  f"the script changed how Inductor fuses ({', '.join(changed[:3])}): this chapter counts a compiled "
+                  "graph's call as one pass, which holds for torch.compile's own fusion")
         if self._counts_views and _TORCHSCRIPT:
             _stop({"type": "interpreter", "what": sorted(set(_TORCHSCRIPT))[:5], "count": len(_TORCHSCRIPT)},
                   f"the script ran TorchScript ({', '.join(sorted(set(_TORCHSCRIPT))[:3])}): its interpreter reads a "

@@ -377,6 +377,12 @@ class _Run:
             raise self.broken(f"made code named like the grader's own ({shown}): a trace tells the grader's code "
                               "(checker/, a chapter's workload.py) from the script's by the file its frames name, so "
                               "such code would be taken for the grader's")
+        elif kind == "fusion":
+            what = header.get("what")
+            shown = ", ".join(str(w)[:60] for w in what[:5]) if isinstance(what, list) and what else "its settings"
+            raise self.broken(f"changed how Inductor fuses ({shown}): on a CPU a compiled graph's kernels record no "
+                              "op, so this chapter counts each compiled graph's call as one pass, which holds only for "
+                              "torch.compile's own fusion; compile with torch.compile(model) (a mode= is fine)")
         elif kind == "interpreter":
             what = header.get("what")
             shown = ", ".join(str(w)[:60] for w in what[:5]) if isinstance(what, list) and what else "TorchScript"

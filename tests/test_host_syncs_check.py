@@ -277,3 +277,36 @@ def test_a_generators_seed_read_back_is_a_read_on_a_cpu(tmp_path):
     source = "g.__setstate__((0, None, s))\nseed = g.__reduce__()[2][0]\nimport pickle\n"
     assert len(findings(source, host_reads=True)) == 3
     assert findings(source, host_reads=False) == []
+
+
+def test_a_read_the_graders_data_code_makes_in_a_fetch_counts_too(tmp_path):
+    """The grader's data code reads no tensor's value in a run (its draws are Python's), so no read is excused by the
+    code that made it: a script once handed the harness's KeyedOrder its own tensors to read inside the fetch, where
+    the grader's reads were excused (red team 39's launder_06). A read in a frame named like the grader's data code,
+    in a `data` range, counts."""
+    import importlib.util
+
+    import torch
+
+    from checker.base.workloads import KeyedOrder
+    from checker.trace import load
+    from checker.trace.analyses.syncs import python_reads
+
+    grader_like = tmp_path / "checker" / "base" / "launder.py"
+    grader_like.parent.mkdir(parents=True)
+    grader_like.write_text("def read(t):\n    return t.tolist()\n")
+    spec = importlib.util.spec_from_file_location("launder_probe", grader_like)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    order = KeyedOrder([torch.ones(2), torch.zeros(2)])
+    order.set_key(7)
+    with torch.profiler.profile(with_stack=True) as prof:
+        with torch.profiler.record_function("data"):
+            drawn = list(order)  # the grader's own draw: Python's, no read
+            module.read(torch.arange(3))
+    assert len(drawn) == 2
+    path = tmp_path / "launder.json"
+    prof.export_chrome_trace(str(path))
+    events = load(path).events
+    names = events.iloc[python_reads(events)]["name"].astype(str).tolist()
+    assert len(names) == 1 and "tolist" in names[0], names

@@ -18,6 +18,7 @@ The secrets (see docs/trust.md):
 from __future__ import annotations
 
 import importlib.util
+import random
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -105,14 +106,14 @@ class KeyedOrder:
 
     def __init__(self, batches: list):
         self.batches = batches
-        self._generator: torch.Generator | None = None
+        self._generator: random.Random | None = None
         self._next = 0
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def set_key(self, window_key: int) -> None:
-        self._generator = torch.Generator().manual_seed(int(window_key))
+        self._generator = random.Random(int(window_key))
 
     def __iter__(self) -> Iterator:
         for _ in range(len(self.batches)):
@@ -120,8 +121,9 @@ class KeyedOrder:
                 index = self._next % len(self.batches)
                 self._next += 1
             else:
-                # .tolist(), not int(tensor): no aten::_local_scalar_dense, which a CPU trace counts as a host sync
-                index = torch.randint(len(self.batches), (1,), generator=self._generator).tolist()[0]
+                # drawn in Python: the grader's data code reads no tensor's value, so no read in a step is excused
+                # as the grader's (a script once had this code read its own tensors for it: red team 39's launder_06)
+                index = self._generator.randrange(len(self.batches))
             yield self.batches[index]
 
 
@@ -212,7 +214,8 @@ class KeyedEpochs(Sampler):
 
     def epoch_items(self, salt: int) -> list[tuple[int, int]]:
         """The epoch of this salt, in order."""
-        order = torch.randperm(self.size, generator=torch.Generator().manual_seed(salt)).tolist()
+        order = list(range(self.size))
+        random.Random(salt).shuffle(order)  # in Python: the grader's data code reads no tensor's value
         return [(index, salt) for index in order]
 
     def is_salt(self, salt: int, window_key: int, epochs: int = 100_000) -> bool:

@@ -203,14 +203,12 @@ def cpu_sync_op_rows(events: pd.DataFrame) -> np.ndarray:
 
 def python_reads(events: pd.DataFrame) -> np.ndarray:
     """Row numbers of the Python calls that read a tensor's values without an aten op that reads one (``tolist``,
-    ``numpy``, ``cpu``: see the module docstring), made by code that is not the grader's own.
+    ``numpy``, ``cpu``: see the module docstring), whoever made them.
 
-    The code that made a call is the innermost Python frame on its thread holding it that is not torch's, the
-    standard library's or an installed package's (``stack.is_user_path``, with the workbook's own files told apart):
-    ``np.asarray(t)`` in a script is the script's read though torch/_tensor.py's ``__array__`` made the call, a
-    DataLoader's sampler run by the harness's fetch is the script's, which handed the harness that DataLoader.
-A call no such frame holds (a thread's, started
-    from the standard library) counts."""
+    None is excused by the code that made it: the grader's own data code reads no tensor's value in a run (its draws
+    are Python's), so a read a frame of it makes was asked of it by the script (red team 39's launder_06 handed the
+    harness's KeyedOrder its own tensors to read in the fetch, where the grader's reads had been excused). A read
+    inside another read (a subclass's tolist() running the base class's) counts once."""
     kind = events["kind"].to_numpy()
     python = kind == "python"
     if not python.any():
@@ -224,33 +222,15 @@ A call no such frame holds (a thread's, started
     reads = np.sort(np.concatenate([reads, _unnamed_tolists(events)]))
     if not len(reads):
         return np.zeros(0, dtype=np.int64)
-    origins = {n: frame_origin(str(n)) for n in names[python].unique()}
-    origin = np.array(names.map(origins).astype(object), dtype=object)
-    # the frames that can decide: the script's (user) and the grader's; a library frame is looked through
-    deciding = python & pd.notna(origin) & (origin != "library")
     starts, ends = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
     pids, tids = events["pid"].to_numpy(), events["tid"].to_numpy()
     keep = np.ones(len(reads), dtype=bool)
-    data = (kind == "range") & (names == DATA_RANGE).to_numpy()
-    in_data = np.zeros(len(reads), dtype=bool)
-    for at in np.flatnonzero(data):
-        in_data |= (pids[reads] == pids[at]) & (starts[reads] >= starts[at]) & (ends[reads] <= ends[at])
     for key in set(zip(pids[reads].tolist(), tids[reads].tolist())):
-        pool = np.flatnonzero(deciding & (pids == key[0]) & (tids == key[1]))
-        mine = np.flatnonzero((pids[reads] == key[0]) & (tids[reads] == key[1]))
-        for i in mine:
+        mine = reads[(pids[reads] == key[0]) & (tids[reads] == key[1])]
+        for i in np.flatnonzero((pids[reads] == key[0]) & (tids[reads] == key[1])):
             row = reads[i]
-            outer = reads[mine]
-            if ((starts[outer] <= starts[row]) & (ends[outer] >= ends[row]) & (outer != row)).any():
-                keep[i] = False  # inside another read: a subclass's tolist() runs the base class's within it
-                continue
-            holding = pool[(starts[pool] <= starts[row]) & (ends[pool] >= ends[row]) & (pool != row)]
-            if len(holding):
-                inner = holding[np.lexsort((-ends[holding], starts[holding]))[-1]]  # the latest start: innermost
-                # the grader's data code is excused where the harness runs it: fetching a batch (a `data` range).
-                # Called from the step's body, it reads for the script (a tensor handed to a workload function
-                # that happens to read its argument)
-                keep[i] = origin[inner] != "grader" or not in_data[i]
+            # inside another read: a subclass's tolist() runs the base class's within it
+            keep[i] = not ((starts[mine] <= starts[row]) & (ends[mine] >= ends[row]) & (mine != row)).any()
     return reads[keep]
 
 

@@ -122,9 +122,10 @@ FUSED_OPTIMIZER_OPS = re.compile(r"^aten::_fused_(?:adam|adamw|sgd|adagrad)_?$")
 CPU_SCALAR_OPTIMIZERS = re.compile(r"^Optimizer\.step#(?:Adam|AdamW|Adamax|NAdam|RAdam|Adagrad)\.step$")
 
 # a Tensor's values read into Python without an aten op that reads one (see the module docstring)
-# (a tensor subclass is named by its own class: any type but numpy's, memoryview and array, whose tolist reads memory
-# the host holds)
-PYTHON_READ = re.compile(r"^<built-in method (?:tolist|numpy|cpu|apply_|map_|map2_) of (?!numpy\.|memoryview |array\.array )[^<>]+ object"
+# (a tensor subclass is named by its own class, which the script names: whatever the receiver's type is called, each
+# call counts. A subclass renamed "numpy.ndarray" once passed apply_ off as numpy's own method: red team 39's
+# numpyname_06. A lab's step holds no numpy array, memoryview or array of its own to call these on.)
+PYTHON_READ = re.compile(r"^<built-in method (?:tolist|numpy|cpu|apply_|map_|map2_) of [^<>]+ object"
                          r" at 0x[0-9a-fA-F]+>$|(?:^|/)torch/storage\.py\(\d+\): (?:tolist|cpu)$"
                          r"|^<built-in function _to_dlpack(?:_versioned)?>$"  # a tensor handed over by DLPack
                          # its memory's address (read by ctypes), or the tensor written out (torch.save to a buffer)

@@ -253,7 +253,7 @@ def test_a_generators_seed_read_back_is_a_read_on_a_cpu(tmp_path):
     seeding a generator and drawing from it counts none. The scan refuses the names where reads count."""
     import torch
 
-    from checker.grader.scan import findings
+    from checker.base.scan import findings
     from checker.trace import load
     from checker.trace.analyses.syncs import python_reads, shown_name
 

@@ -21,7 +21,7 @@ from checker.base.chapters import get_chapter
 from checker.grader.collect import trace_problem
 from checker.grader.referee import distance
 from checker.grader.runs import IncompleteWork, ScriptError, run_script
-from checker.grader.scan import findings
+from checker.base.scan import findings
 from checker.trace.analysis import TraceAnalysis
 from checker.trace.events import finish
 
@@ -681,7 +681,7 @@ def test_every_name_the_harness_keeps_about_its_window_and_tail_is_refused():
     """A name added to the session's window or tail state is one more tell, unless the scan knows it."""
     import re
 
-    from checker.grader.scan import PROBE_ATTRIBUTES
+    from checker.base.scan import PROBE_ATTRIBUTES
 
     source = (ROOT / "checker" / "candidate" / "session.py").read_text()
     names = set(re.findall(r"self\.(_(?:window|tail)\w*)", source))
@@ -1404,7 +1404,7 @@ def test_storages_over_a_file_or_in_shared_memory_count(monkeypatch, tmp_path):
 def test_the_scan_reads_a_dotted_name_by_its_last_part():
     """A refused name reached through a dotted string and a resolver (pydoc.locate("torch.UntypedStorage.from_file"),
     red team 34) is refused as the name itself, and the resolvers are refused in every chapter."""
-    from checker.grader.scan import findings
+    from checker.base.scan import findings
 
     source = 'import pydoc\nmake = pydoc.locate("torch.UntypedStorage.from_file")\n'
     found = findings(source, host_reads=True)

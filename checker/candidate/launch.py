@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import runpy
 import sys
 import traceback
@@ -73,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --trace torch: the last N of the script's --steps are traced, after the timed "
                              "window, instead of the window")
     parser.add_argument("--channel", type=Path, default=None, help=argparse.SUPPRESS)  # the grader's
+    # the grader's scan of the script, to run over every other file the run loads code from (comma-separated flags)
+    parser.add_argument("--scan-loaded", default=None, help=argparse.SUPPRESS)
     args, script_args = parser.parse_known_args(argv)
     if script_args[:1] == ["--"]:
         script_args = script_args[1:]
@@ -87,8 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     if channel is not None:
         handshake = channel.receive()
         options.seed = int(handshake["seed"])
-    harness.LAUNCH = options
     script = args.script.resolve()
+    options.script = os.path.realpath(script)
+    if args.scan_loaded is not None:
+        options.scan_loaded = tuple(flag for flag in args.scan_loaded.split(",") if flag)
+    harness.LAUNCH = options
     sys.argv = [str(script), *script_args]
     error = None
     try:

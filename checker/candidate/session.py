@@ -198,6 +198,9 @@ class LaunchOptions:
     trace_tail: int = 0  # with trace "torch": record this many steps after the window instead of the window
     channel: Channel | None = None  # under the grader
     seed: int | None = None  # the run's seed, from the grader
+    script: str | None = None  # the script's real path: the code the grader scanned before the run
+    # the scan the grader ran over the script, run again over every other file the run loads code from (None: off)
+    scan_loaded: tuple[str, ...] | None = None
 
 
 LAUNCH: LaunchOptions | None = None
@@ -571,8 +574,85 @@ def _note_code(code: Any) -> None:
             pending.extend(c for c in code.co_consts if issubclass(type(c), types.CodeType))
 
 
+# Code the run loads from a file of its own. The grader scans the submitted script before the run; a module the script
+# writes and imports was read by no scan (red team 40's hidden_below_05 carried ops run below the profiler's hook in
+# one, base64 in train.py). So under the grader the harness scans, as the grader scanned the script, the source of every
+# code object compiled or executed from a file outside Python's installation, its site-packages and the grader's
+# checkout, when it is loaded and before it runs; a finding ends the run (the step guard). Inductor's generated modules
+# are scanned too, allowed only the two idioms Inductor writes (ctypes' C types imported, the module's globals read).
+_LOADED_SEEN: set[str] = set()
+_LOADED_REFUSED: list[str] = []
+GENERATED_IDIOMS = re.compile(r"calls native code directly \(import ctypes\.c_\w+\)|calls native code directly "
+                              r"\(import ctypes\)|reads the module's namespace as a dict")
+_TRUSTED_ROOTS: dict[int, tuple[str, ...]] = {}
+
+
+def _trusted_roots() -> tuple[str, ...]:
+    roots = _TRUSTED_ROOTS.get(os.getpid())
+    if roots is None:
+        found = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site.getsitepackages()}
+        try:
+            found.add(site.getusersitepackages())
+        except AttributeError:
+            pass
+        roots = tuple(sorted({os.path.realpath(r) for r in found if r} | set(_own_code_roots())))
+        _TRUSTED_ROOTS.clear()
+        _TRUSTED_ROOTS[os.getpid()] = roots
+    return roots
+
+
+def _scan_loaded(filename: Any, source: Any = None) -> None:
+    """Scan the code loaded from ``filename`` (its ``source`` where the compile event gave it) when it is a file of the
+    run's own: under the grader, with the scan on, and once per file."""
+    options = LAUNCH
+    if options is None or options.scan_loaded is None or not isinstance(filename, (str, bytes)):
+        return
+    name = os.fsdecode(filename)
+    if name.startswith("<") or name in _LOADED_SEEN or len(_LOADED_SEEN) >= MADE_KEPT:
+        return
+    _LOADED_SEEN.add(name)
+    real = os.path.realpath(name)
+    if real == options.script or any(real.startswith(root + os.sep) for root in _trusted_roots()):
+        return
+    import ast
+
+    from checker.base.scan import findings
+
+    if isinstance(source, ast.AST):
+        source = ast.unparse(source)
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        source = bytes(source).decode("utf-8", errors="replace")
+    elif not isinstance(source, str):
+        try:
+            source = Path(real).read_text(errors="replace")
+        except OSError:
+            _LOADED_REFUSED.append(f"{name} (its source cannot be read, so it cannot be scanned)")
+            return
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")  # the grader's compile store for the run, where it keeps one
+    generated = "torchinductor_" in real or bool(cache) and real.startswith(os.path.realpath(cache) + os.sep)
+    if generated and "cuda" in options.scan_loaded:
+        return  # what Inductor generates for a GPU has not been scanned on one yet: its idioms are not listed
+    found = findings(source, name, "host_reads" in options.scan_loaded, "counts_ops" in options.scan_loaded)
+    if generated:  # Inductor's generated module: its own idioms allowed, nothing else
+        found = [f for f in found if not GENERATED_IDIOMS.search(f)]
+    if found:
+        _LOADED_REFUSED.append(f"{name}: {found[0]}")
+
+
+def loaded_refused() -> list[str]:
+    """The files the run loaded code from that the scan refuses, each with its first finding."""
+    return list(_LOADED_REFUSED)
+
+
 def _count_raw_reads(event: str, args: tuple) -> None:
     if event in CODE_EVENTS:
+        try:
+            if event == "compile" and len(args) > 1:
+                _scan_loaded(args[1], args[0])
+            elif event == "exec" and args and issubclass(type(args[0]), types.CodeType):
+                _scan_loaded(args[0].co_filename)
+        except Exception:  # noqa: BLE001 - an audit hook never fails the operation it watches
+            pass
         try:
             if event == "compile" and len(args) > 1:
                 _note_code_named(args[1])
@@ -1541,6 +1621,9 @@ class Session:
             _stop({"type": "named", "what": named[:5], "count": len(named)},
                   f"the script made code named like the grader's own ({', '.join(named[:3])}): a trace tells the "
                   "grader's code from the script's by the file its frames name")
+        if refused := loaded_refused():
+            _stop({"type": "loaded", "what": refused[:3], "count": len(refused)},
+                  f"the script loaded code the scan refuses ({refused[0]})")
         if self._counts_crossings and (changed := fusion_changed()):
             _stop({"type": "fusion", "what": changed[:5], "count": len(changed)},
                   f"the script changed how Inductor fuses ({', '.join(changed[:3])}): this chapter counts a compiled "

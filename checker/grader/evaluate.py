@@ -32,7 +32,7 @@ from checker.grader.plan import make_plan
 from checker.grader.precheck import candidate_paths, check_candidate, resolve_candidate
 from checker.grader.report import Report
 from checker.grader.runs import IncompleteWork
-from checker.grader.scan import refuse_probes
+from checker.base.scan import refuse_probes
 
 
 

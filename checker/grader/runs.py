@@ -377,6 +377,11 @@ class _Run:
             raise self.broken(f"made code named like the grader's own ({shown}): a trace tells the grader's code "
                               "(checker/, a chapter's workload.py) from the script's by the file its frames name, so "
                               "such code would be taken for the grader's")
+        elif kind == "loaded":
+            what = header.get("what")
+            shown = "; ".join(str(w)[:300] for w in what[:3]) if isinstance(what, list) and what else "its code"
+            raise self.broken(f"loaded code from a file of its own that the scan refuses ({shown}): the scan reads "
+                              "every file a run loads code from, not only the script")
         elif kind == "fusion":
             what = header.get("what")
             shown = ", ".join(str(w)[:60] for w in what[:5]) if isinstance(what, list) and what else "its settings"
@@ -479,6 +484,12 @@ def run_script(
     # to know (from --trace-tail), so nothing the script reads tells a timed step from a traced one
     script_args = ["--device", device, "--steps", str(total_steps + traced_after)] + list(extra_args or [])
     launch_args = ["--channel", str(folder.path), "--script", str(folder.script)]
+    if os.environ.get("WORKBOOK_SCAN") != "0":  # the scan the grader ran over the script, over what else it loads
+        names = {spec.name for spec in chapter.checks}
+        flags = [flag for flag, on in (("host_reads", "host_syncs" in names),
+                                       ("counts_ops", bool({"elementwise_kernels", "launches_per_step"} & names)),
+                                       ("cuda", device == "cuda")) if on]
+        launch_args += ["--scan-loaded", ",".join(flags) or "plain"]
     trace_file = None
     if trace == "torch":
         trace_file = folder.path / "trace.json.gz"

@@ -43,7 +43,7 @@ library by DLPack (``np.from_dlpack(t)``, ``torch.utils.dlpack.to_dlpack``) is r
 What a CPU trace still cannot show: ``.to("cpu")`` and a ``copy_`` into a CPU tensor (one op whose devices the
 trace does not record), and a ``.cpu()`` of a tensor that is on the CPU on a GPU run too (counted: no sync there).
 A copy into a tensor whose memory a numpy array or a bytearray shares, read by indexing that object, makes no op or
-call at all: the scan refuses such tensors in the chapters that count reads (checker.grader.scan.ALIASING), and
+call at all: the scan refuses such tensors in the chapters that count reads (checker.base.scan.ALIASING), and
 the harness counts the numpy views of tensors a CPU run holds after its window (checker.candidate.session
 .tensor_views), which host_syncs fails.
 """

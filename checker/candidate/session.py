@@ -27,6 +27,7 @@ grader stamps every message on its own clock and checks the weights itself (see 
 from __future__ import annotations
 
 import argparse
+import ast
 import gc
 import io
 import os
@@ -53,7 +54,9 @@ except ImportError:  # pragma: no cover - an older torch: the same list, as it b
         raw = [*site.getsitepackages(), *sys.path, site.getuserbase(), site.getusersitepackages()]
         return [p + os.sep for p in sorted({os.path.abspath(p) for p in raw}, reverse=True)]
 
+import checker.base.paths  # imported here, never first inside the audit hook (_own_code_roots)
 from checker.base.ranks import LoggedSamples, world_from_env
+from checker.base.scan import findings
 from checker.base.workloads import (KeyedEpochs, Workload, harness_fetch, initial_rms, load_workload_module,
                                      redraw_head)
 from checker.candidate.channel import Channel, deliver
@@ -525,9 +528,7 @@ SHOWN_AS_OWN = re.compile(r"(?:^|/)(?:checker/[\w/]+\.py|chapters/[^/]+/workload
 def _own_code_roots() -> tuple[str, ...]:
     roots = {os.path.dirname(os.path.dirname(os.path.realpath(__file__)))}  # checker/
     try:  # found as the harness finds it, without keeping what it found: a fork server imports this module once
-        from checker.base.paths import repo_root
-
-        roots.add(os.path.realpath(repo_root.__wrapped__() / "chapters"))
+        roots.add(os.path.realpath(checker.base.paths.repo_root.__wrapped__() / "chapters"))
     except Exception:  # noqa: BLE001 - no checkout found: only the package's own files are the grader's
         pass
     return tuple(sorted(roots))
@@ -601,12 +602,25 @@ def _trusted_roots() -> tuple[str, ...]:
     return roots
 
 
+_SCANNING = threading.local()
+
+
 def _scan_loaded(filename: Any, source: Any = None) -> None:
     """Scan the code loaded from ``filename`` (its ``source`` where the compile event gave it) when it is a file of the
-    run's own: under the grader, with the scan on, and once per file."""
+    run's own: under the grader, with the scan on, and once per file. Never re-entered: what it imports itself (none
+    after the first call) raises audit events of its own."""
     options = LAUNCH
-    if options is None or options.scan_loaded is None or not isinstance(filename, (str, bytes)):
+    if options is None or options.scan_loaded is None or not isinstance(filename, (str, bytes)) \
+            or getattr(_SCANNING, "on", False):
         return
+    _SCANNING.on = True
+    try:
+        _scan_loaded_file(filename, source, options)
+    finally:
+        _SCANNING.on = False
+
+
+def _scan_loaded_file(filename: Any, source: Any, options: "LaunchOptions") -> None:
     name = os.fsdecode(filename)
     if name.startswith("<") or name in _LOADED_SEEN or len(_LOADED_SEEN) >= MADE_KEPT:
         return
@@ -614,10 +628,6 @@ def _scan_loaded(filename: Any, source: Any = None) -> None:
     real = os.path.realpath(name)
     if real == options.script or any(real.startswith(root + os.sep) for root in _trusted_roots()):
         return
-    import ast
-
-    from checker.base.scan import findings
-
     if isinstance(source, ast.AST):
         source = ast.unparse(source)
     elif isinstance(source, (bytes, bytearray, memoryview)):

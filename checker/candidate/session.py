@@ -622,7 +622,11 @@ def _scan_loaded(filename: Any, source: Any = None) -> None:
 
 def _scan_loaded_file(filename: Any, source: Any, options: "LaunchOptions") -> None:
     name = os.fsdecode(filename)
-    if name.startswith("<") or name in _LOADED_SEEN or len(_LOADED_SEEN) >= MADE_KEPT:
+    if name.startswith("<") or name in _LOADED_SEEN:
+        return
+    if len(_LOADED_SEEN) >= MADE_KEPT:  # no file goes unscanned: past the bound, loading more is a finding itself
+        if not _LOADED_REFUSED:
+            _LOADED_REFUSED.append(f"more than {MADE_KEPT} files of code loaded, more than the harness scans")
         return
     _LOADED_SEEN.add(name)
     real = os.path.realpath(name)

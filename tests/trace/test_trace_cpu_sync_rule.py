@@ -84,9 +84,11 @@ READS_WITH_STACK = {
     "set(t.tolist()) and a list indexed by its values": (lambda: [0] * 9 and set(t.long().clamp(min=0).tolist()), 1),
     "loss.item() (its aten op, counted once)": (lambda: loss.item(), 1),
     "t + 1 (no sync)": (lambda: t + 1, 0),
-    "a numpy array's tolist() (no tensor)": (lambda: __import__("numpy").arange(3).tolist(), 0),
+    # counted whatever the receiver is called: a tensor subclass can be named numpy's (red team 39's numpyname_06),
+    # and a lab's step holds no numpy array or memoryview of its own
+    "a numpy array's tolist() (no tensor)": (lambda: __import__("numpy").arange(3).tolist(), 1),
     "a numpy scalar's and a memoryview's tolist()": (lambda: (__import__("numpy").float64(2).tolist(),
-                                                           memoryview(b"ab").tolist()), 0),
+                                                           memoryview(b"ab").tolist()), 2),
 }
 
 
@@ -96,10 +98,10 @@ def test_each_python_read_with_stack(tmp_path, idiom):
     assert count_syncs(tmp_path, fn, with_stack=True) == expected
 
 
-def test_a_read_the_grader_s_own_data_code_makes_is_not_counted(tmp_path):
-    """KeyedOrder (checker/base) draws the window's batch order on the CPU with .tolist(): no sync on a GPU either,
-    where the harness runs it, fetching a batch (a `data` range). Called from the step's body, the grader's code
-    reads for the script: a tensor handed to a workload function that reads its argument is the script's read."""
+def test_the_grader_s_own_data_code_reads_nothing_and_excuses_nothing(tmp_path):
+    """KeyedOrder (checker/base) draws the window's batch order in Python: no read, in a fetch (a `data` range) or
+    in the step's body. Nothing is excused by the code that made a read (red team 39's launder_06 had the grader's
+    code read the script's tensors in the fetch), so the script's own read beside it counts."""
     from torch.profiler import record_function
 
     from checker.base.workloads import KeyedOrder
@@ -113,4 +115,4 @@ def test_a_read_the_grader_s_own_data_code_makes_is_not_counted(tmp_path):
 
     assert count_syncs(tmp_path, fetched, with_stack=True) == 0
     assert count_syncs(tmp_path, lambda: (fetched(), t.tolist()), with_stack=True) == 1
-    assert count_syncs(tmp_path, lambda: list(order), with_stack=True) == 2  # in the step's body: the script's
+    assert count_syncs(tmp_path, lambda: list(order), with_stack=True) == 0

@@ -434,6 +434,17 @@ def _aliasing(node: ast.AST) -> str | None:
     return name if name in ALIASING else None
 
 
+# the checks that make a chapter's scan stricter: counting host reads, counting a step's ops
+READS_CHECK = "host_syncs"
+COUNTS_OPS = frozenset({"elementwise_kernels", "launches_per_step"})
+
+
+def scan_flags(check_names) -> dict[str, bool]:
+    """What the scan looks for in a chapter with these checks: ``host_reads`` and ``counts_ops`` (findings()'s)."""
+    names = set(check_names)
+    return {"host_reads": READS_CHECK in names, "counts_ops": bool(COUNTS_OPS & names)}
+
+
 def refuse_probes(script: Path, shown: str, host_reads: bool = False, counts_ops: bool = False) -> None:
     """Raise WorkbookError (exit 2) when the script inspects how it is measured, or, with ``host_reads``, reads
     values where no trace looks, or, with ``counts_ops``, computes in numpy (unless WORKBOOK_SCAN=0)."""

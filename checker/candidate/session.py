@@ -56,7 +56,7 @@ except ImportError:  # pragma: no cover - an older torch: the same list, as it b
 
 import checker.base.paths  # imported here, never first inside the audit hook (_own_code_roots)
 from checker.base.ranks import LoggedSamples, world_from_env
-from checker.base.scan import findings
+from checker.base.scan import COUNTS_OPS, findings
 from checker.base.workloads import (KeyedEpochs, Workload, harness_fetch, initial_rms, load_workload_module,
                                      redraw_head)
 from checker.candidate.channel import Channel, deliver
@@ -347,7 +347,6 @@ def _watch_aliasing_makers() -> None:
 # its close and counts those written in place meanwhile.
 _NUMPY_OF: "weakref.WeakSet[torch.Tensor]" = weakref.WeakSet()
 # the checks that count a step's ops (Session._counts_crossings)
-COUNTS_OPS = frozenset({"elementwise_kernels", "launches_per_step"})
 _NUMPY_HELD: dict[int, tuple[torch.Tensor, int]] = {}  # id -> (the tensor, its version when the window opened or the view was made)
 
 
@@ -534,7 +533,19 @@ def _own_code_roots() -> tuple[str, ...]:
     return tuple(sorted(roots))
 
 
-_ROOTS_OF: dict[int, tuple[str, ...]] = {}  # process id -> its roots: a fork server's run finds its own checkout
+_ROOTS_OF: dict[tuple[int, str], tuple[str, ...]] = {}  # (process id, which) -> roots: a fork server's run finds its own
+
+
+def _roots(which: str, make: Callable[[], tuple[str, ...]]) -> tuple[str, ...]:
+    """``make()``'s roots, found once per process (a run forked from the fork server finds its own checkout)."""
+    key = (os.getpid(), which)
+    if key not in _ROOTS_OF:
+        for stale in [k for k in _ROOTS_OF if k[0] != key[0]]:
+            del _ROOTS_OF[stale]
+        _ROOTS_OF[key] = make()
+    return _ROOTS_OF[key]
+
+
 _NAMED_LIKE_OWN: list[str] = []
 
 
@@ -546,11 +557,7 @@ def _note_code_named(filename: Any) -> None:
     if not OWN_CODE_NAME.search(name):
         return
     real = os.path.realpath(name)
-    roots = _ROOTS_OF.get(os.getpid())
-    if roots is None:
-        _ROOTS_OF.clear()
-        roots = _ROOTS_OF[os.getpid()] = _own_code_roots()
-    if not any(real.startswith(root + os.sep) for root in roots):
+    if not any(real.startswith(root + os.sep) for root in _roots("own", _own_code_roots)):
         _NAMED_LIKE_OWN.append(name)
 
 
@@ -585,21 +592,16 @@ _LOADED_SEEN: set[str] = set()
 _LOADED_REFUSED: list[str] = []
 GENERATED_IDIOMS = re.compile(r"calls native code directly \(import ctypes\.c_\w+\)|calls native code directly "
                               r"\(import ctypes\)|reads the module's namespace as a dict")
-_TRUSTED_ROOTS: dict[int, tuple[str, ...]] = {}
 
 
 def _trusted_roots() -> tuple[str, ...]:
-    roots = _TRUSTED_ROOTS.get(os.getpid())
-    if roots is None:
-        found = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site.getsitepackages()}
-        try:
-            found.add(site.getusersitepackages())
-        except AttributeError:
-            pass
-        roots = tuple(sorted({os.path.realpath(r) for r in found if r} | set(_own_code_roots())))
-        _TRUSTED_ROOTS.clear()
-        _TRUSTED_ROOTS[os.getpid()] = roots
-    return roots
+    """Python's installation, its site-packages and the grader's checkout: code loaded from there is not the run's."""
+    found = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site.getsitepackages()}
+    try:
+        found.add(site.getusersitepackages())
+    except AttributeError:
+        pass
+    return tuple(sorted({os.path.realpath(r) for r in found if r} | set(_roots("own", _own_code_roots))))
 
 
 _SCANNING = threading.local()
@@ -630,7 +632,7 @@ def _scan_loaded_file(filename: Any, source: Any, options: "LaunchOptions") -> N
         return
     _LOADED_SEEN.add(name)
     real = os.path.realpath(name)
-    if real == options.script or any(real.startswith(root + os.sep) for root in _trusted_roots()):
+    if real == options.script or any(real.startswith(root + os.sep) for root in _roots("trusted", _trusted_roots)):
         return
     if isinstance(source, ast.AST):
         source = ast.unparse(source)
@@ -663,16 +665,12 @@ def _count_raw_reads(event: str, args: tuple) -> None:
         try:
             if event == "compile" and len(args) > 1:
                 _scan_loaded(args[1], args[0])
-            elif event == "exec" and args and issubclass(type(args[0]), types.CodeType):
-                _scan_loaded(args[0].co_filename)
-        except Exception:  # noqa: BLE001 - an audit hook never fails the operation it watches
-            pass
-        try:
-            if event == "compile" and len(args) > 1:
                 _note_code_named(args[1])
             elif event == "code.__new__" and len(args) > 1:
                 _note_code_named(args[1])
             elif event in ("exec", "function.__new__") and args:
+                if event == "exec" and issubclass(type(args[0]), types.CodeType):
+                    _scan_loaded(args[0].co_filename)
                 _note_code(args[0])
             elif event == "object.__setattr__" and len(args) > 2 and args[1] == "__code__":
                 _note_code(args[2])
@@ -1638,7 +1636,8 @@ class Session:
         if refused := loaded_refused():
             _stop({"type": "loaded", "what": refused[:3], "count": len(refused)},
                   f"the script loaded code the scan refuses ({refused[0]})")
-        if self._counts_crossings and (changed := fusion_changed()):
+        at_edge = tensors is not None or not (self._window_open or self._tail_open)  # the window's open or close
+        if self._counts_crossings and at_edge and (changed := fusion_changed()):
             _stop({"type": "fusion", "what": changed[:5], "count": len(changed)},
                   f"the script changed how Inductor fuses ({', '.join(changed[:3])}): this chapter counts a compiled "
                   "graph's call as one pass, which holds for torch.compile's own fusion")

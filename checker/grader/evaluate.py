@@ -32,7 +32,7 @@ from checker.grader.plan import make_plan
 from checker.grader.precheck import candidate_paths, check_candidate, resolve_candidate
 from checker.grader.report import Report
 from checker.grader.runs import IncompleteWork
-from checker.base.scan import refuse_probes
+from checker.base.scan import refuse_probes, scan_flags
 
 
 
@@ -70,9 +70,7 @@ def _refuse_setting(chapter: Chapter, device: str, trace_tool: str, candidate: P
         raise WorkbookError("--device cuda: this machine has no CUDA GPU that torch can use; try --device cpu")
     if not candidate.is_file():
         raise WorkbookError(f"{candidate}: no such file")
-    names = {spec.name for spec in chapter.checks}
-    refuse_probes(candidate, display_path(candidate), host_reads="host_syncs" in names,
-                  counts_ops=bool({"elementwise_kernels", "launches_per_step"} & names))
+    refuse_probes(candidate, display_path(candidate), **scan_flags(spec.name for spec in chapter.checks))
 
 
 def _compile_store(chapter: Chapter, candidate: Path, device: str, workdir: Path, shared: bool):

@@ -31,6 +31,7 @@ from checker.grader import compile_cache as compile_caches
 from checker.grader import forkserver
 from checker.grader import sandbox
 from checker.base.chapters import Chapter
+from checker.base.scan import scan_flags
 from checker.base.errors import WorkbookError
 from checker.base.paths import display_path
 from checker.base.tools import require_tool
@@ -171,6 +172,12 @@ class _Protocol:
                 self.payload_for, self.payload_left = header, size
                 continue
             self.run.on_message(header, None, now)
+
+
+def _listed(header: dict, fallback: str, width: int = 60, count: int = 5, sep: str = ", ") -> str:
+    """A step guard's list of what it found (``header["what"]``), each cut to ``width`` characters, as one line."""
+    what = header.get("what")
+    return sep.join(str(w)[:width] for w in what[:count]) if isinstance(what, list) and what else fallback
 
 
 class _Run:
@@ -354,12 +361,10 @@ class _Run:
                                   "where it was): what arrived is not what the harness wrote")
             self.trace_bytes = payload
         elif kind == "replaced":
-            what = header.get("what")
-            shown = ", ".join(str(w)[:80] for w in what[:5]) if isinstance(what, list) and what else "the harness's code"
+            shown = _listed(header, "the harness's code", width=80)
             raise self.broken(f"replaced what the harness writes its trace with ({shown})")
         elif kind == "reads":
-            what = header.get("what")
-            shown = ", ".join(str(w)[:80] for w in what[:5]) if isinstance(what, list) and what else "the harness's code"
+            shown = _listed(header, "the harness's code", width=80)
             raise self.broken(f"replaced what the harness reads the trained weights with ({shown}): code run there "
                               "trains after the last step's range has closed, where no step's trace looks")
         elif kind == "switched":
@@ -367,35 +372,29 @@ class _Run:
             raise self.broken(f"switched what PyTorch's profiler records ({calls} call(s), the first of {first}): "
                               "ops then ran where no trace records them, so the trace is not the run's")
         elif kind == "shared":
-            what = header.get("what")
-            shown = ", ".join(str(w)[:60] for w in what[:5]) if isinstance(what, list) and what else "the model's weights"
+            shown = _listed(header, "the model's weights")
             raise self.broken(f"put the model's weights where another process can train them ({header.get('count')} "
                               f"tensor(s) in shared memory: {shown}): the traced process must do its own training")
         elif kind == "named":
-            what = header.get("what")
-            shown = ", ".join(str(w)[:80] for w in what[:5]) if isinstance(what, list) and what else "its code"
+            shown = _listed(header, "its code", width=80)
             raise self.broken(f"made code named like the grader's own ({shown}): a trace tells the grader's code "
                               "(checker/, a chapter's workload.py) from the script's by the file its frames name, so "
                               "such code would be taken for the grader's")
         elif kind == "loaded":
-            what = header.get("what")
-            shown = "; ".join(str(w)[:300] for w in what[:3]) if isinstance(what, list) and what else "its code"
+            shown = _listed(header, "its code", width=300, count=3, sep="; ")
             raise self.broken(f"loaded code from a file of its own that the scan refuses ({shown}): the scan reads "
                               "every file a run loads code from, not only the script")
         elif kind == "fusion":
-            what = header.get("what")
-            shown = ", ".join(str(w)[:60] for w in what[:5]) if isinstance(what, list) and what else "its settings"
+            shown = _listed(header, "its settings")
             raise self.broken(f"changed how Inductor fuses ({shown}): on a CPU a compiled graph's kernels record no "
                               "op, so this chapter counts each compiled graph's call as one pass, which holds only for "
                               "torch.compile's own fusion; compile with torch.compile(model) (a mode= is fine)")
         elif kind == "interpreter":
-            what = header.get("what")
-            shown = ", ".join(str(w)[:60] for w in what[:5]) if isinstance(what, list) and what else "TorchScript"
+            shown = _listed(header, "TorchScript")
             raise self.broken(f"ran TorchScript ({shown}) in a chapter that counts host reads: its interpreter reads "
                               "a tensor's values (prim::tolist) with no op a CPU trace records; a lab never needs it")
         elif kind == "harness":
-            what = header.get("what")
-            shown = ", ".join(str(w)[:60] for w in what[:5]) if isinstance(what, list) and what else "its code"
+            shown = _listed(header, "its code")
             raise self.broken(f"changed the harness's session ({shown}): the harness's own code marks, times and "
                               "traces the steps, and code put in its place runs where no step's trace looks")
         elif kind == "first_step":
@@ -485,10 +484,8 @@ def run_script(
     script_args = ["--device", device, "--steps", str(total_steps + traced_after)] + list(extra_args or [])
     launch_args = ["--channel", str(folder.path), "--script", str(folder.script)]
     if os.environ.get("WORKBOOK_SCAN") != "0":  # the scan the grader ran over the script, over what else it loads
-        names = {spec.name for spec in chapter.checks}
-        flags = [flag for flag, on in (("host_reads", "host_syncs" in names),
-                                       ("counts_ops", bool({"elementwise_kernels", "launches_per_step"} & names)),
-                                       ("cuda", device == "cuda")) if on]
+        on = {**scan_flags(spec.name for spec in chapter.checks), "cuda": device == "cuda"}
+        flags = [flag for flag, wanted in on.items() if wanted]
         launch_args += ["--scan-loaded", ",".join(flags) or "plain"]
     trace_file = None
     if trace == "torch":

@@ -227,9 +227,9 @@ def python_reads(events: pd.DataFrame) -> np.ndarray:
     pids, tids = events["pid"].to_numpy(), events["tid"].to_numpy()
     keep = np.ones(len(reads), dtype=bool)
     for key in set(zip(pids[reads].tolist(), tids[reads].tolist())):
-        mine = reads[(pids[reads] == key[0]) & (tids[reads] == key[1])]
-        for i in np.flatnonzero((pids[reads] == key[0]) & (tids[reads] == key[1])):
-            row = reads[i]
+        at = np.flatnonzero((pids[reads] == key[0]) & (tids[reads] == key[1]))
+        mine = reads[at]
+        for i, row in zip(at, mine):
             # inside another read: a subclass's tolist() runs the base class's within it
             keep[i] = not ((starts[mine] <= starts[row]) & (ends[mine] >= ends[row]) & (mine != row)).any()
     return reads[keep]

@@ -1750,7 +1750,11 @@ class Session:
             if data is None:
                 self._send({"type": "replaced", "what": ["the trace file, replaced while the profiler wrote it"]})
                 return
-            self._send({"type": "trace"}, data)
+            channel = _channel()
+            deliver(channel, {"type": "trace"}, data)
+            # and this process waits for the grader to have read it: the grader checks, as it reads the trace, that
+            # this process still holds the pipe where the harness opened it, which a process that has exited cannot
+            channel.receive()
 
     def result(self) -> dict[str, Any]:
         """What the run measured, as the script may read it (under the grader: nothing, see ``samples``)."""

@@ -360,6 +360,7 @@ class _Run:
                                   "descriptor the harness opened to the grader's pipe, or another one, is not "
                                   "where it was): what arrived is not what the harness wrote")
             self.trace_bytes = payload
+            self._answer({"type": "trace_read"})  # the harness waits for this before it runs the script's code again
         elif kind == "replaced":
             shown = _listed(header, "the harness's code", width=80)
             raise self.broken(f"replaced what the harness writes its trace with ({shown})")

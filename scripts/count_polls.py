@@ -3,7 +3,7 @@
     python scripts/count_polls.py FOLDER_OF_TORCH_TRACES > counts.txt
 
 A loop that polls an event until the GPU is done waits for it as a sync does, yet no sync call is in the trace
-(evidence/redteam/bank/gpu/poll_wait_01, junk_work_01). Honest pinned loading queries events too (the caching host
+(tests/redteam/gpu/poll_wait_01, junk_work_01). Honest pinned loading queries events too (the caching host
 allocator recycles pinned blocks). One line per trace: the most and the median calls per (step, thread).
 """
 

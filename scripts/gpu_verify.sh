@@ -14,7 +14,7 @@
 #   diagnose  chapter 08's reference diagnosis on this GPU -> solutions/08_triage/answer.cuda.toml and $OUT
 #   checks    `workbook check` for every chapter: solution, lab and slow, with torch.profiler and nsys,
 #             RERUNS times each -> $OUT/checks.jsonl; the torch traces the checks read -> $OUT/traces.tar.gz.part-*;
-#             PLAN may also name red-team cheats (cheat:<folder under evidence/redteam/bank>:<chapter>:<tool>)
+#             PLAN may also name red-team cheats (cheat:<folder under tests/redteam>:<chapter>:<tool>)
 #   ladder    each LADDERS chapter's [ladder] (default: 07): `workbook check NN --variant solution --only same_work
 #             --ladder --ladder-trials LADDER_TRIALS` (default 1: every rung compiles anew, minutes each), the slow
 #             script then the reference solution one lever at a time -> $OUT/ladder.tar.gz
@@ -186,10 +186,10 @@ if has checks; then
     IFS=: read -r kind chapter variant tool only <<< "$item"
     target="--variant $variant"
     if [ "$kind" = cheat ]; then
-      # cheat:<folder under evidence/redteam/bank>:<chapter>:<tool>[:only]: graded as a submission, the scan off, so that
-      # the run's own defences are what must reject it (evidence/redteam/bank/gpu.toml says how)
+      # cheat:<folder under tests/redteam>:<chapter>:<tool>[:only]: graded as a submission, the scan off, so that
+      # the run's own defences are what must reject it (tests/redteam/gpu.toml says how)
       IFS=: read -r kind path chapter tool only <<< "$item"
-      variant="cheat/$path"; target="--submission evidence/redteam/bank/$path"
+      variant="cheat/$path"; target="--submission tests/redteam/$path"
     fi
     if [ "$SECONDS" -ge "$DEADLINE" ]; then log "deadline: skipping $item"; continue; fi
     # tool "torch+ncu" or "nsys+ncu": also the Nsight Compute checks, reports kept under $T/ncu-<chapter>-<variant>

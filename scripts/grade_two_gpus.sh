@@ -8,7 +8,7 @@
 #
 # The class (CLASS=mixed, the default) is the chapter's reference solution, its unmodified lab, its slow script, an
 # honest restyling of the solution (the same program with its comments and layout changed by ast.unparse), and
-# then the red-team cheats of evidence/redteam/bank (bank.toml and gpu.toml) written for this chapter, in that order,
+# then the red-team cheats of tests/redteam (bank.toml and gpu.toml) written for this chapter, in that order,
 # until CLASS_SIZE: each student's expected outcome (pass for the solution and its restyling, no pass for all
 # others) is recorded beside the verdict. CHEATS=a,b,... picks the cheats by name instead. CLASS=pairs alternates
 # solution and lab only. Each stage grades into its own folder from nothing (--force), so a stage can run as a
@@ -69,7 +69,7 @@ def class_members():
     yield "lab", chapter.lab_script.read_text(), "not passed"
     yield "slow", chapter.slow_script.read_text(), "not passed"
     yield "restyled", ast.unparse(ast.parse(solution)) + "\n", "passed"
-    bank, chosen, seen = Path("evidence/redteam/bank"), [n for n in os.environ["CHEATS"].split(",") if n], set()
+    bank, chosen, seen = Path("tests/redteam"), [n for n in os.environ["CHEATS"].split(",") if n], set()
     for book, default_dir in (("bank.toml", "cheats"), ("gpu.toml", None)):
         for name, item in tomllib.loads((bank / book).read_text())["cheats"].items():
             folder = bank / (item.get("path") or f"{default_dir}/{name}")

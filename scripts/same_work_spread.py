@@ -6,7 +6,7 @@ order of arithmetic (a fused optimizer, bf16, NHWC kernels) lands a little away,
 to check: each check draws new secrets, and a training that is still swinging can blow a last-bit difference
 up. This runs `workbook check NN --submission DIR --only same_work --json` N times and records the spread.
 
-    python scripts/same_work_spread.py 07 evidence/redteam/bank/cpu/fused_07 --checks 40 --out evidence/history/X
+    python scripts/same_work_spread.py 07 tests/redteam/cpu/fused_07 --checks 40 --out evidence/history/X
 
 Pass the chapter's tolerances only after this spread (the largest honest value) and the cheats' (the smallest
 dishonest one) have been measured on the same device.

@@ -80,7 +80,7 @@ def test_students_share_the_speed_never_a_secret(pristine_lab):
     from pathlib import Path
 
     chapter = get_chapter(CHAPTER)
-    half_steps = Path(__file__).resolve().parent.parent / "evidence" / "redteam" / "bank" / "cheats" / "half_steps" / "train.py"
+    half_steps = Path(__file__).parent / "redteam" / "cheats" / "half_steps" / "train.py"
     bank = BaselineBank()
     seeds, reports = [], []
     lab = pristine_lab(chapter.id) / chapter.lab_file  # the lab as shipped, whatever the learner did to theirs
@@ -110,7 +110,7 @@ def test_a_reference_that_does_less_work_stops_the_grading(monkeypatch, tmp_path
     from pathlib import Path
 
     chapter = get_chapter(CHAPTER)
-    broken = Path(__file__).resolve().parent.parent / "evidence" / "redteam" / "bank" / "cheats" / "half_steps" / "train.py"
+    broken = Path(__file__).parent / "redteam" / "cheats" / "half_steps" / "train.py"
     monkeypatch.setattr(type(chapter), "solution_script", property(lambda self: broken))
     with pytest.raises(WorkbookError, match="does not do the slow script's work") as raised:
         evaluate(chapter, submission=pristine_lab(chapter.id), device="cpu", bank=BaselineBank())

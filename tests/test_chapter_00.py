@@ -343,10 +343,10 @@ def recorded(path, split=False, queued=False, shapes=True, meta=False, size=(16,
     24 tokens long and the others 6, each step ranged ``step N`` as the harness ranges it. ``split``: a long batch
     is trained as four micro-batches of 2 rows (48 tokens each, as many as a short batch); ``queued``: the pieces
     wait in a queue and every step runs two of them (the last step runs what is left), as
-    evidence/redteam/bank/cheats/queued_steps_00 does; ``meta``: a long batch trained on a quarter of its rows, the rest
+    tests/redteam/cheats/queued_steps_00 does; ``meta``: a long batch trained on a quarter of its rows, the rest
     replayed on the meta device (``_meta_padded``). ``size``: features, hidden width and a short batch's tokens (a long one's 4x).
     ``padded``: every step also runs an elementwise op over a tensor of its own, as a step padded to a beat with real
-    work does (evidence/redteam/bank/cheats/opbeat_00)."""
+    work does (tests/redteam/cheats/opbeat_00)."""
     from collections import deque
 
     import torch

@@ -1,6 +1,6 @@
 """Chapter 07 (the capstone ladder): the ladder's rungs as declared, its table from a recorded measurement, its
 skip on a CPU, and the CPU verdicts CI sees (the solution passes, the lab fails with its reads and its loader
-named, the red-team cheats for this chapter are in evidence/redteam/bank/bank.toml)."""
+named, the red-team cheats for this chapter are in tests/redteam/bank.toml)."""
 
 import json
 import statistics
@@ -168,7 +168,7 @@ def test_the_gpu_tolerances_pass_every_recorded_solution_pair_and_fail_every_rec
     # trace looks, say) trains the whole job and is some other check's to reject
     less_work = set()
     for bank in ("bank.toml", "gpu.toml"):
-        for name, cheat in tomllib.loads((ROOT / "evidence" / "redteam" / "bank" / bank).read_text())["cheats"].items():
+        for name, cheat in tomllib.loads((ROOT / "tests" / "redteam" / bank).read_text())["cheats"].items():
             if "same_work" in cheat.get("checks", []) or cheat.get("only") == "same_work":
                 less_work.add(cheat.get("path", f"cheats/{name}"))
     seen = {"solution": 0, "lab": 0, "cheat": 0}

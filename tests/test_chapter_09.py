@@ -1,7 +1,7 @@
 """Chapter 09, a data-parallel job on two ranks: the per-rank analyses on committed CPU traces (gloo, two
 processes: tests/data/ddp09, recorded by `workbook check 09 --device cpu --keep-traces` and trimmed of Python
 frames), the rank_work check on made-up jobs, and the chapter graded on a CPU (the red team is in
-evidence/redteam/bank/bank.toml: skip_share_09, dropping_sampler_09, clean_trace_09)."""
+tests/redteam/bank.toml: skip_share_09, dropping_sampler_09, clean_trace_09)."""
 
 import io
 import subprocess

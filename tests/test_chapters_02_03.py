@@ -498,7 +498,7 @@ def test_samples_in_workers_fails_a_training_process_as_busy_as_the_slow_scripts
 
 def test_chapter_02_counts_the_copies_of_the_timed_window_on_a_gpu():
     """batch_copies judges the timed steps themselves: under a traced tail a script could copy its batches only in
-    the steps after the window (evidence/redteam/bank/gpu/gpu_pool_02 keeps the pool on the GPU)."""
+    the steps after the window (tests/redteam/gpu/gpu_pool_02 keeps the pool on the GPU)."""
     from checker.grader.plan import make_plan
 
     chapter = get_chapter("02_pageable_copies")

@@ -70,7 +70,7 @@ def test_a_forked_run_that_crashes_reports_its_exit_and_its_words(server, tmp_pa
 
 
 def test_the_server_is_used_only_where_runs_cannot_reach_it(monkeypatch):
-    """A run of the server's own user could rewrite it (evidence/redteam/bank/cheats/fork_server_patch): unless asked, runs
+    """A run of the server's own user could rewrite it (tests/redteam/cheats/fork_server_patch): unless asked, runs
     are forked only where they are dropped to another user."""
     monkeypatch.delenv("WORKBOOK_FORKSERVER", raising=False)
     monkeypatch.setattr(sandbox, "run_identity", lambda: None)

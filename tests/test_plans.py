@@ -33,7 +33,7 @@ def test_every_plan_item_names_a_chapter_a_variant_or_cheat_and_a_tool(plan):
             assert variant in ("solution", "lab", "slow"), f"{plan.name}: {item}: unknown variant"
         elif kind == "cheat":
             path, chapter, tool, *only = fields
-            assert (ROOT / "evidence" / "redteam" / "bank" / path / "train.py").is_file(), f"{plan.name}: {item}: no such cheat"
+            assert (ROOT / "tests" / "redteam" / path / "train.py").is_file(), f"{plan.name}: {item}: no such cheat"
         else:
             pytest.fail(f"{plan.name}: {item}: an item is check:... or cheat:...")
         found = get_chapter(chapter)

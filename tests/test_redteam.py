@@ -1,4 +1,4 @@
-"""The red-team bank (evidence/redteam/bank/bank.toml): every cheating submission is rejected on a CPU.
+"""The red-team bank (tests/redteam/bank.toml): every cheating submission is rejected on a CPU.
 
 Each cheat is graded as a student's submission would be, with `workbook check NN --submission DIR`, and must
 end in exit 1 with the named checks failed, or exit 2 (refused), with the evidence the bank names. Cheats the
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-BANK = ROOT / "evidence" / "redteam" / "bank"
+BANK = ROOT / "tests" / "redteam"
 CHEATS = tomllib.loads((BANK / "bank.toml").read_text())["cheats"]
 pytestmark = [pytest.mark.slow, pytest.mark.redteam]
 def leftovers() -> list[Path]:
@@ -42,7 +42,7 @@ def selected_checks(cheat: dict) -> str | None:
 
 
 def folder(name: str, cheat: dict) -> Path:
-    """Where a cheat's files are: cheats/<name>, or its ``path`` under evidence/redteam/bank (one shared with gpu.toml)."""
+    """Where a cheat's files are: cheats/<name>, or its ``path`` under tests/redteam (one shared with gpu.toml)."""
     return BANK / cheat.get("path", f"cheats/{name}")
 
 
@@ -125,7 +125,7 @@ def test_cheat_is_rejected(name, checkout):
 
 def test_fusion_by_hand_passes():
     """Not every road the red team found is a cheat: a block's small ops done in C loops of an extension the script
-    builds at start-up (evidence/redteam/bank/accepted/) do the slow script's arithmetic in fewer, larger loops, as Inductor's
+    builds at start-up (tests/redteam/accepted/) do the slow script's arithmetic in fewer, larger loops, as Inductor's
     C++ kernels do on a CPU. The grader must not reject the lesson done by hand."""
     import sysconfig
 

@@ -726,7 +726,7 @@ def test_a_run_folder_leaves_room_for_worker_sockets_under_a_deep_tmpdir(tmp_pat
 @pytest.mark.slow
 def test_the_grader_reads_the_trace_the_harness_sent_not_the_file_left_behind(tmp_path):
     """A torch.profiler trace reaches the grader over its channel the moment the harness writes it, and the run's own
-    file is deleted then: nothing is left to rewrite afterwards (evidence/redteam/bank/cheats/rewrite_trace_01 looks for it)
+    file is deleted then: nothing is left to rewrite afterwards (tests/redteam/cheats/rewrite_trace_01 looks for it)
     or to read (on a GPU the trace is chapter 00's truth per step), and the checks read what was sent."""
     import gzip
     import json
@@ -736,7 +736,7 @@ def test_the_grader_reads_the_trace_the_harness_sent_not_the_file_left_behind(tm
     from checker.grader.sandbox import check_folder
 
     chapter = get_chapter("01")
-    cheat = Path(__file__).resolve().parent.parent / "evidence" / "redteam" / "bank" / "cheats" / "rewrite_trace_01" / "train.py"
+    cheat = Path(__file__).parent / "redteam" / "cheats" / "rewrite_trace_01" / "train.py"
     workdir = check_folder()
     run = run_script(chapter, cheat, "cpu", steps=int(chapter.config("cpu")["warmup"]) + 4, trace="torch",
                      workdir=workdir, seed=3, window_key=5)
@@ -885,7 +885,7 @@ def test_a_grader_importing_from_where_runs_write_refuses_to_grade(monkeypatch):
                    "the steps a script is handed, and the speed judges the window (docs/trust.md); strict, so a "
                    "change that closes it turns this red")
 def test_a_script_cannot_keep_its_syncs_where_a_traced_tail_does_not_look(monkeypatch):
-    """evidence/redteam/bank/gpu/tail_aware_06 keeps chapter 06's syncs in every step but the last trace_steps. Chapter 06
+    """tests/redteam/gpu/tail_aware_06 keeps chapter 06's syncs in every step but the last trace_steps. Chapter 06
     traces its tail on a GPU; here on a CPU, its throughput given a low bar so that a timed pair carries the trace.
     (Without a traced tail, as chapter 06 runs on a CPU, the traced run's window is all clean steps: the work done.)"""
     from checker.grader.evaluate import evaluate
@@ -895,7 +895,7 @@ def test_a_script_cannot_keep_its_syncs_where_a_traced_tail_does_not_look(monkey
     throughput = chapter.check("throughput")
     monkeypatch.setitem(throughput.threshold, "cpu", 0.5)
     monkeypatch.delitem(throughput.skip, "cpu")
-    report = evaluate(chapter, variant="lab", submission=ROOT / "evidence" / "redteam" / "bank" / "gpu" / "tail_aware_06", device="cpu")
+    report = evaluate(chapter, variant="lab", submission=ROOT / "tests" / "redteam" / "gpu" / "tail_aware_06", device="cpu")
     assert any(what.endswith("then traced") for what in (t["what"] for t in report.timings)), "no traced tail was made"
     assert {c.name: c.status for c in report.checks}["host_syncs"] == "failed"
 

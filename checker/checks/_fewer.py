@@ -129,7 +129,7 @@ def _copied_out(evidence, trace) -> int:
         return 0
     rows = python_reads(events)
     # a tensor's address (data_ptr) hands over no value: native loops that read by it compute in fewer, larger passes,
-    # the fusion done by hand that evidence/redteam/bank/accepted/ keeps passing
+    # the fusion done by hand that tests/redteam/accepted/ keeps passing
     rows = rows[~events["name"].iloc[rows].astype(str).str.contains(ADDRESS_CALL).to_numpy(dtype=bool)] \
         if len(rows) else rows
     if not len(rows):

@@ -18,7 +18,7 @@ What stays as it was for a run started with ``subprocess``:
   dropped (the grader is not root, or the unprivileged user cannot run this Python), a run is the server's own
   user: it could rewrite the server's memory (as root, through /proc/<pid>/mem, whatever the server's dumpable
   flag) or pin and renice it, and so every process forked after it, the referee and the slow script's runs
-  included (the red team's fork_server_patch in evidence/redteam/bank/ passed same_work with half the steps that way).
+  included (the red team's fork_server_patch in tests/redteam/ passed same_work with half the steps that way).
   So, unless asked, the server is used only where runs are dropped: on a GPU machine graded as root.
 * CUDA is never started in the server (a forked process cannot use a CUDA context its parent made): the server
   asks the driver after its imports whether it was initialized (``_cuda_started``), and refuses to serve if so; the grader then starts

@@ -431,7 +431,7 @@ def nsys_profile(nsys: str, report: Path) -> list[str]:
     ``--cuda-graph-trace=node``: a CUDA graph's replays are traced kernel by kernel, so the checks that count
     kernels (elementwise_kernels, launches_per_step's kernels in all) see what a graph ran, not one bar per replay
     (nsys's default, which checker.trace.nsys reads as GPU time only), as torch.profiler's traces do: a submission
-    cannot hide its kernels in a graph (evidence/redteam/bank/gpu/graph_hide_05 is the cheat that tries).
+    cannot hide its kernels in a graph (tests/redteam/gpu/graph_hide_05 is the cheat that tries).
     """
     return [nsys, "profile", "-t", "cuda,nvtx,osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
             "--cuda-graph-trace=node", "--force-overwrite=true", "-o", str(report)]

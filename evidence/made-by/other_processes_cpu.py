@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from checker.base.chapters import all_chapters, get_chapter  # noqa: E402
 from checker.grader.evaluate import Evaluation  # noqa: E402
 
-CHEATS = ROOT / "evidence" / "redteam" / "bank" / "cheats"
+CHEATS = ROOT / "tests" / "redteam" / "cheats"
 WINDOW_CPU = [("06", "solution"), ("06", CHEATS / "helper_reads_06"), ("04", "solution"), ("04", CHEATS / "helper_step_04"),
               ("03", "solution"), ("07", CHEATS / "helper_step_07")]
 

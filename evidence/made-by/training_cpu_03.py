@@ -26,7 +26,7 @@ print("|---|---|---|---|---|")
 slow = None
 for name, script in (("slow script", chapter.slow_script),
                      ("solution", ROOT / "solutions" / "03_dataloader_workers" / "train.py"),
-                     ("hidden_prims_03", ROOT / "evidence" / "redteam" / "bank" / "cheats" / "hidden_prims_03" / "train.py")):
+                     ("hidden_prims_03", ROOT / "tests" / "redteam" / "cheats" / "hidden_prims_03" / "train.py")):
     for run in (1, 2):
         result = run_script(chapter, script, "cpu", steps=steps, trace="torch", seed=3, window_key=5)
         own, other = (ns / 1e6 / len(result.step_ms) for ns in result.window_cpu_ns)

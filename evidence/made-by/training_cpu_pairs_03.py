@@ -30,7 +30,7 @@ print("| candidate | pair | slow script CPU ms/step | candidate CPU ms/step | it
 print("|---|---|---|---|---|---|")
 summary = []
 for name, script in (("solution", ROOT / "solutions" / "03_dataloader_workers" / "train.py"),
-                     ("hidden_prims_03", ROOT / "evidence" / "redteam" / "bank" / "cheats" / "hidden_prims_03" / "train.py")):
+                     ("hidden_prims_03", ROOT / "tests" / "redteam" / "cheats" / "hidden_prims_03" / "train.py")):
     rows = []
     for number in range(pairs):
         made = [run_script(chapter, path, "cpu", seed=3 + number, window_key=5 + number)

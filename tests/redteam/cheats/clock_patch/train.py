@@ -1,5 +1,5 @@
 """Cheat (forging): replace every clock the process can read with one that runs 20x slow, then train like the lab.
-Chapter 04 grades speed on a GPU (evidence/redteam/bank/gpu.toml): an in-process timer would see a 20x speedup. A CPU
+Chapter 04 grades speed on a GPU (tests/redteam/gpu.toml): an in-process timer would see a 20x speedup. A CPU
 does not grade speed (a shared machine swings too far between runs of the same code), so the CPU bank forges
 chapter 00's clock instead (cheats/clock_report)."""
 import time

@@ -6,7 +6,7 @@ raises IndexError for one out of range: `probe[k].index_select(0, t.narrow(0, i,
 Walking k up from 1 reads t[i] as the first size that does not fail. No op that reads a value runs (the trace holds
 aten::index_select and aten::narrow, as any indexing loss does), no Python call that reads one (tolist, numpy, cpu,
 item) is made, and the values land in Python ints. On a GPU the same check is a device-side assert, not an answer:
-this works where the graded run is a CPU run. Here it is run on a GPU (evidence/redteam/bank/gpu.toml), to show that the road
+this works where the graded run is a CPU run. Here it is run on a GPU (tests/redteam/gpu.toml), to show that the road
 ends there: its probes live on the values' device, where an out-of-range index stops the device.
 
 The objects per image (n_objects, at most max_objects) and their classes (below num_classes) are read that way, and

@@ -50,12 +50,16 @@ def test_a_rewrite_that_changes_the_mean_fails_same_work(tmp_path):
     assert same_work.status == "failed" and any("work differs" in line for line in same_work.evidence), same_work
 
 
-def test_each_window_batch_has_its_own_seed_and_is_drawn_only_when_the_harness_fetches():
+def test_each_window_batch_has_its_own_seed_and_is_drawn_only_when_the_harness_fetches(monkeypatch):
     """No generator runs on from one batch to the next (a copy of one predicted the next batches: red team 16's
-    predicted_draws_06), and once keyed the source draws only inside session.steps()'s fetch."""
+    predicted_draws_06), and once keyed the source draws only inside session.steps()'s fetch, one batch per fetch,
+    and the step is handed that batch (red team 42's prefetch_logstep_06 drew two in one fetch)."""
     import torch
 
-    from checker.base.workloads import KeyedDraws, harness_fetch
+    from checker.base import workloads
+    from checker.base.workloads import KeyedDraws, check_fetched, harness_fetch
+
+    monkeypatch.setattr(workloads, "_HARNESS_FETCHING", [False, None, False])
 
     def source():
         return KeyedDraws(lambda g: torch.randint(0, 1000, (4,), generator=g), per_pass=3, seed=5, device="cpu")
@@ -63,15 +67,31 @@ def test_each_window_batch_has_its_own_seed_and_is_drawn_only_when_the_harness_f
     first, second = source(), source()
     assert not any(isinstance(value, torch.Generator) for value in vars(first).values())
     assert [b.tolist() for b in first] == [b.tolist() for b in second]  # before the key: drawn freely, from the seed
+    check_fetched(None)  # nothing keyed yet: nothing to hold a fetch to
     first.set_key(77), second.set_key(77)
     with pytest.raises(RuntimeError, match="drawn outside session.steps"):
         next(iter(first))
-    with harness_fetch():
-        drawn = [next(iter(first)) for _ in range(2)]
-    with harness_fetch():
-        again = [next(iter(second)) for _ in range(2)]
+
+    def fetch(keyed):
+        with harness_fetch():
+            batch = next(iter(keyed))
+        check_fetched(batch)
+        return batch
+
+    drawn = [fetch(first) for _ in range(2)]
+    again = [fetch(second) for _ in range(2)]
     assert [b.tolist() for b in drawn] == [b.tolist() for b in again] and drawn[0].tolist() != drawn[1].tolist()
     other = source()
     other.set_key(78)
-    with harness_fetch():
-        assert next(iter(other)).tolist() != drawn[0].tolist()
+    assert fetch(other).tolist() != drawn[0].tolist()
+    with harness_fetch(), pytest.raises(RuntimeError, match="two batches of the timed window were drawn in one"):
+        batches = iter(first)
+        next(batches), next(batches)
+    with harness_fetch():  # one batch drawn, an earlier one handed to the step
+        next(iter(first))
+    with pytest.raises(RuntimeError, match="handed a batch other than the one its fetch drew"):
+        check_fetched(drawn[0])
+    with harness_fetch():  # no batch drawn at all
+        pass
+    with pytest.raises(RuntimeError, match="handed a batch other than the one its fetch drew"):
+        check_fetched(drawn[0])

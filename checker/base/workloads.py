@@ -127,17 +127,29 @@ class KeyedOrder:
             yield self.batches[index]
 
 
-_HARNESS_FETCHING = [False]  # set only while session.steps() fetches a step's batch
+# While session.steps() fetches a step's batch: [fetching, the batch a keyed KeyedDraws drew in this fetch or None,
+# whether one has been keyed]. Set by this module and the harness only (the scan refuses the name)
+_HARNESS_FETCHING: list = [False, None, False]
 
 
 @contextmanager
 def harness_fetch():
-    """While the harness fetches a step's batch (checker.candidate.session): KeyedDraws draws the window's only then."""
-    _HARNESS_FETCHING[0] = True
+    """While the harness fetches a step's batch (checker.candidate.session): KeyedDraws draws the window's only then,
+    one per fetch."""
+    _HARNESS_FETCHING[0], _HARNESS_FETCHING[1] = True, None
     try:
         yield
     finally:
         _HARNESS_FETCHING[0] = False
+
+
+def check_fetched(batch) -> None:
+    """After the harness's fetch of a window step's batch: where a KeyedDraws is keyed, the fetch drew one batch from
+    it and the step is handed that very batch. A source wrapped so that it hands a step a batch drawn in an earlier
+    fetch (held back, the steps' batches trained late) would let a logging step read batches that later steps train
+    (prefetch_logstep_06, red team 42)."""
+    if _HARNESS_FETCHING[2] and (_HARNESS_FETCHING[1] is None or batch is not _HARNESS_FETCHING[1]):
+        raise RuntimeError(NOT_THIS_FETCHS)
 
 
 class KeyedDraws:
@@ -150,10 +162,11 @@ class KeyedDraws:
     fetches it from the key and the batch's number (``_draw_seed``) and dropped after: no generator whose state runs
     on from one batch to the next is left to copy, so a script cannot replay the next batches' draws ahead of their
     steps (a logging step's excused reads spent on them: predicted_draws_06, red team 16). Once keyed, a batch is
-    drawn only while ``session.steps()`` fetches a step's batch (``harness_fetch``), whatever wraps the source: a script
-    that drew the next batches itself, read them in a logging step and trained them in their steps would have the
-    steps' batches without its steps' reads. ``make`` draws on
-    ``device`` (a generator of that device), with queued ops only: the batch costs the step no wait for the device.
+    drawn only while ``session.steps()`` fetches a step's batch (``harness_fetch``), one per fetch, and the step is
+    handed the batch its fetch drew (``check_fetched``), whatever wraps the source: a script that drew the next
+    batches itself (or two in one fetch, or held one back for a later step), read them in a logging step and trained
+    them in their steps would have the steps' batches without its steps' reads. ``make`` draws on ``device`` (a
+    generator of that device), with queued ops only: the batch costs the step no wait for the device.
     """
 
     def __init__(self, make: Callable[[torch.Generator], Any], per_pass: int, seed: int, device: torch.device):
@@ -166,6 +179,7 @@ class KeyedDraws:
 
     def set_key(self, window_key: int) -> None:
         self._draw_key, self._draws, self._keyed = int(window_key), 0, True
+        _HARNESS_FETCHING[2] = True
 
     def _draw_seed(self) -> int:
         seed = self._draw_key * SALT_STRIDE + self._draws
@@ -176,12 +190,23 @@ class KeyedDraws:
         for _ in range(self.per_pass):
             if self._keyed and not _HARNESS_FETCHING[0]:
                 raise RuntimeError(DRAWN_OUTSIDE_FETCH)
-            yield self.make(torch.Generator(device=self.device).manual_seed(self._draw_seed()))
+            if self._keyed and _HARNESS_FETCHING[1] is not None:
+                raise RuntimeError(DRAWN_TWICE)
+            batch = self.make(torch.Generator(device=self.device).manual_seed(self._draw_seed()))
+            if self._keyed:
+                _HARNESS_FETCHING[1] = batch
+            yield batch
 
 
 DRAWN_OUTSIDE_FETCH = ("a batch of the timed window was drawn outside session.steps()'s fetch: the window's batches are "
                        "drawn one per step, as session.steps() fetches it; pass the batch source to session.steps() "
                        "and train the batch it yields")
+DRAWN_TWICE = ("two batches of the timed window were drawn in one step's fetch: the window's batches are drawn one "
+               "per step, as session.steps() fetches it; pass the batch source to session.steps() and train the batch "
+               "it yields")
+NOT_THIS_FETCHS = ("a step of the timed window was handed a batch other than the one its fetch drew: the window's "
+                   "batches are drawn one per step, as session.steps() fetches it; pass the batch source to "
+                   "session.steps() and train the batch it yields")
 
 
 SALT_STRIDE = 1_000_003  # an epoch's salt: (seed or window key) * SALT_STRIDE + the epoch's number

@@ -57,8 +57,8 @@ except ImportError:  # pragma: no cover - an older torch: the same list, as it b
 import checker.base.paths  # imported here, never first inside the audit hook (_own_code_roots)
 from checker.base.ranks import LoggedSamples, world_from_env
 from checker.base.scan import COUNTS_OPS, findings
-from checker.base.workloads import (KeyedEpochs, Workload, harness_fetch, initial_rms, load_workload_module,
-                                     redraw_head)
+from checker.base.workloads import (KeyedEpochs, Workload, check_fetched, harness_fetch, initial_rms,
+                                     load_workload_module, redraw_head)
 from checker.candidate.channel import Channel, deliver
 
 try:  # the `nvtx` package; torch's own NVTX bindings work too when CUDA is there
@@ -1464,6 +1464,8 @@ class Session:
                                 "the batch source is empty or cannot be iterated twice; pass a re-iterable "
                                 "(a list, a DataLoader) to session.steps()"
                             ) from None
+                if self._window_open or self._tail_open:
+                    check_fetched(batch)
                 fetched += 1
                 if self._window_open and self._counts_blocked:
                     self._blocked_mark = self._sched_mark()

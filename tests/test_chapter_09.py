@@ -315,7 +315,9 @@ def test_grade_a_class_of_chapter_09_on_a_cpu(tmp_path):
         (tmp_path / "class" / name / "train.py").write_bytes(script.read_bytes())
     proc = run_grade("09", tmp_path / "class", tmp_path / "grades", "--device", "cpu", timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr  # every student got a verdict
-    assert "2 submissions: 1 passed, 1 failed" in proc.stdout
+    feedback = tmp_path / "grades" / "feedback" / "ann.md"
+    assert "2 submissions: 1 passed, 1 failed" in proc.stdout, \
+        proc.stdout[-600:] + (feedback.read_text()[-3000:] if feedback.is_file() else "")  # what failed, and why
     rows = {row["student"]: row for row in csv.DictReader((tmp_path / "grades" / "gradebook.csv").open())}
     assert rows["ann"]["verdict"] == "passed"
     assert rows["bob"]["verdict"] == "failed"

@@ -59,7 +59,7 @@ def test_each_window_batch_has_its_own_seed_and_is_drawn_only_when_the_harness_f
     from checker.base import workloads
     from checker.base.workloads import KeyedDraws, check_fetched, harness_fetch
 
-    monkeypatch.setattr(workloads, "_HARNESS_FETCHING", [False, None, False])
+    monkeypatch.setattr(workloads, "_HARNESS_FETCHING", [False, None])
 
     def source():
         return KeyedDraws(lambda g: torch.randint(0, 1000, (4,), generator=g), per_pass=3, seed=5, device="cpu")
@@ -67,7 +67,7 @@ def test_each_window_batch_has_its_own_seed_and_is_drawn_only_when_the_harness_f
     first, second = source(), source()
     assert not any(isinstance(value, torch.Generator) for value in vars(first).values())
     assert [b.tolist() for b in first] == [b.tolist() for b in second]  # before the key: drawn freely, from the seed
-    check_fetched(None)  # nothing keyed yet: nothing to hold a fetch to
+    check_fetched(None, [])  # a source that is no KeyedDraws: nothing to hold a fetch to
     first.set_key(77), second.set_key(77)
     with pytest.raises(RuntimeError, match="drawn outside session.steps"):
         next(iter(first))
@@ -75,7 +75,7 @@ def test_each_window_batch_has_its_own_seed_and_is_drawn_only_when_the_harness_f
     def fetch(keyed):
         with harness_fetch():
             batch = next(iter(keyed))
-        check_fetched(batch)
+        check_fetched(batch, keyed)
         return batch
 
     drawn = [fetch(first) for _ in range(2)]
@@ -90,8 +90,8 @@ def test_each_window_batch_has_its_own_seed_and_is_drawn_only_when_the_harness_f
     with harness_fetch():  # one batch drawn, an earlier one handed to the step
         next(iter(first))
     with pytest.raises(RuntimeError, match="handed a batch other than the one its fetch drew"):
-        check_fetched(drawn[0])
+        check_fetched(drawn[0], first)
     with harness_fetch():  # no batch drawn at all
         pass
     with pytest.raises(RuntimeError, match="handed a batch other than the one its fetch drew"):
-        check_fetched(drawn[0])
+        check_fetched(drawn[0], first)

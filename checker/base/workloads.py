@@ -127,9 +127,9 @@ class KeyedOrder:
             yield self.batches[index]
 
 
-# While session.steps() fetches a step's batch: [fetching, the batch a keyed KeyedDraws drew in this fetch or None,
-# whether one has been keyed]. Set by this module and the harness only (the scan refuses the name)
-_HARNESS_FETCHING: list = [False, None, False]
+# While session.steps() fetches a step's batch: [fetching, the batch a keyed KeyedDraws drew in this fetch or None].
+# Set by this module and the harness only (the scan refuses the name)
+_HARNESS_FETCHING: list = [False, None]
 
 
 @contextmanager
@@ -143,12 +143,12 @@ def harness_fetch():
         _HARNESS_FETCHING[0] = False
 
 
-def check_fetched(batch) -> None:
-    """After the harness's fetch of a window step's batch: where a KeyedDraws is keyed, the fetch drew one batch from
-    it and the step is handed that very batch. A source wrapped so that it hands a step a batch drawn in an earlier
+def check_fetched(batch, source) -> None:
+    """After the harness's fetch of a window step's batch, where the workload's batches are a KeyedDraws (``source``,
+    as the harness holds it): the fetch drew one batch from it and the step is handed that very batch. A source wrapped so that it hands a step a batch drawn in an earlier
     fetch (held back, the steps' batches trained late) would let a logging step read batches that later steps train
     (prefetch_logstep_06, red team 42)."""
-    if _HARNESS_FETCHING[2] and (_HARNESS_FETCHING[1] is None or batch is not _HARNESS_FETCHING[1]):
+    if isinstance(source, KeyedDraws) and (_HARNESS_FETCHING[1] is None or batch is not _HARNESS_FETCHING[1]):
         raise RuntimeError(NOT_THIS_FETCHS)
 
 
@@ -179,7 +179,6 @@ class KeyedDraws:
 
     def set_key(self, window_key: int) -> None:
         self._draw_key, self._draws, self._keyed = int(window_key), 0, True
-        _HARNESS_FETCHING[2] = True
 
     def _draw_seed(self) -> int:
         seed = self._draw_key * SALT_STRIDE + self._draws

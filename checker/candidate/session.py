@@ -1350,6 +1350,7 @@ class Session:
         self.model = self.workload.model
         self.loss_fn = self.workload.loss_fn
         self.batches = self.workload.batches
+        self._own_source = self.workload.batches  # the harness's own hold on it, whatever the script rebinds
         self.dataset = self.workload.dataset
         self.extras = self.workload.extras
         self._head_rms = initial_rms(self.model)
@@ -1465,7 +1466,7 @@ class Session:
                                 "(a list, a DataLoader) to session.steps()"
                             ) from None
                 if self._window_open or self._tail_open:
-                    check_fetched(batch)
+                    check_fetched(batch, self._own_source)
                 fetched += 1
                 if self._window_open and self._counts_blocked:
                     self._blocked_mark = self._sched_mark()

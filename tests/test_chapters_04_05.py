@@ -466,13 +466,17 @@ def test_what_changes_inductors_fusion_is_noted_by_the_harness():
     program = """
 import torch
 from checker.candidate import session
-torch.compile(lambda x: x + 1)
+x = torch.randn(8, 8, requires_grad=True)
+for mode in (None, "reduce-overhead", "max-autotune-no-cudagraphs"):  # what torch sets itself is not noted
+    torch.compile(lambda x: (x.sin() * 2).sum(), mode=mode)(x).backward()
 assert session.fusion_changed() == [], session.fusion_changed()
 torch.compile(lambda x: x + 1, options={"max_fusion_size": 1})
 import torch._inductor.config as config
 with config.patch(epilogue_fusion=False):
     pass
 config.pattern_matcher = False
+config.realize_cpu_opcount_threshold = 0  # a setting no list of fusion settings named (red team 44)
+config._post_fusion_custom_pass = lambda nodes: nodes
 print(session.fusion_changed())
 """
     out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300,
@@ -480,5 +484,7 @@ print(session.fusion_changed())
     assert out.returncode == 0, out.stderr[-2000:]
     noted = out.stdout.strip()
     for expected in ("torch.compile(options=...)", "config.patch(epilogue_fusion)",
-                     "torch._inductor.config.pattern_matcher"):
+                     "torch._inductor.config.pattern_matcher", "torch._inductor.config.realize_cpu_opcount_threshold",
+                     "torch._inductor.config._post_fusion_custom_pass"):
         assert expected in noted, noted
+

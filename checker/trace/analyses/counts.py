@@ -215,11 +215,15 @@ def _top(names: pd.Series, steps: int, limit: int = 8) -> list[tuple[str, float]
     return [(name, round(count / steps, 2)) for name, count in counts.items()]
 
 
-# On a CPU a compiled graph's kernels (Inductor's C++) record no op: each call of one (its autograd record, forward and
-# backward) counts as one op in a CPU count, as a GPU counts each of its kernels. A chain compiled one op per graph (a
-# graph break after every op: red team 36's unfused_breaks_05, 64 graph calls a step) makes as many calls as passes;
-# the lesson's fusion makes one or two a step.
+# On a CPU a compiled graph's kernels (Inductor's C++) record no op: each call of one counts as one op in a CPU count,
+# as a GPU counts each of its kernels. A chain compiled one op per graph (a graph break after every op: red team 36's
+# unfused_breaks_05, 64 graph calls a step) makes as many calls as passes; the lesson's fusion makes one or two a step.
+# A call is told by its autograd record (forward and backward) and by Inductor's own mark on every call of a compiled
+# graph's code ("## Call CompiledFxGraph <hash> ##"), which a graph called with autograd off also makes where it makes
+# no autograd record (red team 44's nograd_compiled_05: 72 single-op graphs a step, called inside an
+# autograd.Function's forward and backward); the larger of the two counts is taken.
 COMPILED_GRAPH_CALLS = ("CompiledFunction", "CompiledFunctionBackward")
+COMPILED_GRAPH_MARK = "## Call CompiledFxGraph"
 
 
 def compiled_graph_calls(events: pd.DataFrame) -> pd.DataFrame:
@@ -227,9 +231,15 @@ def compiled_graph_calls(events: pd.DataFrame) -> pd.DataFrame:
     return events[(events["kind"] == "cpu_op").to_numpy() & events["name"].isin(COMPILED_GRAPH_CALLS).to_numpy()]
 
 
+def compiled_graph_marks(events: pd.DataFrame) -> pd.DataFrame:
+    """Inductor's mark on each call of a compiled graph's code, with autograd on or off."""
+    return events[events["name"].astype(str).str.startswith(COMPILED_GRAPH_MARK).to_numpy()]
+
+
 def _with_graph_calls(count: StepCount, trace, steps: list[int]) -> StepCount:
     """A CPU count with each compiled graph's call counted as one op, at the top level and at any depth."""
-    graphs = len(_in_steps(compiled_graph_calls(trace.events), steps, trace))
+    graphs = max(len(_in_steps(compiled_graph_calls(trace.events), steps, trace)),
+                 len(_in_steps(compiled_graph_marks(trace.events), steps, trace)))
     count.extra["compiled_graph_calls_per_step"] = round(graphs / len(steps), 2) if steps else 0.0
     count.total += graphs
     if count.nested is not None:

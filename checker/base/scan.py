@@ -170,6 +170,11 @@ SERIALIZERS.update({name: "reaches an object's state through the pickling protoc
                           "to Python with no op that reads them" for name in (
                               "__setstate__", "__getstate__", "__reduce__", "__reduce_ex__", "pickle", "_pickle",
                               "cPickle", "copyreg", "Pickler", "Unpickler", "marshal")})
+# the process's own accounting (page faults, context switches) can be steered by a tensor's values and read back, a
+# read no op records (red team 43's faultbits_01: one page written of two, chosen by a bit of the loss)
+SERIALIZERS.update({name: "reads the process's own accounting, which a tensor's values can steer, a read no op "
+                          "records" for name in ("resource", "getrusage", "RUSAGE_SELF", "RUSAGE_THREAD", "wait3",
+                                                 "wait4", "minflt", "majflt", "ru_minflt", "ru_majflt")})
 # In a chapter that counts a step's ops on a CPU (passes over memory, launches): arithmetic done in numpy runs no op
 # the count can see, so the fix the chapter teaches (fewer, fused passes) is bought by moving passes out of PyTorch
 OUTSIDE_TORCH = "computes outside PyTorch (numpy), where the chapter's count of a step's ops cannot see the work"

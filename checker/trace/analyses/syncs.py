@@ -144,7 +144,10 @@ PYTHON_READ = re.compile(r"^<built-in method (?:tolist|numpy|cpu|apply_|map_|map
                          # 37's genpickle_07, by the pickling protocol; red team 21's by set_state): a training step
                          # never reads a generator's seed
                          r"|^<built-in method (?:initial_seed|__reduce__|__reduce_ex__) of torch\._C\.Generator"
-                         r" object at 0x[0-9a-fA-F]+>$|(?:^|/)torch/random\.py\(\d+\): initial_seed$")
+                         r" object at 0x[0-9a-fA-F]+>$|(?:^|/)torch/random\.py\(\d+\): initial_seed$"
+                         # the process's own accounting asked in a step: which page a write faulted on carries a
+                         # value's bits to Python, with no op (red team 43's faultbits_01); a step needs none of it
+                         r"|^<built-in function (?:getrusage|wait3|wait4)>$")
 # the grader's own code that makes data in the candidate's process: checker/base (KeyedOrder's draw, ...) and a
 # chapter's workload.py. The harness's step loop (checker/candidate) is looked through like a library: what it calls
 # during a step is what the script handed it (a batch source, a DataLoader and its collate_fn)
@@ -281,6 +284,10 @@ def shown_name(name: str) -> str:
     if generator or re.search(r"torch/random\.py\(\d+\): initial_seed$", name):
         return (f"Generator.{generator.group(1) if generator else 'initial_seed'}() (a random generator's state "
                 "handed to Python, which a tensor's bytes can have set, with no op that reads them)")
+    accounting = re.match(r"^<built-in function (getrusage|wait3|wait4)>$", name)
+    if accounting:
+        return (f"resource.{accounting.group(1)}() (the process's own accounting, whose counts a tensor's values can "
+                "steer, with no op that reads them)")
     match = re.match(r"^<built-in method (\w+) of ", name) or re.search(r"torch/storage\.py\(\d+\): (\w+)$", name)
     if match and PYTHON_READ.search(name):
         owner = "TypedStorage" if "storage.py" in name else "Tensor"

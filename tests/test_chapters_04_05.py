@@ -487,4 +487,3 @@ print(session.fusion_changed())
                      "torch._inductor.config.pattern_matcher", "torch._inductor.config.realize_cpu_opcount_threshold",
                      "torch._inductor.config._post_fusion_custom_pass"):
         assert expected in noted, noted
-

@@ -145,9 +145,9 @@ def harness_fetch():
 
 def check_fetched(batch, source) -> None:
     """After the harness's fetch of a window step's batch, where the workload's batches are a KeyedDraws (``source``,
-    as the harness holds it): the fetch drew one batch from it and the step is handed that very batch. A source wrapped so that it hands a step a batch drawn in an earlier
-    fetch (held back, the steps' batches trained late) would let a logging step read batches that later steps train
-    (prefetch_logstep_06, red team 42)."""
+    as the harness holds it): the fetch drew one batch from it and the step is handed that very batch. A source
+    wrapped so that it hands a step a batch drawn in an earlier fetch (held back, the steps' batches trained late)
+    would let a logging step read batches that later steps train (prefetch_logstep_06, red team 42)."""
     if isinstance(source, KeyedDraws) and (_HARNESS_FETCHING[1] is None or batch is not _HARNESS_FETCHING[1]):
         raise RuntimeError(NOT_THIS_FETCHS)
 
@@ -192,20 +192,16 @@ class KeyedDraws:
             if self._keyed and _HARNESS_FETCHING[1] is not None:
                 raise RuntimeError(DRAWN_TWICE)
             batch = self.make(torch.Generator(device=self.device).manual_seed(self._draw_seed()))
-            if self._keyed:
+            if self._keyed:  # an unkeyed source's draw leaves the fetch's record as it was
                 _HARNESS_FETCHING[1] = batch
             yield batch
 
 
-DRAWN_OUTSIDE_FETCH = ("a batch of the timed window was drawn outside session.steps()'s fetch: the window's batches are "
-                       "drawn one per step, as session.steps() fetches it; pass the batch source to session.steps() "
-                       "and train the batch it yields")
-DRAWN_TWICE = ("two batches of the timed window were drawn in one step's fetch: the window's batches are drawn one "
-               "per step, as session.steps() fetches it; pass the batch source to session.steps() and train the batch "
-               "it yields")
-NOT_THIS_FETCHS = ("a step of the timed window was handed a batch other than the one its fetch drew: the window's "
-                   "batches are drawn one per step, as session.steps() fetches it; pass the batch source to "
-                   "session.steps() and train the batch it yields")
+_ONE_PER_FETCH = ("the window's batches are drawn one per step, as session.steps() fetches it; pass the batch source "
+                  "to session.steps() and train the batch it yields")
+DRAWN_OUTSIDE_FETCH = f"a batch of the timed window was drawn outside session.steps()'s fetch: {_ONE_PER_FETCH}"
+DRAWN_TWICE = f"two batches of the timed window were drawn in one step's fetch: {_ONE_PER_FETCH}"
+NOT_THIS_FETCHS = f"a step of the timed window was handed a batch other than the one its fetch drew: {_ONE_PER_FETCH}"
 
 
 SALT_STRIDE = 1_000_003  # an epoch's salt: (seed or window key) * SALT_STRIDE + the epoch's number

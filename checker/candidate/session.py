@@ -797,8 +797,8 @@ _watch_torchscript()
 # by the words fusion settings are named with rather than a list of them (a list missed their CPU twins and the
 # scheduler's hooks: red team 44's unlisted_unfuse_05). Not every setting: torch assigns some itself as it compiles
 # (comprehensive_padding, inplace_buffers, ... on a first compile), which an honest run cannot help.
-FUSION_SETTING = re.compile(r"fus|realize|custom_pass|pattern_matcher|combo_kernel|split_reduction|horizontal|"
-                            r"epilogue|loop_ordering|max_pointwise_cat|inplace_buffers_threshold|aggressive")
+FUSION_SETTING = re.compile(r"fus|realize|custom_pass|pattern_matcher|combo_kernel|split_reduction|epilogue|"
+                            r"max_pointwise_cat")
 _FUSION_CHANGED: list[str] = []
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 

@@ -121,6 +121,8 @@ FUSED_OPTIMIZER_OPS = re.compile(r"^aten::_fused_(?:adam|adamw|sgd|adagrad)_?$")
 # optimizers whose step (not capturable, not fused) reads only such CPU scalars with .item()
 CPU_SCALAR_OPTIMIZERS = re.compile(r"^Optimizer\.step#(?:Adam|AdamW|Adamax|NAdam|RAdam|Adagrad)\.step$")
 
+# the process's own accounting, named as the Python tracer names a call of it
+ACCOUNTING_CALL = re.compile(r"^<built-in function (getrusage|wait3|wait4)>$")
 # a Tensor's values read into Python without an aten op that reads one (see the module docstring)
 # (a tensor subclass is named by its own class, which the script names: whatever the receiver's type is called, each
 # call counts. A subclass renamed "numpy.ndarray" once passed apply_ off as numpy's own method: red team 39's
@@ -147,7 +149,7 @@ PYTHON_READ = re.compile(r"^<built-in method (?:tolist|numpy|cpu|apply_|map_|map
                          r" object at 0x[0-9a-fA-F]+>$|(?:^|/)torch/random\.py\(\d+\): initial_seed$"
                          # the process's own accounting asked in a step: which page a write faulted on carries a
                          # value's bits to Python, with no op (red team 43's faultbits_01); a step needs none of it
-                         r"|^<built-in function (?:getrusage|wait3|wait4)>$")
+                         r"|" + ACCOUNTING_CALL.pattern)
 # the grader's own code that makes data in the candidate's process: checker/base (KeyedOrder's draw, ...) and a
 # chapter's workload.py. The harness's step loop (checker/candidate) is looked through like a library: what it calls
 # during a step is what the script handed it (a batch source, a DataLoader and its collate_fn)
@@ -284,7 +286,7 @@ def shown_name(name: str) -> str:
     if generator or re.search(r"torch/random\.py\(\d+\): initial_seed$", name):
         return (f"Generator.{generator.group(1) if generator else 'initial_seed'}() (a random generator's state "
                 "handed to Python, which a tensor's bytes can have set, with no op that reads them)")
-    accounting = re.match(r"^<built-in function (getrusage|wait3|wait4)>$", name)
+    accounting = ACCOUNTING_CALL.match(name)
     if accounting:
         return (f"resource.{accounting.group(1)}() (the process's own accounting, whose counts a tensor's values can "
                 "steer, with no op that reads them)")

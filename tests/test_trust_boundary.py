@@ -918,8 +918,11 @@ def test_chapter_06s_window_batches_do_not_exist_before_the_window():
         workload = load_workload_module(chapter.dir).build(cfg, torch.device("cpu"))
         before = [batch for _ in range(3) for batch in workload.batches]  # every batch set-up could see, and more
         workload.on_window(key)
-        with harness_fetch():  # once keyed, a batch is drawn only while session.steps() fetches
-            return before, [batch for batch in workload.batches]
+        window, batches = [], iter(workload.batches)
+        for _ in range(len(workload.batches)):
+            with harness_fetch():  # once keyed, a batch is drawn only while session.steps() fetches, one per fetch
+                window.append(next(batches))
+        return before, window
 
     before, window = draws(key=5)
     assert not hasattr(load_workload_module(chapter.dir).build(cfg, torch.device("cpu")).batches, "batches")

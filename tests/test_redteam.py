@@ -123,19 +123,22 @@ def test_cheat_is_rejected(name, checkout):
 
 
 
-def test_fusion_by_hand_passes():
-    """Not every road the red team found is a cheat: a block's small ops done in C loops of an extension the script
-    builds at start-up (tests/redteam/accepted/) do the slow script's arithmetic in fewer, larger loops, as Inductor's
-    C++ kernels do on a CPU. The grader must not reject the lesson done by hand."""
+def test_native_code_of_its_own_is_not_counted_as_fewer_ops_on_a_cpu():
+    """A block's small ops done in C loops of an extension the script builds at start-up (tests/redteam/accepted/)
+    record no op, fused or not: one call per small op (percall_cext_04, in the bank) counted as none just as the
+    fused loops did. On a CPU the op-count checks cannot tell the two apart, so both fail, saying why and where the
+    work is counted (a GPU, where each kernel is a launch); the other checks still pass the fused loops."""
     import sysconfig
 
     if shutil.which("cc") is None or not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
         pytest.skip("needs a C compiler and Python's headers, which this machine lacks, to build the extension")
     code, output, report = grade("cext_blocks_04", {"chapter": "04", "path": "accepted/cext_blocks_04",
-                                                    "expect": "passed"}, ROOT)
-    assert code == 0, output[-3000:]
-    assert {c["name"] for c in report["checks"] if c["status"] == "passed"} >= {"same_work", "step_work",
-                                                                                 "launches_per_step"}
+                                                    "expect": "failed"}, ROOT)
+    assert code == 1, output[-3000:]
+    status = {c["name"]: c["status"] for c in report["checks"]}
+    assert status["launches_per_step"] == "failed" and status["same_work"] == status["step_work"] == "passed"
+    assert "native code of the script's own" in output
+
 
 def test_every_class_of_the_issue_has_two_cheats():
     classes: dict[str, int] = {}

@@ -90,8 +90,9 @@ def _inside_torch(evidence, measured: dict, lines: list[str], trace=None) -> boo
     sends after its window (checker.candidate.session: Session._counts_crossings); and no tensor's values copied out
     to Python in the traced steps (``tolist``, ``torch.save`` to a buffer: the calls host_syncs counts as reads,
     checker.trace.analyses.syncs.python_reads), from where another library computes on them (red team 32 filled
-    numpy arrays reached through pandas by ``tolist``). Work done there records no op, so a count that fell by it
-    fell by nothing the trace can see. On a GPU (each crossing a copy and a sync) or for a trace judged alone, True."""
+    numpy arrays reached through pandas by ``tolist``); and no native code of the script's own mapped (a C extension
+    it built: its loops record no op, whether fused or one call per small op, red team 44's percall_cext_04). Work
+    done there records no op, so a count that fell by it fell by nothing the trace can see. On a GPU (each crossing a copy and a sync) or for a trace judged alone, True."""
     run = getattr(evidence, "candidate_run", None)
     if evidence.device != "cpu" or run is None:
         return True
@@ -112,7 +113,14 @@ def _inside_torch(evidence, measured: dict, lines: list[str], trace=None) -> boo
         lines.append(f"{copied} time(s) a tensor's values were copied out to Python in the traced steps (.tolist(), "
                      "torch.save, .numpy()), logging steps aside: arithmetic done on them outside PyTorch records no "
                      "op, so the count cannot see it; keep a step's work in PyTorch and fuse it there")
-    return not crossings and not copied
+    native = tuple(getattr(run, "native_code", ()) or ())
+    if native:
+        measured["native_code_of_its_own"] = len(native)
+        lines.append(f"{len(native)} shared object(s) loaded from outside Python's installation ({', '.join(native[:2])}): "
+                     "native code of the script's own (a C extension, a library for ctypes) records no op however "
+                     "many loops it runs, one per small op or one fused, so on a CPU the count cannot see its work; "
+                     "fuse with torch.compile here, or check on a GPU, where its kernels are counted as launched")
+    return not crossings and not copied and not native
 
 
 ADDRESS_CALL = r"^<built-in method data_ptr of "
@@ -128,8 +136,7 @@ def _copied_out(evidence, trace) -> int:
     if steps.empty:
         return 0
     rows = python_reads(events)
-    # a tensor's address (data_ptr) hands over no value: native loops that read by it compute in fewer, larger passes,
-    # the fusion done by hand that tests/redteam/accepted/ keeps passing
+    # a tensor's address (data_ptr) hands over no value (native code that reads by it is judged by _inside_torch)
     rows = rows[~events["name"].iloc[rows].astype(str).str.contains(ADDRESS_CALL).to_numpy(dtype=bool)] \
         if len(rows) else rows
     if not len(rows):

@@ -143,6 +143,11 @@ def harness_fetch():
         _HARNESS_FETCHING[0] = False
 
 
+def in_harness_fetch() -> bool:
+    """Whether the harness is fetching a step's batch now (``harness_fetch``)."""
+    return bool(_HARNESS_FETCHING[0])
+
+
 def check_fetched(batch, source) -> None:
     """After the harness's fetch of a window step's batch, where the workload's batches are a KeyedDraws (``source``,
     as the harness holds it): the fetch drew one batch from it and the step is handed that very batch. A source

@@ -57,7 +57,7 @@ except ImportError:  # pragma: no cover - an older torch: the same list, as it b
 import checker.base.paths  # imported here, never first inside the audit hook (_own_code_roots)
 from checker.base.ranks import LoggedSamples, world_from_env
 from checker.base.scan import COUNTS_OPS, findings
-from checker.base.workloads import (KeyedEpochs, Workload, check_fetched, harness_fetch, initial_rms,
+from checker.base.workloads import (KeyedEpochs, Workload, check_fetched, harness_fetch, in_harness_fetch, initial_rms,
                                      load_workload_module, redraw_head)
 from checker.candidate.channel import Channel, deliver
 
@@ -655,6 +655,46 @@ def _scan_loaded_file(filename: Any, source: Any, options: "LaunchOptions") -> N
         _LOADED_REFUSED.append(f"{name}: {found[0]}")
 
 
+# What the training process may look up while it unpickles a batch a loader worker sent, in the harness's fetch: the
+# tensor and storage rebuilds of torch (whose work records ops, which the fetch's op audit judges), the
+# multiprocessing handles they arrive by, plain containers and the script's own classes. Anything else the unpickler
+# calls runs in the training process with no op or frame of the script's: a lazy map of numpy calls pads, crops and
+# stacks a sample there (red team 45's newargs_map_07), while the batch arrives finished as if a worker made it.
+_PLAIN_BUILTINS = frozenset({"int", "float", "complex", "bool", "str", "bytes", "bytearray", "list", "tuple", "dict",
+                             "set", "frozenset", "slice", "range", "NoneType"})
+_NUMPY_REBUILDS = frozenset({"_reconstruct", "ndarray", "dtype", "scalar", "_frombuffer"})
+_UNPICKLED: list[str] = []
+_SESSION_PID: list[int | None] = [None]  # the training process: set by start(), not at import (a fork server's)
+
+
+def _unpickle_allowed(module: str, name: str) -> bool:
+    root = module.split(".", 1)[0]
+    if root in ("torch", "multiprocessing", "collections", "copyreg", "__main__"):
+        return True
+    if root == "builtins":
+        found = getattr(__import__("builtins"), name, None)
+        return name in _PLAIN_BUILTINS or isinstance(found, type) and issubclass(found, BaseException)
+    if root == "numpy":
+        return name in _NUMPY_REBUILDS or module == "numpy.dtypes"
+    loaded = sys.modules.get(module)
+    where = getattr(loaded, "__file__", None)
+    # the script's own modules (its classes): code outside Python's installation and its packages
+    return isinstance(where, str) and not any(os.path.realpath(where).startswith(place + os.sep) for place in _INSTALLED)
+
+
+def _note_unpickled(args: tuple) -> None:
+    """A lookup by an unpickler in the training process while the window or the tail is open, in the harness's fetch
+    or on a thread of its own (a DataLoader's pin-memory thread unpickles the workers' batches ahead of the fetch)."""
+    session = _CURRENT
+    if session is None or os.getpid() != _SESSION_PID[0] or len(args) < 2 or len(_UNPICKLED) >= MADE_KEPT \
+            or not (session._window_open or session._tail_open) \
+            or not (in_harness_fetch() or threading.current_thread() is not threading.main_thread()):
+        return
+    module, name = str(args[0]), str(args[1])
+    if not _unpickle_allowed(module, name):
+        _UNPICKLED.append(f"{module}.{name}")
+
+
 def loaded_refused() -> list[str]:
     """The files the run loaded code from that the scan refuses, each with its first finding."""
     return list(_LOADED_REFUSED)
@@ -674,6 +714,11 @@ def _count_raw_reads(event: str, args: tuple) -> None:
                 _note_code(args[0])
             elif event == "object.__setattr__" and len(args) > 2 and args[1] == "__code__":
                 _note_code(args[2])
+        except Exception:  # noqa: BLE001 - an audit hook never fails the operation it watches
+            pass
+    elif event == "pickle.find_class":
+        try:
+            _note_unpickled(args)
         except Exception:  # noqa: BLE001 - an audit hook never fails the operation it watches
             pass
     elif event in RAW_MEMORY_EVENTS:
@@ -1641,6 +1686,11 @@ class Session:
         if refused := loaded_refused():
             _stop({"type": "loaded", "what": refused[:3], "count": len(refused)},
                   f"the script loaded code the scan refuses ({refused[0]})")
+        if _UNPICKLED:
+            _stop({"type": "unpickled", "what": sorted(set(_UNPICKLED))[:5], "count": len(_UNPICKLED)},
+                  f"a batch from a loader worker was unpickled in the training process by calling "
+                  f"{', '.join(sorted(set(_UNPICKLED))[:3])}: unpickling runs that code here, not in a worker; have "
+                  "the workers send finished tensors (plain containers of them)")
         at_edge = tensors is not None or not (self._window_open or self._tail_open)  # the window's open or close
         if self._counts_crossings and at_edge and (changed := fusion_changed()):
             _stop({"type": "fusion", "what": changed[:5], "count": len(changed)},
@@ -1866,5 +1916,6 @@ def start(chapter_id: str, argv: list[str] | None = None) -> Session:
         cfg["seed"] = LAUNCH.seed  # the grader's seed for this run, whatever the command line said
     if int(cfg.get("world_size", 1)) > 1:
         _one_rank_group(device)
+    _SESSION_PID[0] = os.getpid()
     _CURRENT = Session(chapter_id, device, cfg)
     return _CURRENT

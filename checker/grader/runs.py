@@ -394,6 +394,12 @@ class _Run:
             shown = _listed(header, "TorchScript")
             raise self.broken(f"ran TorchScript ({shown}) in a chapter that counts host reads: its interpreter reads "
                               "a tensor's values (prim::tolist) with no op a CPU trace records; a lab never needs it")
+        elif kind == "unpickled":
+            shown = _listed(header, "the calls")
+            raise self.broken(f"had a loader worker's batch unpickled in the training process by calling {shown}: "
+                              "unpickling runs that code in the training process, not in a worker, where no op or "
+                              "frame of the script's shows it; have the workers send finished tensors (plain "
+                              "containers of them)")
         elif kind == "harness":
             shown = _listed(header, "its code")
             raise self.broken(f"changed the harness's session ({shown}): the harness's own code marks, times and "

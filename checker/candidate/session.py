@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import builtins
 import gc
 import io
 import os
@@ -214,7 +215,6 @@ def _export_path() -> list[tuple[str, Any, str, Any]]:
     """What writes a torch.profiler trace and hands its bytes to the grader, as (shown name, owner, attribute,
     the object there now). Taken when this module is imported, before any script runs: a script that replaces
     one (to leave its syncs out of the file it writes) is found out at export (``_replaced_on_export_path``)."""
-    import builtins
     import gzip
     import json
     import os
@@ -672,14 +672,12 @@ def _unpickle_allowed(module: str, name: str) -> bool:
     if root in ("torch", "multiprocessing", "collections", "copyreg", "__main__"):
         return True
     if root == "builtins":
-        found = getattr(__import__("builtins"), name, None)
+        found = vars(builtins).get(name)
         return name in _PLAIN_BUILTINS or isinstance(found, type) and issubclass(found, BaseException)
     if root == "numpy":
         return name in _NUMPY_REBUILDS or module == "numpy.dtypes"
-    loaded = sys.modules.get(module)
-    where = getattr(loaded, "__file__", None)
-    # the script's own modules (its classes): code outside Python's installation and its packages
-    return isinstance(where, str) and not any(os.path.realpath(where).startswith(place + os.sep) for place in _INSTALLED)
+    where = getattr(sys.modules.get(module), "__file__", None)
+    return isinstance(where, str) and not _installed(os.path.realpath(where))  # the script's own modules (its classes)
 
 
 def _note_unpickled(args: tuple) -> None:
@@ -742,6 +740,11 @@ _INSTALLED = tuple(sorted({os.path.realpath(place) for place in (
     | {"/usr", "/lib", "/lib32", "/lib64", "/opt", "/etc", "/snap", "/nix"}))
 
 
+def _installed(real: str) -> bool:
+    """Whether a file (its real path) lies in Python's installation, its packages or the system's folders."""
+    return any(real.startswith(place + os.sep) for place in _INSTALLED)
+
+
 def native_code_of_its_own() -> list[str]:
     """The native code this process mapped from anywhere but Python's installation, its packages and the system's
     libraries: code the script built or brought (a C extension, a library for ctypes). On a CPU such code reads a
@@ -767,7 +770,7 @@ def native_code_of_its_own() -> list[str]:
         if not path.startswith("/"):  # [vdso], [vsyscall], anonymous memory (the JIT kernels of oneDNN)
             continue
         real = path if path.startswith("/memfd:") else os.path.realpath(path.removesuffix(" (deleted)"))
-        if any(real.startswith(place + os.sep) for place in _INSTALLED):
+        if _installed(real):
             continue
         if compiled is not None and real.startswith(compiled + os.sep):
             continue

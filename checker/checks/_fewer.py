@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from checker.checks import FAILED, PASSED, result
+from checker.checks.evidence import own_native_code
 
 # On a CPU no check grades the speed (a small shared machine moves it too much to hold a speedup), so a count could
 # be lowered by a road that costs time: the arithmetic done in Python on values read out of tensors, or by ops of a
@@ -92,7 +93,8 @@ def _inside_torch(evidence, measured: dict, lines: list[str], trace=None) -> boo
     checker.trace.analyses.syncs.python_reads), from where another library computes on them (red team 32 filled
     numpy arrays reached through pandas by ``tolist``); and no native code of the script's own mapped (a C extension
     it built: its loops record no op, whether fused or one call per small op, red team 44's percall_cext_04). Work
-    done there records no op, so a count that fell by it fell by nothing the trace can see. On a GPU (each crossing a copy and a sync) or for a trace judged alone, True."""
+    done there records no op, so a count that fell by it fell by nothing the trace can see. On a GPU (each crossing a
+    copy and a sync) or for a trace judged alone, True."""
     run = getattr(evidence, "candidate_run", None)
     if evidence.device != "cpu" or run is None:
         return True
@@ -116,9 +118,8 @@ def _inside_torch(evidence, measured: dict, lines: list[str], trace=None) -> boo
     native = tuple(getattr(run, "native_code", ()) or ())
     if native:
         measured["native_code_of_its_own"] = len(native)
-        lines.append(f"{len(native)} shared object(s) loaded from outside Python's installation ({', '.join(native[:2])}): "
-                     "native code of the script's own (a C extension, a library for ctypes) records no op however "
-                     "many loops it runs, one per small op or one fused, so on a CPU the count cannot see its work; "
+        lines.append(f"{own_native_code(native)} records no op however many loops it runs, one per small op or "
+                     "one fused, so on a CPU the count cannot see its work; "
                      "fuse with torch.compile here, or check on a GPU, where its kernels are counted as launched")
     return not crossings and not copied and not native
 

@@ -96,6 +96,12 @@ class Diagnosis:
     shown: Mapping[str, Any] = field(default_factory=dict)  # job -> the learner's trace it names, or why none
 
 
+def own_native_code(native) -> str:
+    """How a run's shared objects of its own are named in a check's evidence (the harness's native_code_of_its_own)."""
+    return (f"{len(native)} shared object(s) loaded from outside Python's installation ({', '.join(native[:2])}): "
+            "native code of the script's own (a C extension, a library for ctypes)")
+
+
 def slow_cpu_pairs(evidence) -> list[tuple[Any, Any]]:
     """The pairs with the slow script on their baseline side whose runs both have the kernel's CPU count over their
     window (``RunResult.window_cpu_ns``, CPU runs): what a CPU-time rule pools, since one pair moves with the machine."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from checker.checks import BASELINE_TRACE_CPU, FAILED, PASSED, TRACE, check, result
-from checker.checks.evidence import rank_traces
+from checker.checks.evidence import own_native_code, rank_traces
 from checker.base.paths import display_path
 
 
@@ -164,8 +164,7 @@ def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trac
     native = tuple(getattr(_rank_run(evidence, rank), "native_code", ()) or ())  # a CPU run's shared objects of its own
     if native:
         measured["native_code_of_its_own"] = len(native)
-        lines.append(f"{len(native)} shared object(s) loaded from outside Python's installation ({', '.join(native[:2])}): native "
-                     "code of the script's own (a C extension, a library for ctypes) reads a tensor's memory on a CPU "
+        lines.append(f"{own_native_code(native)} reads a tensor's memory on a CPU "
                      "with no op or call a trace records, so the reads cannot be counted; read values with .item() "
                      "or .tolist(), in logging steps, or check on a GPU")
     if rank:

@@ -387,3 +387,10 @@ def test_an_empty_submission_path_is_refused_not_read_as_the_current_folder(work
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "give a folder (an empty path would mean the current folder)" in proc.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "g").exists()
+
+
+def test_a_lab_that_crashes_in_native_code_is_one_line_naming_its_line(workbook):
+    """A run killed by a signal: the run's fault handler printed its stack, and the grader names the script's line."""
+    line = one_clear_line(workbook("check", "01", "--submission", str(DATA / "crashes"), "--device", "cpu"))
+    assert "killed by signal 11 at " in line and "crashes/train.py:10" in line
+    assert "Fatal Python error" not in line and "Extension modules" not in line

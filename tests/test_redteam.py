@@ -23,6 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BANK = ROOT / "tests" / "redteam"
 CHEATS = tomllib.loads((BANK / "bank.toml").read_text())["cheats"]
 pytestmark = [pytest.mark.slow, pytest.mark.redteam]
+CRASHED = re.compile(r"was killed by signal (11|6|7)\b")  # SIGSEGV, SIGABRT, SIGBUS: a crash, not a verdict
+
+
 def leftovers() -> list[Path]:
     """What cheats leave behind outside their run folders (where runs share the machine's scratch places)."""
     return ([Path("/var/tmp/redteam-cache-01.pt")] + [Path(p) / "redteam_startup_hook.pth" for p in site.getsitepackages()]
@@ -56,6 +59,11 @@ def grade(name: str, cheat: dict, root: Path, scan: bool = True) -> tuple[int, s
     if cheat.get("shared_scratch"):  # as where the kernel allows no mount namespace: what a run left is looked for
         env["WORKBOOK_PRIVATE_SCRATCH"] = "0"
     proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=1200)
+    if proc.returncode == 2 and CRASHED.search(proc.stderr):
+        # a run crashed in torch's native code (rarely, on a loaded machine: dup_bag_09 once in CI): no verdict
+        # either way, so the cheat is graded once more; a second crash is reported as it is
+        print(f"{name}: a run crashed, graded once more: {proc.stderr.strip().splitlines()[-1][:300]}")
+        proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=1200)
     report = None
     if proc.returncode in (0, 1) and proc.stdout.strip().startswith("{"):
         report = json.loads(proc.stdout)

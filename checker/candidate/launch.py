@@ -17,6 +17,7 @@ it writes what the session measured to ``--result`` for the learner to read.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import runpy
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     if script_args[:1] == ["--"]:
         script_args = script_args[1:]
 
+    faulthandler.enable()  # a crash in native code prints each thread's Python stack, for the grader to point at
     channel = Channel(args.channel) if args.channel else None
     rank, world, _local = world_from_env()
     if world > 1 and channel is None:  # torchrun's ranks on their own: one trace and one result file per rank

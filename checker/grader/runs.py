@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import select
 import subprocess
@@ -621,8 +622,12 @@ def run_script(
     if run.weights is None or outcome.get("type") != "done":
         code = proc.returncode
         how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
+        if code < 0:
+            how += _crash_where(tail, folder.script, display)
         if code in (-9, -11) and limits.memory_mb:
-            how += f" (out of memory? each process of a run may use {limits.memory_mb} MB, memory_mb in {chapter.id}/chapter.toml)"
+            cause = "a crash in native code, or out of memory?" if code == -11 else "out of memory?"
+            how += (f" ({cause} each process of a run may use {limits.memory_mb} MB, memory_mb in "
+                    f"{chapter.id}/chapter.toml)")
         raise ScriptError(f"{display} {how} before the grader had its trained weights; "
                           + _last_words(tail, "it printed nothing"))
     if trace == "nsys":
@@ -697,7 +702,29 @@ def _start(command: list[str], launch_args: list[str], folder: sandbox.RunFolder
 
 def _last_words(tail: deque[bytes], otherwise: str) -> str:
     lines = b"".join(tail).decode(errors="replace").strip().splitlines()
+    fault = next((i for i, line in enumerate(lines) if line.startswith("Fatal Python error: ")), None)
+    if fault is not None:  # the fault handler's dump (stacks, modules) is not what the script last said
+        lines = lines[:fault]
     return f"its last line: {lines[-1][:300]}" if lines else otherwise
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
+def _crash_where(tail: deque[bytes], copy: Path, display: str) -> str:
+    """' at train.py:61': the deepest line of the script on the crashed thread's stack, as the run's fault handler
+    (checker.candidate.launch) printed it, innermost frame first; '' where it printed none."""
+    lines = b"".join(tail).decode(errors="replace").splitlines()
+    start = max((i for i, line in enumerate(lines) if line.startswith("Current thread")), default=None)
+    if start is None:
+        return ""
+    for line in lines[start + 1:]:
+        frame = _FRAME.match(line)
+        if frame is None:
+            break
+        if os.path.realpath(frame["file"]) == os.path.realpath(copy):
+            return f" at {display}:{frame['line']}"
+    return ""
 
 
 def _where(where: str | None, copy: Path, display: str) -> str:

@@ -500,6 +500,23 @@ _OPENED: list[str] = []
 _MEMORY_FILES: list[str] = []
 
 
+# a process's own accounting read as a file: /proc/<pid>/stat's fault counts carry a value's bits to Python as
+# resource.getrusage's do (red team 43's faultbits_01), with no op or named call. A file opened once and read again
+# after a seek holds fresh counts, so every open from import on is noted, as the memory's are; a step needs none.
+_ACCOUNTING = re.compile(r"^/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/(?:stat|statm|status|io|sched|schedstat)$")
+_ACCOUNTING_NAMES = frozenset({"stat", "statm", "sched", "schedstat"})  # relative to /proc/self opened as a folder
+
+
+def _opens_process_accounting(path: str) -> bool:
+    if not os.path.isabs(path):
+        return os.path.basename(path) in _ACCOUNTING_NAMES and os.path.dirname(path) in ("", ".")
+    try:
+        real = os.path.realpath(path)
+    except (OSError, ValueError):
+        return False
+    return bool(_ACCOUNTING.match(real) or _ACCOUNTING.match(os.path.normpath(path)))
+
+
 def _opens_process_memory(path: str) -> bool:
     if os.path.basename(path) == "mem" and not os.path.isabs(path):
         return True  # relative to a folder descriptor (/proc/self opened as a folder) or the working folder
@@ -727,7 +744,7 @@ def _count_raw_reads(event: str, args: tuple) -> None:
             and len(_OPENED) < MADE_KEPT:
         _OPENED.append(os.fsdecode(args[0]))
     elif event == "open" and args and isinstance(args[0], (str, bytes)) and len(_MEMORY_FILES) < MADE_KEPT \
-            and _opens_process_memory(os.fsdecode(args[0])):
+            and (_opens_process_memory(os.fsdecode(args[0])) or _opens_process_accounting(os.fsdecode(args[0]))):
         _MEMORY_FILES.append(os.fsdecode(args[0]))
 
 

@@ -251,6 +251,27 @@ def test_on_a_cpu_steps_paced_to_a_beat_fail_step_by_step_though_a_loaded_baseli
     assert step_cost(evidence, spec("step_cost", 1.5, device="cpu")).status == PASSED
 
 
+def test_on_a_cpu_a_loaded_honest_run_passes_step_by_step_where_a_paced_one_still_fails():
+    """The chapter's own allowances. Load on a shared machine slowed an honest benchmark's short steps more than its
+    long ones (red team 45 saw the solution's median at 1.51x, its means at 1.36x): within step_median. Steps paced
+    to the long step's beat make each short one 4x the slow script's: far above it."""
+    chapter_spec = get_chapter(CHAPTER).check("step_cost")
+    options = {k: v for k, v in chapter_spec.options.items() if k != "idle_margin"}  # no traces in this test
+    judged = CheckSpec(name="step_cost", doc="step_cost", threshold=chapter_spec.threshold, skip={}, options=options)
+    loaded = [ms * 1.6 if ms < 40 else ms for ms in STEPS]
+
+    def judge(candidate):
+        pair = (Windowed(STEPS, sum(STEPS) / 1e3), Windowed(candidate, sum(candidate) / 1e3))
+        return step_cost(Evidence(chapter=get_chapter(CHAPTER), device="cpu", trace_tool="torch",
+                                  candidate=Path("train.py"), cfg={"warmup": 10}, traced=pair), judged)
+
+    honest = judge(loaded)
+    assert honest.status == PASSED, honest.evidence
+    assert honest.measured["median_step_ratio"] > chapter_spec.threshold_for("cpu") > honest.measured["mean_ratio"]
+    paced = judge([40.0] * len(STEPS))
+    assert paced.status == FAILED and paced.measured["median_step_ratio"] > paced.measured["median_allowance"]
+
+
 def _traced_steps(path, pad: float):
     """A CPU trace of four steps of products, each slept ``pad`` times its own time after its ops (0: not paced)."""
     import time

@@ -1536,7 +1536,7 @@ class Session:
                     check_fetched(batch, self._own_source)
                 fetched += 1
                 if self._window_open and self._counts_blocked:
-                    self._blocked_mark = self._sched_mark()
+                    self._add_blocked(fetch=True)
                 if self._window_open and self._probe is not None:
                     self._probe.placed(step, in_epoch)
                 in_epoch += 1
@@ -1601,7 +1601,8 @@ class Session:
     _tail_open = False
 
     _counts_blocked = False
-    _blocked: list[int] | None = None  # [ns blocked, ns in all] of the window's stepping thread outside its fetches
+    # [ns blocked, ns in all] of the window's stepping thread outside its fetches, then the same inside them
+    _blocked: list[int] | None = None
     _blocked_mark: tuple[int, int] | None = None
 
     @staticmethod
@@ -1619,19 +1620,21 @@ class Session:
         except (OSError, ValueError, IndexError):
             return None
 
-    def _add_blocked(self) -> None:
+    def _add_blocked(self, fetch: bool = False) -> None:
         """Add the time since the last mark that the stepping thread spent blocked (neither on a CPU nor waiting for
-        one: waiting on a lock, a pipe, a sleep) to the window's count. The time inside the fetches is left out:
-        a step that waits for its batch there is data_wait's to judge. Training on a CPU blocks nowhere else; a
-        step that waits for another process's work outside its fetch (a worker gated to load only when the step
-        lets it: red team 34's serial_gate_03) does."""
+        one: waiting on a lock, a pipe, a sleep) to the window's count: outside the fetches (its first two numbers)
+        or, with ``fetch``, inside one (its last two). Training on a CPU blocks nowhere outside a fetch; a step that
+        waits for another process's work there (a worker gated to load only when the step lets it: red team 34's
+        serial_gate_03) does. Inside the fetches, every step's wait is counted, an epoch's first and a logging
+        step's too, where a trace's data_wait leaves them out."""
         now = self._sched_mark()
         if now is None or self._blocked_mark is None or self._blocked is None:
             self._blocked = None
         else:
             wall, busy = now[0] - self._blocked_mark[0], now[1] - self._blocked_mark[1]
-            self._blocked[0] += max(wall - busy, 0)
-            self._blocked[1] += max(wall, 0)
+            at = 2 if fetch else 0
+            self._blocked[at] += max(wall - busy, 0)
+            self._blocked[at + 1] += max(wall, 0)
         self._blocked_mark = now
 
     @property
@@ -1690,7 +1693,7 @@ class Session:
                 self._on_window(window_key)
         self._window_open = True
         if self._counts_blocked:
-            self._blocked, self._blocked_mark = [0, 0], self._sched_mark()
+            self._blocked, self._blocked_mark = [0, 0, 0, 0], self._sched_mark()
         if self._keeps_time:
             self._t0 = time.perf_counter_ns()
             # warm-up: first-step costs (torch.compile, cudnn autotuning, allocator growth), outside the window

@@ -66,6 +66,10 @@ def samples_in_workers(evidence, spec):
     if blocked:
         lines.append(blocked)
         status = FAILED
+    waited = _blocked_in_fetch(evidence, spec, measured)
+    if waited:
+        lines.append(waited)
+        status = FAILED
     busy = _training_cpu(evidence, spec, measured)
     if busy:
         lines.append(busy)
@@ -183,3 +187,31 @@ def _training_cpu(evidence, spec, measured: dict) -> str | None:
     return (f"the training process used {mine / 1e6:.1f} ms of CPU per window step, {share:.0%} of the slow script's "
             f"{theirs / 1e6:.1f} ms over {pairs} pair(s), which prepares every sample itself (allowed up to "
             f"{float(share_max):.0%}): the samples were made in it, by calls the trace does not show")
+
+
+def _blocked_in_fetch(evidence, spec, measured: dict) -> str | None:
+    """Why the stepping thread's waits inside its fetches say the loading did not overlap the training, or None.
+
+    data_wait reads the waits from a trace and leaves out the steps that wait for a reason of their own (an epoch's
+    first, a logging step's). Workers that load only while those fetches wait, one batch after another, hand every
+    other step a batch already made: data_wait saw 0.2% while the loading overlapped nothing (red team 47's
+    serial_burst_03). So the time the stepping thread spent blocked inside every fetch of the window, an epoch's
+    first and a logging step's included, from the kernel's scheduler statistics over every candidate run, may be at
+    most ``fetch_blocked_share`` of the window: the solution's is 7%, serial_burst_03's 34-36% (evidence/history/
+    2026-12-05-cpu-session68-blocked-in-fetch-03.jsonl)."""
+    share_max = spec.options.get("fetch_blocked_share")
+    if share_max is None or evidence.device != "cpu":
+        return None
+    runs = [c for _, c in evidence.pairs if c is not None]
+    if not runs or any(run.window_blocked_ns is None for run in runs):
+        return None  # _blocked_outside_fetch says the statistics could not be read
+    in_fetch = sum(run.window_blocked_ns[2] for run in runs)
+    window = sum(run.window_blocked_ns[1] + run.window_blocked_ns[3] for run in runs)
+    share = in_fetch / window if window > 0 else 0.0
+    measured["blocked_in_fetch"] = round(share, 3)
+    if share <= float(share_max):
+        return None
+    return (f"the stepping thread was blocked in its fetches for {share:.0%} of the window ({in_fetch / 1e6:.0f} of "
+            f"{window / 1e6:.0f} ms over {len(runs)} run(s), every step counted, an epoch's first and a logging step's "
+            f"too; allowed up to {float(share_max):.0%}): the steps waited for batches made while they waited, so the "
+            "loading did not overlap the training")

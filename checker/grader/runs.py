@@ -76,9 +76,10 @@ class RunResult:
     workers_at_close: set[int] = field(default_factory=set)
     # CPU ns in the timed window: the run's own process, and every other process under it (sandbox.cpu_of_run)
     window_cpu_ns: tuple[int, int] | None = None
-    # (ns blocked, ns in all) of the stepping thread in the window outside its fetches, from the kernel's scheduler
-    # statistics as the harness read them (checker.candidate.session.Session._add_blocked); None: not read
-    window_blocked_ns: tuple[int, int] | None = None
+    # (ns blocked, ns in all) of the stepping thread in the window outside its fetches, then (ns blocked, ns in all)
+    # inside them, from the kernel's scheduler statistics as the harness read them
+    # (checker.candidate.session.Session._add_blocked); None: not read
+    window_blocked_ns: tuple[int, int, int, int] | None = None
     survivors: int = 0  # processes the run left behind, killed by the grader
     output_tail: str = ""
     reports: dict[str, float] = field(default_factory=dict)  # numbers the run claimed (session.report): untrusted
@@ -211,7 +212,7 @@ class _Run:
         self.sample_counts: list[int] = []
         self.finished: tuple[int, int] | None = None
         self.views: int | None = None
-        self.blocked: tuple[int, int] | None = None
+        self.blocked: tuple[int, int, int, int] | None = None
         self.native: tuple[str, ...] = ()
         self.evt_fd: int | None = None  # the descriptor the harness writes its messages through (its hello says)
         # the window steps whose updates are checked: drawn when the harness asks, after the window (probe_updates)
@@ -311,7 +312,7 @@ class _Run:
                                   "where it was): their arrival times are not the steps'")
             self.step_stamps.append(now)
             blocked = header.get("blocked")
-            self.blocked = tuple(blocked) if isinstance(blocked, list) and len(blocked) == 2 \
+            self.blocked = tuple(blocked) if isinstance(blocked, list) and len(blocked) == 4 \
                 and all(isinstance(n, int) and n >= 0 for n in blocked) else None
             below = sandbox.descendants(self.pid)
             self.workers_at_close = sandbox.worker_processes(below)

@@ -310,3 +310,46 @@ def test_a_read_the_graders_data_code_makes_in_a_fetch_counts_too(tmp_path):
     events = load(path).events
     names = events.iloc[python_reads(events)]["name"].astype(str).tolist()
     assert len(names) == 1 and "tolist" in names[0], names
+
+
+def test_an_error_an_op_raised_and_caught_in_a_step_is_noted_and_a_raise_statement_is_not(monkeypatch):
+    """On a CPU a bounds check that fails tells Python a bit of the index's value (red team 48's oracle_06): the
+    harness's tracer notes where such an error was caught, whatever name caught it; a script's own raise is no read,
+    nor is an op's error in a logging step."""
+    import contextlib
+    import sys
+    from types import SimpleNamespace
+
+    import torch
+
+    from checker.candidate import session as harness
+
+    monkeypatch.setattr(harness, "_OP_ERRORS", [])
+    step = SimpleNamespace(_window_open=True, _step_now=3, is_log_step=lambda s: s == 9)
+    monkeypatch.setattr(harness, "_CURRENT", step)
+    probe, index = torch.zeros(4), torch.tensor([7])
+    miss = IndexError
+
+    def steps():
+        try:
+            probe.index_select(0, index)  # the op's error: noted
+        except miss:
+            pass
+        with contextlib.suppress(IndexError):
+            probe[index]  # a subscript's: noted
+        try:
+            raise ValueError("the script's own")  # a raise statement: not noted
+        except ValueError:
+            pass
+        step._step_now = 9
+        with contextlib.suppress(IndexError):
+            probe.index_select(0, index)  # in a logging step: not noted
+
+    before = sys.gettrace()
+    sys.settrace(harness._watch_op_errors)
+    try:
+        steps()
+    finally:
+        sys.settrace(before)
+    noted = harness.op_errors()
+    assert len(noted) == 2 and all("(IndexError)" in where and __file__ in where for where in noted), noted

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import ast
 import builtins
+import dis
 import gc
 import io
 import os
@@ -505,6 +506,7 @@ _MEMORY_FILES: list[str] = []
 # after a seek holds fresh counts, so every open from import on is noted, as the memory's are; a step needs none.
 _ACCOUNTING = re.compile(r"^/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/(?:stat|statm|status|io|sched|schedstat)$")
 _ACCOUNTING_NAMES = frozenset({"stat", "statm", "sched", "schedstat"})  # relative to /proc/self opened as a folder
+_HARNESS_SCHED: types.CodeType | None = None  # Session._sched_mark's code: its own reads of schedstat are not noted
 
 
 def _opens_process_accounting(path: str) -> bool:
@@ -710,6 +712,63 @@ def _note_unpickled(args: tuple) -> None:
         _UNPICKLED.append(f"{module}.{name}")
 
 
+# A value read by whether an op failed. On a CPU an op checks some of its arguments' values as it runs (an index
+# within its bounds: index_select, gather, embedding; a class target: nll_loss) and raises when one is not, so each
+# call caught is one bit of a tensor's value in Python, with no op that reads one and no frame a trace tells from
+# honest work (red team 48's oracle_06 read every value the lab's helpers need by binary search over bounds checks,
+# caught under another name or by contextlib.suppress). In a CPU run that counts host reads, the stepping thread runs
+# its window under a tracer (sys.settrace's hook; torch.profiler's Python tracer uses sys.setprofile's) that notes
+# every such error a call or a subscript raised, not a raise statement, in a step that is not a logging step, on
+# threads started in the window too. A thread started before it is not followed.
+_OP_ERROR_TYPES = (IndexError, ValueError, RuntimeError)
+_RAISING = frozenset(dis.opmap[name] for name in ("RAISE_VARARGS", "RERAISE") if name in dis.opmap)
+_OP_ERRORS: list[str] = []
+
+
+def _watch_op_errors(frame: types.FrameType, event: str, arg: Any) -> Callable:
+    if event == "call":
+        frame.f_trace_lines = False  # no line events: the tracer costs one call per frame entered and left
+    elif event == "exception":
+        try:
+            _note_op_error(frame, arg)
+        except Exception:  # noqa: BLE001 - a tracer never fails the code it watches
+            pass
+    return _watch_op_errors
+
+
+def _note_op_error(frame: types.FrameType, arg: tuple) -> None:
+    session = _CURRENT
+    kind, _, where = arg
+    if session is None or not session._window_open or not issubclass(kind, _OP_ERROR_TYPES) or where is None \
+            or where.tb_next is not None or where.tb_frame is not frame or len(_OP_ERRORS) >= MADE_KEPT:
+        return  # raised here, not passing through from a frame further in
+    code = frame.f_code.co_code
+    if 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] in _RAISING:
+        return  # a raise statement: code's own error, not an op's
+    if session._step_now is not None and session.is_log_step(session._step_now):
+        return  # a logging step may read values
+    _OP_ERRORS.append(f"{frame.f_code.co_filename}:{frame.f_lineno} ({kind.__name__})")
+
+
+def _trace_op_errors(on: bool) -> None:
+    """The window's tracer on (every frame of the stepping thread, those already running too) or off."""
+    if on:
+        frame = sys._getframe(1)
+        while frame is not None:
+            frame.f_trace, frame.f_trace_lines = _watch_op_errors, False
+            frame = frame.f_back
+    sys.settrace(_watch_op_errors if on else None)
+    threading.settrace(_watch_op_errors if on else None)
+
+
+def op_errors() -> list[str]:
+    """Where the errors ops raised in the window's steps were caught: file:line (its kind), how many times there."""
+    counted: dict[str, int] = {}
+    for where in _OP_ERRORS:
+        counted[where] = counted.get(where, 0) + 1
+    return [f"{where} x{n}" if n > 1 else where for where, n in counted.items()]
+
+
 def loaded_refused() -> list[str]:
     """The files the run loaded code from that the scan refuses, each with its first finding."""
     return list(_LOADED_REFUSED)
@@ -744,7 +803,8 @@ def _count_raw_reads(event: str, args: tuple) -> None:
             and len(_OPENED) < MADE_KEPT:
         _OPENED.append(os.fsdecode(args[0]))
     elif event == "open" and args and isinstance(args[0], (str, bytes)) and len(_MEMORY_FILES) < MADE_KEPT \
-            and (_opens_process_memory(os.fsdecode(args[0])) or _opens_process_accounting(os.fsdecode(args[0]))):
+            and (_opens_process_memory(os.fsdecode(args[0])) or _opens_process_accounting(os.fsdecode(args[0]))
+                 and sys._getframe(1).f_code is not _HARNESS_SCHED):  # the harness's own blocked-time reads
         _MEMORY_FILES.append(os.fsdecode(args[0]))
 
 
@@ -1504,6 +1564,7 @@ class Session:
             if step == self._window_end:  # only with a traced tail: the window ends before the last steps
                 self._close_window()
                 self._open_tail()
+            self._step_now = step
             if self._window_open or self._tail_open:
                 self._send({"type": "step", "n": step})
             if self._window_open and self._keeps_time:
@@ -1597,6 +1658,7 @@ class Session:
     _window_tensors: list = []
     _window_thread: int | None = None  # the thread that opened the window (threading.get_ident)
     _counts_views = False
+    _step_now: int | None = None  # the step session.steps() is in
     _counts_crossings = False
     _tail_open = False
 
@@ -1692,6 +1754,8 @@ class Session:
             if self._on_window is not None:
                 self._on_window(window_key)
         self._window_open = True
+        if self._counts_views:
+            _trace_op_errors(True)
         if self._counts_blocked:
             self._blocked, self._blocked_mark = [0, 0, 0, 0], self._sched_mark()
         if self._keeps_time:
@@ -1714,6 +1778,9 @@ class Session:
                   f"a batch from a loader worker was unpickled in the training process by calling "
                   f"{', '.join(sorted(set(_UNPICKLED))[:3])}: unpickling runs that code here, not in a worker; have "
                   "the workers send finished tensors (plain containers of them)")
+        if self._counts_views and self._window_open and sys.gettrace() is not _watch_op_errors:
+            _stop({"type": "untraced"}, "the script replaced the harness's tracer (sys.settrace), which counts the "
+                  "errors ops raise in a step")
         at_edge = tensors is not None or not (self._window_open or self._tail_open)  # the window's open or close
         if self._counts_crossings and at_edge and (changed := fusion_changed()):
             _stop({"type": "fusion", "what": changed[:5], "count": len(changed)},
@@ -1757,6 +1824,8 @@ class Session:
             self._window_s = (t1 - self._t0) / 1e9
         self._window_open = False
         self._window_closed = True
+        if self._counts_views:
+            _trace_op_errors(False)
         self._send({"type": "close", "blocked": self._blocked})
         if _channel() is not None and self._sample_log is not None:
             import numpy as np
@@ -1777,7 +1846,8 @@ class Session:
                 + len(_MEMORY_FILES) + len(_FILE_MEMORY)
             _MADE_OVER_BUFFERS.clear()
             _RAW_READS[0] = 0
-            self._send({"type": "views", "count": tensor_views() + made, "native": native_code_of_its_own()[:20]})
+            self._send({"type": "views", "count": tensor_views() + made, "native": native_code_of_its_own()[:20],
+                        "errors": op_errors()[:20], "error_count": len(_OP_ERRORS)})
         if self._probe is not None:  # after the trace too: the copies to the host are not the window's
             probe, self._probe = self._probe, None
             channel = _channel()
@@ -1862,6 +1932,9 @@ class Session:
             "rank": self.rank,
             "world_size": self.world_size,
         }
+
+
+_HARNESS_SCHED = Session._sched_mark.__code__
 
 
 def _join_group(device: str) -> str:

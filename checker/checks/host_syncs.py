@@ -167,10 +167,17 @@ def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trac
         lines.append(f"{own_native_code(native)} reads a tensor's memory on a CPU "
                      "with no op or call a trace records, so the reads cannot be counted; read values with .item() "
                      "or .tolist(), in logging steps, or check on a GPU")
+    errors, caught = getattr(_rank_run(evidence, rank), "op_errors", None) or (0, ())
+    if errors:
+        measured["op_errors_caught"] = errors
+        lines.append(f"{errors} error(s) raised by ops in the window's steps and caught ({', '.join(caught[:3])}): on "
+                     "a CPU an op that checks a value as it runs (an index within its bounds) and fails tells Python "
+                     "something of that value, a read no op records; read values with .item() or .tolist(), in "
+                     "logging steps")
     if rank:
         measured["rank"] = rank
         lines = [f"rank {rank}: {line}" for line in lines]
     status = PASSED if per_step <= threshold else FAILED
-    if evidence.device == "cpu" and ran and (views != 0 or native):  # reads through a numpy view of a tensor, or no count sent
+    if evidence.device == "cpu" and ran and (views != 0 or native or errors):  # reads no op records, or no count sent
         status = FAILED
     return result(spec, status, measured=measured, threshold=threshold, evidence=lines)

@@ -96,6 +96,9 @@ class RunResult:
     # shared objects the run mapped from where it may write (a CPU run in a chapter that counts host reads):
     # checker.candidate.session.native_code_of_its_own
     native_code: tuple[str, ...] = ()
+    # (how many, where the first were caught) errors ops raised in the window's steps (not logging steps) of a CPU run
+    # that counts host reads: checker.candidate.session.op_errors
+    op_errors: tuple[int, tuple[str, ...]] = (0, ())
     marks_ns: dict[str, int] = field(default_factory=dict, repr=False)  # the grader's clock at each message
     # the window steps whose updates the referee checks (probe_updates: drawn by the grader after the window), and
     # the model's trainable tensors around each, as the harness sent them (checker.candidate.session.UpdateProbe)
@@ -214,6 +217,7 @@ class _Run:
         self.views: int | None = None
         self.blocked: tuple[int, int, int, int] | None = None
         self.native: tuple[str, ...] = ()
+        self.op_errors: tuple[int, tuple[str, ...]] = (0, ())
         self.evt_fd: int | None = None  # the descriptor the harness writes its messages through (its hello says)
         # the window steps whose updates are checked: drawn when the harness asks, after the window (probe_updates)
         self.probes = int(chapter.config(device).get("probe_updates", 0))
@@ -340,10 +344,14 @@ class _Run:
             if "weights" not in self.clock or self.views is not None or not isinstance(count, int) \
                     or isinstance(count, bool) or count < 0:
                 raise self.broken("sent its count of numpy views out of turn or malformed")
-            native = header.get("native", [])
-            if not isinstance(native, list) or not all(isinstance(path, str) for path in native):
+            native, errors = header.get("native", []), header.get("errors", [])
+            error_count = header.get("error_count", 0)
+            if not isinstance(native, list) or not all(isinstance(path, str) for path in native) \
+                    or not isinstance(errors, list) or not all(isinstance(where, str) for where in errors) \
+                    or not isinstance(error_count, int) or isinstance(error_count, bool) or error_count < len(errors):
                 raise self.broken("sent its count of numpy views out of turn or malformed")
             self.views, self.native = count, tuple(native)
+            self.op_errors = (error_count, tuple(where[:300] for where in errors))
         elif kind == "probe":
             if not self.probes or "weights" not in self.clock or self.probe_steps is not None:
                 raise self.broken("asked which updates are checked out of turn")
@@ -402,6 +410,10 @@ class _Run:
                               "unpickling runs that code in the training process, not in a worker, where no op or "
                               "frame of the script's shows it; have the workers send finished tensors (plain "
                               "containers of them)")
+        elif kind == "untraced":
+            raise self.broken("replaced the harness's tracer (sys.settrace) in a chapter that counts host reads: on a "
+                              "CPU it counts the errors ops raise in a step, each a bit of a tensor's value read "
+                              "with no op a trace records")
         elif kind == "harness":
             shown = _listed(header, "its code")
             raise self.broken(f"changed the harness's session ({shown}): the harness's own code marks, times and "
@@ -675,6 +687,7 @@ def run_script(
         sample_ids=run.sample_ids,
         sample_counts=list(run.sample_counts), finished_batches=run.finished, tensor_views=run.views,
         native_code=run.native,
+        op_errors=(run.op_errors[0], tuple(where.replace(str(folder.script), display) for where in run.op_errors[1])),
         marks_ns=dict(run.clock),
         probe_steps=list(run.probe_steps or []), update_probe=run.update_probe,
     )

@@ -1337,7 +1337,8 @@ def test_an_export_made_in_the_window_on_another_thread_is_a_read(monkeypatch):
 def test_the_process_memory_opened_as_a_file_is_noted(tmp_path):
     """Red team 27 read each step's loss with os.pread from /proc/<pid>/mem, the mailbox found through
     /proc/<pid>/maps: every open of a process's memory file in the run is noted, by any name (a link to it, a name
-    relative to a folder's descriptor), and no other file is."""
+    relative to a folder's descriptor), and so is every open of a process's accounting (/proc/<pid>/stat, status,
+    ...: its fault counts carried a value's bits, procstat_01); no other file is."""
     link = tmp_path / "data.bin"
     link.symlink_to("/proc/self/mem")
     (tmp_path / "mem.txt").write_text("x")
@@ -1346,9 +1347,11 @@ def test_the_process_memory_opened_as_a_file_is_noted(tmp_path):
              "for path in sys.argv[1:]:\n"
              "    os.close(os.open(path, os.O_RDONLY))\n"
              "print(harness._MEMORY_FILES)\n")
-    paths = [str(tmp_path / "mem.txt"), f"/proc/{os.getpid()}/status", "/proc/self/mem", str(link)]
+    paths = [str(tmp_path / "mem.txt"), "/proc/self/cmdline", f"/proc/{os.getpid()}/status", "/proc/self/mem",
+             str(link), "/proc/thread-self/schedstat"]
     out = subprocess.run([sys.executable, "-c", probe, *paths], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert out.stdout.strip() == str(["/proc/self/mem", str(link)])
+    assert out.stdout.strip() == str([f"/proc/{os.getpid()}/status", "/proc/self/mem", str(link),
+                                      "/proc/thread-self/schedstat"])
     from checker.candidate.session import _opens_process_memory
 
     assert _opens_process_memory("mem") and not _opens_process_memory("/srv/data/mem")

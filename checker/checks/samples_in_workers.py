@@ -194,11 +194,9 @@ def _blocked_in_fetch(evidence, spec, measured: dict) -> str | None:
 
     data_wait reads the waits from a trace and leaves out the steps that wait for a reason of their own (an epoch's
     first, a logging step's). Workers that load only while those fetches wait, one batch after another, hand every
-    other step a batch already made: data_wait saw 0.2% while the loading overlapped nothing (red team 47's
-    serial_burst_03). So the time the stepping thread spent blocked inside every fetch of the window, an epoch's
+    other step a batch already made, so data_wait sees almost no wait while the loading overlaps nothing. So the time the stepping thread spent blocked inside every fetch of the window, an epoch's
     first and a logging step's included, from the kernel's scheduler statistics over every candidate run, may be at
-    most ``fetch_blocked_share`` of the window: the solution's is 7%, serial_burst_03's 34-36% (evidence/history/
-    2026-12-05-cpu-session68-blocked-in-fetch-03.jsonl)."""
+    most ``fetch_blocked_share`` of the window (chapter.toml says where its value was measured)."""
     share_max = spec.options.get("fetch_blocked_share")
     if share_max is None or evidence.device != "cpu":
         return None

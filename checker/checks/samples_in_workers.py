@@ -66,7 +66,7 @@ def samples_in_workers(evidence, spec):
     if blocked:
         lines.append(blocked)
         status = FAILED
-    waited = _blocked_in_fetch(evidence, spec, measured)
+    waited = _time_in_fetch(evidence, spec, measured)
     if waited:
         lines.append(waited)
         status = FAILED
@@ -189,27 +189,30 @@ def _training_cpu(evidence, spec, measured: dict) -> str | None:
             f"{float(share_max):.0%}): the samples were made in it, by calls the trace does not show")
 
 
-def _blocked_in_fetch(evidence, spec, measured: dict) -> str | None:
-    """Why the stepping thread's waits inside its fetches say the loading did not overlap the training, or None.
+def _time_in_fetch(evidence, spec, measured: dict) -> str | None:
+    """Why the time the stepping thread spent in its fetches says the loading did not overlap the training, or None.
 
     data_wait reads the waits from a trace and leaves out the steps that wait for a reason of their own (an epoch's
     first, a logging step's). Workers that load only while those fetches wait, one batch after another, hand every
-    other step a batch already made, so data_wait sees almost no wait while the loading overlaps nothing. So the time the stepping thread spent blocked inside every fetch of the window, an epoch's
-    first and a logging step's included, from the kernel's scheduler statistics over every candidate run, may be at
-    most ``fetch_blocked_share`` of the window (chapter.toml says where its value was measured)."""
-    share_max = spec.options.get("fetch_blocked_share")
+    other step a batch already made, so data_wait sees almost no wait while the loading overlaps nothing. So the
+    time inside every fetch of the window, an epoch's first and a logging step's included, on the harness's clock over
+    every candidate run, may be at most ``fetch_share`` of the window (chapter.toml says where its value was
+    measured): blocked, spinning or waiting for a CPU, a fetch that waits for its batch to be made takes the time.
+    The part of it the thread spent blocked (the kernel's scheduler statistics) is reported beside it."""
+    share_max = spec.options.get("fetch_share")
     if share_max is None or evidence.device != "cpu":
         return None
     runs = [c for _, c in evidence.pairs if c is not None]
     if not runs or any(run.window_blocked_ns is None for run in runs):
         return None  # _blocked_outside_fetch says the statistics could not be read
-    in_fetch = sum(run.window_blocked_ns[2] for run in runs)
+    blocked = sum(run.window_blocked_ns[2] for run in runs)
+    fetching = sum(run.window_blocked_ns[3] for run in runs)
     window = sum(run.window_blocked_ns[1] + run.window_blocked_ns[3] for run in runs)
-    share = in_fetch / window if window > 0 else 0.0
-    measured["blocked_in_fetch"] = round(share, 3)
+    share = fetching / window if window > 0 else 0.0
+    measured.update(time_in_fetch=round(share, 3), blocked_in_fetch=round(blocked / window, 3) if window > 0 else 0.0)
     if share <= float(share_max):
         return None
-    return (f"the stepping thread was blocked in its fetches for {share:.0%} of the window ({in_fetch / 1e6:.0f} of "
-            f"{window / 1e6:.0f} ms over {len(runs)} run(s), every step counted, an epoch's first and a logging step's "
-            f"too; allowed up to {float(share_max):.0%}): the steps waited for batches made while they waited, so the "
-            "loading did not overlap the training")
+    return (f"the stepping thread spent {share:.0%} of the window in its fetches ({fetching / 1e6:.0f} of "
+            f"{window / 1e6:.0f} ms over {len(runs)} run(s), blocked for {blocked / 1e6:.0f} ms of it; every step "
+            f"counted, an epoch's first and a logging step's too; allowed up to {float(share_max):.0%}): the steps "
+            "waited for batches made while they waited, so the loading did not overlap the training")

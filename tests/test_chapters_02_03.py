@@ -508,29 +508,33 @@ def test_chapter_02_counts_the_copies_of_the_timed_window_on_a_gpu():
 
 
 def test_chapter_03_on_a_cpu_time_in_every_fetch_counts_the_excluded_steps_too():
-    """The stepping thread's time inside its fetches, every step of the window, pooled over the runs: the solution's
-    share of the window passes, workers loading one batch after another only while the fetches that data_wait leaves
-    out wait (serial_burst_03) fail, however the thread waited, and where the kernel gave no statistics nothing is
-    claimed."""
+    """The stepping thread's time inside its fetches, every step of the window, pooled over the pairs and held to the
+    slow script's beside it: the solution's passes, workers loading one batch after another only while the fetches
+    that data_wait leaves out wait (serial_burst_03) fail, however the thread waited, and where the kernel gave no
+    statistics nothing is claimed."""
     from types import SimpleNamespace
 
     from checker.base.chapters import get_chapter
     from checker.checks.samples_in_workers import _time_in_fetch
 
-    spec = get_chapter("03").check("samples_in_workers")
+    chapter = get_chapter("03")
+    spec = chapter.check("samples_in_workers")
     allowed = float(spec.options["fetch_share"])
+    slow = SimpleNamespace(script=chapter.slow_script, window_cpu_ns=(1, 0), window_blocked_ns=(0, 630, 0, 370))
 
     def judged(*runs):
-        evidence = SimpleNamespace(device="cpu", pairs=[(None, SimpleNamespace(window_blocked_ns=r)) for r in runs])
+        pairs = [(slow, SimpleNamespace(window_cpu_ns=(1, 0), window_blocked_ns=r)) for r in runs]
         measured = {}
-        return _time_in_fetch(evidence, spec, measured), measured
+        return _time_in_fetch(SimpleNamespace(device="cpu", chapter=chapter, pairs=pairs), spec, measured), measured
 
-    # (blocked outside, time outside, blocked inside, time inside) in ns: 8% and 37% of the window in the fetches
+    # (blocked outside, time outside, blocked inside, time inside) in ns: 8% and 37% of the window in the fetches,
+    # against the slow script's 37%
     honest, measured = judged((0, 920, 30, 80), (0, 920, 30, 80))
     assert honest is None and measured["time_in_fetch"] == pytest.approx(0.08)
+    assert measured["time_in_fetch_vs_slow"] < allowed
     burst, measured = judged((0, 630, 330, 370), (0, 630, 330, 370))
-    assert burst and "37% of the window in its fetches" in burst and measured["time_in_fetch"] > allowed
+    assert burst and "37% of the window in its fetches, 1.00x the slow script's" in burst
     spinning, _ = judged((0, 630, 0, 370), (0, 630, 0, 370))  # waited on a CPU, never blocked: the same time
     assert spinning and "37% of the window" in spinning
-    assert judged((0, 630, 330, 370), None)[0] is None
+    assert judged(None)[0] is None  # no statistics: nothing claimed (_blocked_outside_fetch says they are missing)
     assert _time_in_fetch(SimpleNamespace(device="cuda", pairs=[]), spec, {}) is None

@@ -56,6 +56,9 @@ PROBE_ATTRIBUTES = {
     "_RecordFunctionFast": "makes up profiler events",
     "setprofile": "switches the Python profiler off",
     "settrace": "switches the Python tracer off",
+    "f_trace": "switches the Python tracer off for a frame",
+    "gi_frame": "reaches a generator's frame", "cr_frame": "reaches a coroutine's frame",
+    "ag_frame": "reaches an async generator's frame",
     "fork": "forks the process, out of the profiler's sight",
     # a function's code object names the file and function a trace's Python frames show
     **{name: "rewrites where its code says it comes from" for name in (

@@ -38,6 +38,7 @@ import signal
 import site
 import stat
 import sys
+import sysconfig
 import threading
 import time
 import types
@@ -723,6 +724,15 @@ def _note_unpickled(args: tuple) -> None:
 _OP_ERROR_TYPES = (IndexError, ValueError, RuntimeError)
 _RAISING = frozenset(dis.opmap[name] for name in ("RAISE_VARARGS", "RERAISE") if name in dis.opmap)
 _OP_ERRORS: list[str] = []
+# the standard library raises and catches these kinds as its own control flow (a queue's feeder thread popping an
+# empty deque, re compiling a pattern, an import): an error that starts in its code is not an op's
+_STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
+# the window's step and logging interval as the harness set them, out of the session's public attributes, which a
+# script can set (session.log_every = 1 would excuse every step)
+_WINDOW_STEP: list[int | None] = [None]
+_WINDOW_LOG_EVERY: list[int | None] = [None]
+_SETTING_TRACE = threading.local()  # the harness's own sys.settrace calls, told from a script's by the audit event
+_TRACE_REPLACED: list[str] = []
 
 
 def _watch_op_errors(frame: types.FrameType, event: str, arg: Any) -> Callable:
@@ -745,15 +755,28 @@ def _note_op_error(frame: types.FrameType, arg: tuple) -> None:
     code = frame.f_code.co_code
     if 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] in _RAISING:
         return  # a raise statement: code's own error, not an op's
-    if session._step_now is not None and session.is_log_step(session._step_now):
+    filename = frame.f_code.co_filename
+    if filename.startswith("<frozen ") or os.path.realpath(filename).startswith(_STDLIB) \
+            and "site-packages" not in filename:
+        return  # the standard library's own control flow
+    step, every = _WINDOW_STEP[0], _WINDOW_LOG_EVERY[0]
+    if step is not None and every and (step + 1) % every == 0:
         return  # a logging step may read values
     _OP_ERRORS.append(f"{frame.f_code.co_filename}:{frame.f_lineno} ({kind.__name__})")
 
 
 def _trace_op_errors(on: bool) -> None:
     """The window's tracer on (every frame of the stepping thread, those already running too) or off."""
+    _SETTING_TRACE.on = True
+    try:
+        _set_trace(on)
+    finally:
+        _SETTING_TRACE.on = False
+
+
+def _set_trace(on: bool) -> None:
     if on:
-        frame = sys._getframe(1)
+        frame = sys._getframe(2)
         while frame is not None:
             frame.f_trace, frame.f_trace_lines = _watch_op_errors, False
             frame = frame.f_back
@@ -790,6 +813,12 @@ def _count_raw_reads(event: str, args: tuple) -> None:
                 _note_code(args[2])
         except Exception:  # noqa: BLE001 - an audit hook never fails the operation it watches
             pass
+    elif event == "sys.settrace":
+        session = _CURRENT
+        if session is not None and getattr(session, "_counts_views", False) and getattr(session, "_window_open", False) \
+                and threading.get_ident() == session._window_thread and not getattr(_SETTING_TRACE, "on", False) \
+                and len(_TRACE_REPLACED) < MADE_KEPT:  # a thread started in the window sets the harness's own
+            _TRACE_REPLACED.append(threading.current_thread().name)
     elif event == "pickle.find_class":
         try:
             _note_unpickled(args)
@@ -1564,7 +1593,7 @@ class Session:
             if step == self._window_end:  # only with a traced tail: the window ends before the last steps
                 self._close_window()
                 self._open_tail()
-            self._step_now = step
+            _WINDOW_STEP[0] = step
             if self._window_open or self._tail_open:
                 self._send({"type": "step", "n": step})
             if self._window_open and self._keeps_time:
@@ -1658,7 +1687,6 @@ class Session:
     _window_tensors: list = []
     _window_thread: int | None = None  # the thread that opened the window (threading.get_ident)
     _counts_views = False
-    _step_now: int | None = None  # the step session.steps() is in
     _counts_crossings = False
     _tail_open = False
 
@@ -1755,6 +1783,7 @@ class Session:
                 self._on_window(window_key)
         self._window_open = True
         if self._counts_views:
+            _WINDOW_LOG_EVERY[0] = self.log_every
             _trace_op_errors(True)
         if self._counts_blocked:
             self._blocked, self._blocked_mark = [0, 0, 0, 0], self._sched_mark()
@@ -1778,7 +1807,7 @@ class Session:
                   f"a batch from a loader worker was unpickled in the training process by calling "
                   f"{', '.join(sorted(set(_UNPICKLED))[:3])}: unpickling runs that code here, not in a worker; have "
                   "the workers send finished tensors (plain containers of them)")
-        if self._counts_views and self._window_open and sys.gettrace() is not _watch_op_errors:
+        if self._counts_views and self._window_open and (sys.gettrace() is not _watch_op_errors or _TRACE_REPLACED):
             _stop({"type": "untraced"}, "the script replaced the harness's tracer (sys.settrace), which counts the "
                   "errors ops raise in a step")
         at_edge = tensors is not None or not (self._window_open or self._tail_open)  # the window's open or close

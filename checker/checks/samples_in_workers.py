@@ -189,30 +189,41 @@ def _training_cpu(evidence, spec, measured: dict) -> str | None:
             f"{float(share_max):.0%}): the samples were made in it, by calls the trace does not show")
 
 
+def _fetch_share(runs) -> tuple[float, int, int, int]:
+    """(share of the window in the fetches, ns in them, ns blocked there, ns of window) over ``runs``."""
+    blocked = sum(run.window_blocked_ns[2] for run in runs)
+    fetching = sum(run.window_blocked_ns[3] for run in runs)
+    window = sum(run.window_blocked_ns[1] + run.window_blocked_ns[3] for run in runs)
+    return (fetching / window if window > 0 else 0.0), fetching, blocked, window
+
+
 def _time_in_fetch(evidence, spec, measured: dict) -> str | None:
     """Why the time the stepping thread spent in its fetches says the loading did not overlap the training, or None.
 
     data_wait reads the waits from a trace and leaves out the steps that wait for a reason of their own (an epoch's
     first, a logging step's). Workers that load only while those fetches wait, one batch after another, hand every
     other step a batch already made, so data_wait sees almost no wait while the loading overlaps nothing. So the
-    time inside every fetch of the window, an epoch's first and a logging step's included, on the harness's clock over
-    every candidate run, may be at most ``fetch_share`` of the window (chapter.toml says where its value was
-    measured): blocked, spinning or waiting for a CPU, a fetch that waits for its batch to be made takes the time.
-    The part of it the thread spent blocked (the kernel's scheduler statistics) is reported beside it."""
+    time inside every fetch of the window, an epoch's first and a logging step's included, on the harness's clock
+    (blocked, spinning or waiting for a CPU alike), pooled over the pairs with the slow script beside it, may be at
+    most ``fetch_share`` of the slow script's own share, which makes every batch in its fetch: loading that overlaps
+    nothing takes as long as the slow script's, whatever the machine, while workers that load ahead wait only where
+    an epoch starts. The part the thread spent blocked (the kernel's scheduler statistics) is reported beside it."""
     share_max = spec.options.get("fetch_share")
     if share_max is None or evidence.device != "cpu":
         return None
-    runs = [c for _, c in evidence.pairs if c is not None]
-    if not runs or any(run.window_blocked_ns is None for run in runs):
+    pooled = [(b, c) for b, c in slow_cpu_pairs(evidence)
+              if b.window_blocked_ns is not None and c.window_blocked_ns is not None]
+    if not pooled:
         return None  # _blocked_outside_fetch says the statistics could not be read
-    blocked = sum(run.window_blocked_ns[2] for run in runs)
-    fetching = sum(run.window_blocked_ns[3] for run in runs)
-    window = sum(run.window_blocked_ns[1] + run.window_blocked_ns[3] for run in runs)
-    share = fetching / window if window > 0 else 0.0
-    measured.update(time_in_fetch=round(share, 3), blocked_in_fetch=round(blocked / window, 3) if window > 0 else 0.0)
-    if share <= float(share_max):
+    share, fetching, blocked, window = _fetch_share([c for _, c in pooled])
+    theirs = _fetch_share([b for b, _ in pooled])[0]
+    relative = share / theirs if theirs > 0 else 0.0
+    measured.update(time_in_fetch=round(share, 3), blocked_in_fetch=round(blocked / window, 3) if window else 0.0,
+                    slow_time_in_fetch=round(theirs, 3), time_in_fetch_vs_slow=round(relative, 3))
+    if theirs <= 0 or relative <= float(share_max):
         return None
-    return (f"the stepping thread spent {share:.0%} of the window in its fetches ({fetching / 1e6:.0f} of "
-            f"{window / 1e6:.0f} ms over {len(runs)} run(s), blocked for {blocked / 1e6:.0f} ms of it; every step "
-            f"counted, an epoch's first and a logging step's too; allowed up to {float(share_max):.0%}): the steps "
-            "waited for batches made while they waited, so the loading did not overlap the training")
+    return (f"the stepping thread spent {share:.0%} of the window in its fetches, {relative:.2f}x the slow script's "
+            f"{theirs:.0%} ({fetching / 1e6:.0f} of {window / 1e6:.0f} ms over {len(pooled)} pair(s), blocked for "
+            f"{blocked / 1e6:.0f} ms of it; every step counted, an epoch's first and a logging step's too; allowed up "
+            f"to {float(share_max):.2f}x): the steps waited for batches made while they waited, so the loading did not "
+            "overlap the training")

@@ -394,3 +394,16 @@ def test_a_lab_that_crashes_in_native_code_is_one_line_naming_its_line(workbook)
     line = one_clear_line(workbook("check", "01", "--submission", str(DATA / "crashes"), "--device", "cpu"))
     assert "killed by signal 11 at " in line and "crashes/train.py:10" in line
     assert "Fatal Python error" not in line and "Extension modules" not in line
+
+
+def test_a_fault_handlers_dump_is_not_taken_for_the_scripts_last_line():
+    """A dump (a worker's or another rank's) ends at its list of modules; what the script said after it is its last
+    line, not the dump."""
+    from collections import deque
+
+    from checker.grader.runs import _last_words
+
+    tail = deque([b"step 1\nFatal Python error: Segmentation fault\n\nThread 0x1 (most recent call first):\n"
+                  b'  File "w.py", line 3 in f\n\nExtension modules: torch (total: 1)\nValueError: the real error\n'])
+    assert _last_words(tail, "none") == "its last line: ValueError: the real error"
+    assert _last_words(deque([b"Fatal Python error: Aborted\n\n  File \"w.py\", line 3 in f\n"]), "none") == "none"

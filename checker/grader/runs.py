@@ -716,9 +716,15 @@ def _start(command: list[str], launch_args: list[str], folder: sandbox.RunFolder
 
 def _last_words(tail: deque[bytes], otherwise: str) -> str:
     lines = b"".join(tail).decode(errors="replace").strip().splitlines()
-    fault = next((i for i, line in enumerate(lines) if line.startswith("Fatal Python error: ")), None)
-    if fault is not None:  # the fault handler's dump (stacks, modules) is not what the script last said
-        lines = lines[:fault]
+    kept, dumping = [], False
+    for line in lines:  # each fault handler's dump, to its list of modules, is not what the script last said
+        if line.startswith("Fatal Python error: "):
+            dumping = True
+        elif dumping and line.startswith("Extension modules:"):
+            dumping = False
+        elif not dumping:
+            kept.append(line)
+    lines = kept
     return f"its last line: {lines[-1][:300]}" if lines else otherwise
 
 

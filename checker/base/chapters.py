@@ -35,6 +35,13 @@ class CheckSpec:
     def threshold_for(self, device: str) -> Any:
         return self.threshold.get(device)
 
+    def option_for(self, name: str, device: str, default: Any = None) -> Any:
+        """An option of the check, per device where chapter.toml gives one (``name.cpu = ...``), else ``default``."""
+        value = self.options.get(name)
+        if isinstance(value, dict):
+            value = value.get(device)
+        return default if value is None else value
+
     def skip_reason_for(self, device: str) -> str | None:
         return self.skip.get(device)
 

@@ -43,6 +43,7 @@ import threading
 import time
 import types
 import weakref
+from collections import Counter
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -510,24 +511,24 @@ _ACCOUNTING_NAMES = frozenset({"stat", "statm", "sched", "schedstat"})  # relati
 _HARNESS_SCHED: types.CodeType | None = None  # Session._sched_mark's code: its own reads of schedstat are not noted
 
 
-def _opens_process_accounting(path: str) -> bool:
-    if not os.path.isabs(path):
-        return os.path.basename(path) in _ACCOUNTING_NAMES and os.path.dirname(path) in ("", ".")
+def _opens_process_file(path: str) -> str | None:
+    """"memory" for a process's memory, "accounting" for its counters (a link to either, or a name relative to a
+    folder's descriptor, /proc/self opened as a folder, too), else None: one resolution of the path per open."""
+    if not os.path.isabs(path):  # relative to a folder descriptor or the working folder
+        name, folder = os.path.basename(path), os.path.dirname(path)
+        return "memory" if name == "mem" else "accounting" if name in _ACCOUNTING_NAMES and folder in ("", ".") \
+            else None
     try:
         real = os.path.realpath(path)
     except (OSError, ValueError):
-        return False
-    return bool(_ACCOUNTING.match(real) or _ACCOUNTING.match(os.path.normpath(path)))
+        return None
+    if real.startswith("/proc/") and os.path.basename(real) == "mem":
+        return "memory"
+    return "accounting" if _ACCOUNTING.match(real) or _ACCOUNTING.match(os.path.normpath(path)) else None
 
 
 def _opens_process_memory(path: str) -> bool:
-    if os.path.basename(path) == "mem" and not os.path.isabs(path):
-        return True  # relative to a folder descriptor (/proc/self opened as a folder) or the working folder
-    try:
-        real = os.path.realpath(path)
-    except (OSError, ValueError):
-        return False
-    return real.startswith("/proc/") and os.path.basename(real) == "mem"
+    return _opens_process_file(path) == "memory"
 
 
 # Code named like the grader's own. A trace tells the grader's code (checker/, a chapter's workload.py: its reads in a
@@ -767,29 +768,21 @@ def _note_op_error(frame: types.FrameType, arg: tuple) -> None:
 
 def _trace_op_errors(on: bool) -> None:
     """The window's tracer on (every frame of the stepping thread, those already running too) or off."""
+    frame = sys._getframe(1) if on else None
+    while frame is not None:
+        frame.f_trace, frame.f_trace_lines = _watch_op_errors, False
+        frame = frame.f_back
     _SETTING_TRACE.on = True
     try:
-        _set_trace(on)
+        sys.settrace(_watch_op_errors if on else None)
     finally:
         _SETTING_TRACE.on = False
-
-
-def _set_trace(on: bool) -> None:
-    if on:
-        frame = sys._getframe(2)
-        while frame is not None:
-            frame.f_trace, frame.f_trace_lines = _watch_op_errors, False
-            frame = frame.f_back
-    sys.settrace(_watch_op_errors if on else None)
     threading.settrace(_watch_op_errors if on else None)
 
 
 def op_errors() -> list[str]:
     """Where the errors ops raised in the window's steps were caught: file:line (its kind), how many times there."""
-    counted: dict[str, int] = {}
-    for where in _OP_ERRORS:
-        counted[where] = counted.get(where, 0) + 1
-    return [f"{where} x{n}" if n > 1 else where for where, n in counted.items()]
+    return [f"{where} x{n}" if n > 1 else where for where, n in Counter(_OP_ERRORS).items()]
 
 
 def loaded_refused() -> list[str]:
@@ -814,11 +807,14 @@ def _count_raw_reads(event: str, args: tuple) -> None:
         except Exception:  # noqa: BLE001 - an audit hook never fails the operation it watches
             pass
     elif event == "sys.settrace":
-        session = _CURRENT
-        if session is not None and getattr(session, "_counts_views", False) and getattr(session, "_window_open", False) \
-                and threading.get_ident() == session._window_thread and not getattr(_SETTING_TRACE, "on", False) \
-                and len(_TRACE_REPLACED) < MADE_KEPT:  # a thread started in the window sets the harness's own
-            _TRACE_REPLACED.append(threading.current_thread().name)
+        try:  # a thread started in the window sets the harness's own tracer on itself: only the window's thread counts
+            session = _CURRENT
+            if session is not None and session._counts_views and session._window_open \
+                    and threading.get_ident() == session._window_thread and not getattr(_SETTING_TRACE, "on", False) \
+                    and len(_TRACE_REPLACED) < MADE_KEPT:
+                _TRACE_REPLACED.append(threading.current_thread().name)
+        except Exception:  # noqa: BLE001 - an audit hook never fails the operation it watches
+            pass
     elif event == "pickle.find_class":
         try:
             _note_unpickled(args)
@@ -831,10 +827,10 @@ def _count_raw_reads(event: str, args: tuple) -> None:
     elif event == "ctypes.dlopen" and args and isinstance(args[0], (str, bytes, os.PathLike)) \
             and len(_OPENED) < MADE_KEPT:
         _OPENED.append(os.fsdecode(args[0]))
-    elif event == "open" and args and isinstance(args[0], (str, bytes)) and len(_MEMORY_FILES) < MADE_KEPT \
-            and (_opens_process_memory(os.fsdecode(args[0])) or _opens_process_accounting(os.fsdecode(args[0]))
-                 and sys._getframe(1).f_code is not _HARNESS_SCHED):  # the harness's own blocked-time reads
-        _MEMORY_FILES.append(os.fsdecode(args[0]))
+    elif event == "open" and args and isinstance(args[0], (str, bytes)) and len(_MEMORY_FILES) < MADE_KEPT:
+        kind = _opens_process_file(os.fsdecode(args[0]))
+        if kind == "memory" or kind == "accounting" and sys._getframe(1).f_code is not _HARNESS_SCHED:
+            _MEMORY_FILES.append(os.fsdecode(args[0]))  # not the harness's own blocked-time reads
 
 
 sys.addaudithook(_count_raw_reads)

@@ -153,9 +153,9 @@ def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trac
                          "tensor, or tensors made over a Python buffer (a numpy array, bytearray, file: as_tensor, "
                          "from_numpy, frombuffer, from_dlpack), written in the window or held after it, or a tensor "
                          "exported (.numpy(), DLPack) or its values handed to a Python callable (apply_, map_) in "
-                         "the window on another thread than the steps', or the process's memory or its accounting opened "
-                         "as a file (/proc/<pid>/mem, /proc/<pid>/stat), or storages mapped over a file, built over an address or moved to shared "
-                         "memory (from_file, share_memory_), or ctypes "
+                         "the window on another thread than the steps', or the process's memory or its accounting "
+                         "opened as a file (/proc/<pid>/mem, /proc/<pid>/stat), or storages mapped over a file, built "
+                         "over an address or moved to shared memory (from_file, share_memory_), or ctypes "
                          "objects made over raw memory in the window (from_address, from_buffer, string_at): on a CPU "
                          "a value copied into such memory and read from the other side makes no op a trace records, "
                          "so the reads are not counted; read values with .item() or .tolist(), in logging steps")

@@ -63,10 +63,7 @@ DEFAULT_UPDATE_TOLERANCE = {"cpu": 0.05, "cuda": 0.3}
 
 
 def _tolerance(spec, name: str, device: str, default: float) -> float:
-    value = spec.options.get(name, default) if spec is not None else default
-    if isinstance(value, dict):
-        value = value.get(device, default)
-    return float(value)
+    return float(spec.option_for(name, device, default) if spec is not None else default)
 
 
 def tolerances(spec, device: str) -> dict[str, float]:

@@ -232,9 +232,7 @@ def against_clock_reads(evidence, spec, report: dict[str, float]) -> tuple[dict 
     model rehearsed in set-up, or modelled from a fixed pattern, while the timed steps ran with no clock at all. A
     benchmark of the timed steps reads a clock in each of them, and the trace holds every read
     (checker.trace.analyses.clocks): each timed step must hold one, and the report must be what those reads measured."""
-    tolerance = spec.options.get("clock_tolerance")
-    if isinstance(tolerance, dict):
-        tolerance = tolerance.get(evidence.device)
+    tolerance = spec.option_for("clock_tolerance", evidence.device)
     if tolerance is None:
         return None, []
     tolerance = float(tolerance)
@@ -325,7 +323,7 @@ def step_cost(evidence, spec):
         # batch in both runs, so a short step stays short, and steps paced or padded to one beat make the short ones
         # (most of them) several times the slow script's, however a loaded machine moves the means
         step_ratio = float(np.median([c / b for c, b in pairs]))
-        median_allowance = _option(spec, "step_median", evidence.device, allowance)
+        median_allowance = float(spec.option_for("step_median", evidence.device, allowance))
         measured.update(median_step_ratio=round(step_ratio, 3), median_allowance=median_allowance)
         said += (f"; step by step, the median of each step's time over the slow script's same step is "
                  f"{step_ratio:.2f}x (allowed up to {median_allowance:.2f}x)")
@@ -343,14 +341,6 @@ def step_cost(evidence, spec):
     return result(spec, PASSED, measured=measured, threshold=allowance, evidence=[said])
 
 
-def _option(spec, name: str, device: str, default: float) -> float:
-    """A check's per-device option from chapter.toml (``name.cpu = ...``), or ``default`` where none is set."""
-    value = spec.options.get(name)
-    if isinstance(value, dict):
-        value = value.get(device)
-    return default if value is None else float(value)
-
-
 def _padded_steps(evidence, spec, measured: dict) -> str | None:
     """On a CPU, where chapter.toml gives ``idle_margin``: why the traced steps held more time without an op on their
     own thread than the slow script's same steps, or None. An op has finished there when its call returns, so an
@@ -359,9 +349,7 @@ def _padded_steps(evidence, spec, measured: dict) -> str | None:
     less than step_cost's allowance stays inside the allowance, not inside this margin (red team 34's
     beat_report_00, each kind of step paced to 1.25x its first: 41% of a step's time without an op). On a GPU the
     host waits for the device, so time without a host op is no sign; no margin is set there."""
-    margin = spec.options.get("idle_margin")
-    if isinstance(margin, dict):
-        margin = margin.get(evidence.device)
+    margin = spec.option_for("idle_margin", evidence.device)
     if margin is None or evidence.device != "cpu":
         return None
     slow, missing = _trace_of(evidence, "baseline", "the slow script's run")

@@ -290,3 +290,80 @@ def test_the_audit_of_finished_batches_takes_each_batchs_items_by_the_workloads_
     finished.fetched((one, torch.zeros(4), torch.zeros(4, 1, 2, 2)), in_window=True)  # batch 1 says one sample
     assert finished.unfinished() == 1
     assert [len(kept_items) for _, kept_items in finished.kept] == [4, 4]
+
+
+def test_an_unpickler_may_rebuild_a_batch_but_not_compute_one(tmp_path):
+    """What a loader's batch is unpickled with in the training process: rebuilds of tensors, arrays and containers, and
+    a script's plain batch classes, pass; a function, a library's class or a class whose construction runs the
+    script's code is refused (red team 33's unpickle_prep_07 finished each batch so, and passed on an H100)."""
+    import subprocess
+    import sys
+    script = tmp_path / "batches.py"
+    script.write_text('''
+import collections, dataclasses, functools, typing
+import torch
+from checker.candidate.session import _unpickle_allowed
+
+class Batch(typing.NamedTuple):
+    images: torch.Tensor
+    labels: torch.Tensor
+
+Pair = collections.namedtuple("Pair", "a b")
+
+@dataclasses.dataclass
+class Record:
+    images: torch.Tensor
+
+@dataclasses.dataclass
+class Finished:
+    images: torch.Tensor
+    def __post_init__(self):
+        self.images = self.images.flip(-1)
+
+class Keys:
+    def __init__(self, items):
+        self.items = items
+    def finish(self):
+        return self.items
+
+class Stateful:
+    def __setstate__(self, state):
+        self.images = state
+
+class Listed(list):
+    append = functools.partial(print)
+
+class Meta(type):
+    def __call__(cls, *args):
+        return args
+
+class Made(metaclass=Meta):
+    pass
+
+def finish(items):
+    return items
+
+honest = [("torch.multiprocessing.reductions", "rebuild_tensor"), ("torch.multiprocessing.reductions",
+          "rebuild_storage_fd"), ("torch.storage", "UntypedStorage"), ("torch", "Size"), ("torch", "Tensor"),
+          ("torch", "bfloat16"), ("torch", "device"), ("torch._utils", "_rebuild_tensor_v2"),
+          ("multiprocessing.resource_sharer", "DupFd"), ("numpy._core.multiarray", "_reconstruct"),
+          ("numpy", "ndarray"), ("builtins", "list"), ("collections", "OrderedDict"), ("copyreg", "_reconstructor"),
+          ("torch.utils.data._utils.worker", "_ResumeIteration"), ("torch._utils", "ExceptionWrapper"),
+          ("builtins", "ValueError"), ("__main__", "Batch"), ("__main__", "Pair"), ("__main__", "Record")]
+cheats = [("__main__", "finish"), ("__main__", "Keys.finish"), ("__main__", "Keys"), ("__main__", "Stateful"),
+          ("__main__", "Finished"), ("__main__", "Listed"), ("__main__", "Made"), ("torch.nn.functional", "pad"),
+          ("torch", "Tensor.index_select"), ("torch", "flip"), ("torch.nn", "ReflectionPad2d"),
+          ("multiprocessing.pool", "mapstar"), ("functools", "partial"), ("builtins", "getattr"),
+          ("builtins", "map"), ("collections", "namedtuple")]
+print([pair for pair in honest if not _unpickle_allowed(*pair)])
+print([pair for pair in cheats if _unpickle_allowed(*pair)])
+''')
+    # the lookups resolve modules already imported, as an unpickler's in a DataLoader's training process do
+    done = subprocess.run([sys.executable, "-c", "import multiprocessing.pool, numpy, torch.multiprocessing.reductions, "
+                           "torch.utils.data, "
+                           f"runpy; runpy.run_path({str(script)!r}, run_name='__main__')"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    refused_honest, allowed_cheats = done.stdout.strip().splitlines()
+    assert refused_honest == "[]", f"honest lookups refused: {refused_honest}"
+    assert allowed_cheats == "[]", f"computing lookups allowed: {allowed_cheats}"

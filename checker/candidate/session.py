@@ -676,29 +676,94 @@ def _scan_loaded_file(filename: Any, source: Any, options: "LaunchOptions") -> N
         _LOADED_REFUSED.append(f"{name}: {found[0]}")
 
 
-# What the training process may look up while it unpickles a batch a loader worker sent, in the harness's fetch: the
-# tensor and storage rebuilds of torch (whose work records ops, which the fetch's op audit judges), the
-# multiprocessing handles they arrive by, plain containers and the script's own classes. Anything else the unpickler
-# calls runs in the training process with no op or frame of the script's: a lazy map of numpy calls pads, crops and
-# stacks a sample there (red team 45's newargs_map_07), while the batch arrives finished as if a worker made it.
+# What the training process may look up while it unpickles a batch a loader worker sent, in the harness's fetch or on
+# a thread of its own: what rebuilds data, never what computes. An unpickler calls what it looks up, so anything else
+# runs in the training process with no op or frame in the step: a lazy map of numpy calls padded, cropped and stacked
+# each sample there (red team 45's newargs_map_07), a function of the script's cropped and flipped the batch on the
+# pin-memory thread (red team 33's unpickle_prep_07, which passed on an H100 at 3.2x while a CPU run's fetch audit
+# failed it). Allowed: torch's and multiprocessing's rebuilds and handles, torch's dtypes, devices, sizes, tensor and
+# storage classes, a DataLoader's own messages, numpy's array rebuilds, plain builtins and containers, and the script's own classes whose
+# construction pickle can call (below) is Python's or a namedtuple's or dataclass's generated code.
 _PLAIN_BUILTINS = frozenset({"int", "float", "complex", "bool", "str", "bytes", "bytearray", "list", "tuple", "dict",
-                             "set", "frozenset", "slice", "range", "NoneType"})
+                             "set", "frozenset", "slice", "range", "NoneType", "object"})
 _NUMPY_REBUILDS = frozenset({"_reconstruct", "ndarray", "dtype", "scalar", "_frombuffer"})
+_REBUILD_NAME = re.compile(r"^_*(?:rebuild|load_from_bytes$|get_layout$)")
+_HANDLE_MODULES = frozenset({"multiprocessing.reduction", "multiprocessing.resource_sharer", "copyreg"})
+# what an unpickler calls on a class it built: its construction (REDUCE, NEWOBJ), its state (BUILD looks up
+# __setstate__, sets slots by setattr), its items (APPENDS, SETITEMS, ADDITEMS), a key's hash, and a tensor subclass's
+# torch hooks (a rebuild makes the subclass by as_subclass)
+_PICKLE_CALLS = ("__new__", "__init__", "__post_init__", "__setstate__", "__getattr__", "__getattribute__",
+                 "__setattr__", "__setitem__", "append", "extend", "add", "__hash__", "__eq__", "__torch_function__",
+                 "__torch_dispatch__")
 _UNPICKLED: list[str] = []
 _SESSION_PID: list[int | None] = [None]  # the training process: set by start(), not at import (a fork server's)
 
 
+def _looked_up(module: str, name: str) -> Any:
+    """What an unpickler's lookup names, if its module is imported (None where it is not, or names nothing)."""
+    found: Any = sys.modules.get(module)
+    for part in name.split("."):
+        found = getattr(found, part, None) if found is not None else None
+    return found
+
+
+def _generated(cls: type, function: Any) -> bool:
+    """A namedtuple's __new__ or a dataclass's methods: code Python's own modules write for the class."""
+    code = getattr(function, "__code__", None)
+    if code is None or code.co_filename != "<string>":
+        return False
+    return (issubclass(cls, tuple) and hasattr(cls, "_fields")) or hasattr(cls, "__dataclass_fields__")
+
+
+def _plain_class(cls: type) -> bool:
+    """A class of the script's whose every call pickle can make on it runs Python's or generated code only."""
+    if not _installed_class(type(cls)):
+        return False  # a metaclass of the script's runs its __call__ when the class is called
+    for hook in _PICKLE_CALLS:
+        for owner in cls.__mro__:
+            if hook in vars(owner):
+                function = vars(owner)[hook]
+                function = getattr(function, "__func__", function)  # a staticmethod's or classmethod's function
+                if not _installed_class(owner) and function is not None and not _generated(cls, function):
+                    return False  # the script's own code, or any callable it put there (a partial, an object)
+                break
+    return True
+
+
+def _installed_class(cls: type) -> bool:
+    module = sys.modules.get(getattr(cls, "__module__", None) or "")
+    if module is builtins:
+        return True
+    where = getattr(module, "__file__", None)
+    return isinstance(where, str) and _installed(os.path.realpath(where))
+
+
 def _unpickle_allowed(module: str, name: str) -> bool:
     root = module.split(".", 1)[0]
-    if root in ("torch", "multiprocessing", "collections", "copyreg", "__main__"):
-        return True
+    found = _looked_up(module, name)
     if root == "builtins":
         found = vars(builtins).get(name)
         return name in _PLAIN_BUILTINS or isinstance(found, type) and issubclass(found, BaseException)
     if root == "numpy":
         return name in _NUMPY_REBUILDS or module == "numpy.dtypes"
-    where = getattr(sys.modules.get(module), "__file__", None)
-    return isinstance(where, str) and not _installed(os.path.realpath(where))  # the script's own modules (its classes)
+    if root in ("torch", "multiprocessing", "copyreg"):
+        if _REBUILD_NAME.match(name.rsplit(".", 1)[-1]) or module in _HANDLE_MODULES:
+            return True
+        if root != "torch":
+            return False
+        if isinstance(found, (torch.dtype, torch.layout, torch.memory_format, torch.device)):
+            return True
+        if isinstance(found, type) and (module.startswith("torch.utils.data.") or found.__name__ == "ExceptionWrapper"):
+            return True  # a loader's own messages: a persistent worker's epoch reset, an iterable's end, its error
+        return isinstance(found, type) and issubclass(found, (torch.Tensor, torch.Size, torch.device,
+                                                              torch.storage.UntypedStorage, torch.storage.TypedStorage))
+    if root == "collections":
+        return isinstance(found, type)  # OrderedDict, defaultdict, deque: containers
+    if not isinstance(found, type):
+        return False  # a function, a method or an object of the script's, or of another library, is called
+    if _installed_class(found):
+        return False  # another library's class: its constructor computes where no step shows it
+    return _plain_class(found)  # the script's own class (a batch as a namedtuple or a dataclass)
 
 
 def _note_unpickled(args: tuple) -> None:

@@ -89,6 +89,12 @@ PROBE_ATTRIBUTES = {
              "see it" for name in ("saved_tensors_hooks", "_push_saved_tensors_default_hooks", "register_hooks",
                                    "save_on_cpu", "pack_hook", "unpack_hook")},
     "_ForceDispatchKeyGuard": "runs operators under another dispatch state, inside an operator",
+    # Inductor's code cache builds and loads whatever C++ it is given, into torch.compile's store of kernels (red team
+    # 49's cache_cext_04): torch.compile reaches it for a script, which never needs it by name (Inductor's config is
+    # another matter: a learner may set it)
+    **{name: "reaches Inductor's code cache (it builds any C++ it is given)" for name in (
+        "codecache", "CppPythonBindingsCodeCache", "CppCodeCache", "PyCodeCache", "cpp_pybinding", "cpp_builder",
+        "CppBuilder", "async_compile", "AsyncCompile")},
 }
 DYNAMIC_CODE = {"exec": "runs code built at run time", "eval": "runs code built at run time",
                 "compile": "compiles code at run time", "__import__": "imports modules by computed names"}
@@ -104,7 +110,9 @@ PROBE_MODULES = {"checker.candidate": "imports the harness's internals", "inspec
                  "_ctypes": "calls native code directly", "cffi": "calls native code directly",
                  "numpy.ctypeslib": "calls native code directly",
                  "operator.methodcaller": "calls a method from C, where the Python tracer does not see the call",
-                 "importlib": "imports modules by computed names"}
+                 "importlib": "imports modules by computed names",
+                 **{module: "reaches Inductor's code cache (it builds any C++ it is given)" for module in (
+                     "torch._inductor.codecache", "torch._inductor.cpp_builder", "torch._inductor.async_compile")}}
 
 
 # In a chapter that counts host reads (host_syncs): a tensor over memory a Python object shares (a bytearray, a

@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     options.script = os.path.realpath(script)
     if args.scan_loaded is not None:
         options.scan_loaded = tuple(flag for flag in args.scan_loaded.split(",") if flag)
+    options.kernels_folder = harness.kernels_folder_now()
     harness.LAUNCH = options
     sys.argv = [str(script), *script_args]
     error = None

@@ -208,6 +208,8 @@ class LaunchOptions:
     script: str | None = None  # the script's real path: the code the grader scanned before the run
     # the scan the grader ran over the script, run again over every other file the run loads code from (None: off)
     scan_loaded: tuple[str, ...] | None = None
+    # torch.compile's store of built kernels as the environment named it before the script ran (kernels_folder_now)
+    kernels_folder: str | None = None
 
 
 LAUNCH: LaunchOptions | None = None
@@ -608,11 +610,12 @@ def _note_code(code: Any) -> None:
 # one, base64 in train.py). So under the grader the harness scans, as the grader scanned the script, the source of every
 # code object compiled or executed from a file outside Python's installation, its site-packages and the grader's
 # checkout, when it is loaded and before it runs; a finding ends the run (the step guard). Inductor's generated modules
-# are scanned too, allowed only the two idioms Inductor writes (ctypes' C types imported, the module's globals read).
+# are scanned too, allowed only the idioms Inductor writes (ctypes' C types imported, the module's globals read, its own
+# internals named).
 _LOADED_SEEN: set[str] = set()
 _LOADED_REFUSED: list[str] = []
 GENERATED_IDIOMS = re.compile(r"calls native code directly \(import ctypes\.c_\w+\)|calls native code directly "
-                              r"\(import ctypes\)|reads the module's namespace as a dict")
+                              r"\(import ctypes\)|reads the module's namespace as a dict|reaches Inductor's code cache")
 
 
 def _trusted_roots() -> tuple[str, ...]:
@@ -665,8 +668,8 @@ def _scan_loaded_file(filename: Any, source: Any, options: "LaunchOptions") -> N
         except OSError:
             _LOADED_REFUSED.append(f"{name} (its source cannot be read, so it cannot be scanned)")
             return
-    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")  # the grader's compile store for the run, where it keeps one
-    generated = "torchinductor_" in real or bool(cache) and real.startswith(os.path.realpath(cache) + os.sep)
+    cache = _compiled_kernels_folder()  # the grader's compile store for the run, or Inductor's default
+    generated = bool(cache) and real.startswith(cache + os.sep)
     if generated and "cuda" in options.scan_loaded:
         return  # what Inductor generates for a GPU has not been scanned on one yet: its idioms are not listed
     found = findings(source, name, "host_reads" in options.scan_loaded, "counts_ops" in options.scan_loaded)
@@ -860,6 +863,7 @@ def _count_raw_reads(event: str, args: tuple) -> None:
         try:
             if event == "compile" and len(args) > 1:
                 _scan_loaded(args[1], args[0])
+                _note_generated(args[1], args[0])
                 _note_code_named(args[1])
             elif event == "code.__new__" and len(args) > 1:
                 _note_code_named(args[1])
@@ -918,7 +922,8 @@ def native_code_of_its_own() -> list[str]:
     tensor's memory with no op, call or audit event any count sees (red team 25: the lab's reads through a C
     extension's PyObject_CallMethod). Judged by what the memory map holds now as executable, whatever its file's
     name (red team 26: a library named reader.bin; a memfd's "/memfd:..."), and by every path ctypes opened, since a
-    library can be closed before this looks. The kernels torch.compile builds are torch's own, in its cache."""
+    library can be closed before this looks. The kernels torch.compile builds are torch's own, in its store, where
+    their sources are the ones Inductor generated in this run (_inductors_kernel)."""
     paths: set[str] = set()
     try:
         with open("/proc/self/maps") as maps:
@@ -939,19 +944,65 @@ def native_code_of_its_own() -> list[str]:
         real = path if path.startswith("/memfd:") else os.path.realpath(path.removesuffix(" (deleted)"))
         if _installed(real):
             continue
-        if compiled is not None and real.startswith(compiled + os.sep):
+        if compiled is not None and real.startswith(compiled + os.sep) and _inductors_kernel(real):
             continue
         found.append(real)
     return found
 
 
-def _compiled_kernels_folder() -> str | None:
-    """torch.compile's cache of built kernels, where it has been imported (never imported here: no kernel)."""
-    utils = sys.modules.get("torch._inductor.runtime.cache_dir_utils")
+def kernels_folder_now() -> str | None:
+    """torch.compile's store of built kernels as the environment names it now (its default where none is set)."""
     try:
-        return os.path.realpath(utils.cache_dir()) if utils is not None else None
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+        return os.path.realpath(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir())
     except Exception:  # noqa: BLE001 - an inductor that cannot say: nothing is exempt
         return None
+
+
+def _compiled_kernels_folder() -> str | None:
+    """torch.compile's store of built kernels: under the grader, as the environment named it before the script ran
+    (a script that points TORCHINDUCTOR_CACHE_DIR at its own folder moves Inductor's store, not this one)."""
+    return LAUNCH.kernels_folder if LAUNCH is not None else kernels_folder_now()
+
+
+# The C++ sources of the kernels Inductor generated in this run, as its generated modules hold them (each kernel's
+# source is a string literal there, handed to async_compile.cpp_pybinding), noted as each module is compiled to run.
+# A library in torch.compile's store is Inductor's kernel only where its source file beside it holds one of them:
+# Inductor's code cache builds any C++ it is given there, and a library written there by hand lies in the same place
+# (red team 49's cache_cext_04, own_so_in_cache_04: a block's ops and a step's reads in native code of the script's).
+_GENERATED_KERNELS: list[str] = []
+
+
+def _note_generated(filename: Any, source: Any) -> None:
+    """Keep the C++ sources a module Inductor generated in torch.compile's store holds (``source`` where the compile
+    event gave it, else the file's text)."""
+    folder = _compiled_kernels_folder()
+    if folder is None or not isinstance(filename, (str, bytes)) or len(_GENERATED_KERNELS) >= MADE_KEPT:
+        return
+    real = os.path.realpath(os.fsdecode(filename))
+    if not real.startswith(folder + os.sep) or not real.endswith(".py"):
+        return
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        source = bytes(source).decode("utf-8", errors="replace")
+    if isinstance(source, str):
+        tree = ast.parse(source)
+    elif isinstance(source, ast.AST):
+        tree = source
+    else:
+        tree = ast.parse(Path(real).read_text(errors="replace"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and 'extern "C"' in node.value:
+            _GENERATED_KERNELS.append(node.value)
+
+
+def _inductors_kernel(library: str) -> bool:
+    """Whether a library in torch.compile's store was built from a kernel source Inductor generated in this run."""
+    source = Path(library.removesuffix(".so") + ".cpp")
+    try:
+        text = source.read_text(errors="replace")
+    except OSError:
+        return False
+    return any(kernel in text for kernel in _GENERATED_KERNELS)
 
 
 # The session model's weights are trained by this process, whose trace the grader reads. Weights in shared memory

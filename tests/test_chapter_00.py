@@ -488,7 +488,7 @@ def test_the_same_training_passes_and_micro_batches_within_their_own_step_are_th
 def test_products_replayed_on_the_meta_device_record_shapes_but_are_credited_only_their_time(tmp_path):
     """A meta product's recorded shapes count the FLOPs of the slow script's step, and it computes nothing: on a CPU
     trace a product is credited at most its duration at RATE_HEADROOM times the slow script's best rate."""
-    from checker.trace.analyses.collectives import RATE_HEADROOM, best_matmul_rate, matmul_work, rate_cap
+    from checker.trace.analyses.collectives import RATE_FLOOR, RATE_HEADROOM, best_matmul_rate, matmul_work, rate_cap
 
     # products large enough that a CPU's time follows their FLOPs (a tiny one's time is the call's overhead)
     size = (256, 1024, 96)
@@ -497,7 +497,7 @@ def test_products_replayed_on_the_meta_device_record_shapes_but_are_credited_onl
     recorded_flops = matmul_work(padded)
     assert recorded_flops["matmul_flops"].tolist() == matmul_work(honest)["matmul_flops"].tolist()  # the claim
     cap = rate_cap([honest])
-    assert cap == pytest.approx(RATE_HEADROOM * best_matmul_rate(honest))
+    assert cap == pytest.approx(max(RATE_HEADROOM * best_matmul_rate(honest), RATE_FLOOR))
     outcome = step_work(work_evidence(padded, honest), declared("step_work"))
     assert outcome.status == FAILED, outcome.evidence
     # the short steps trained whole; the long ones (3 and 7) did a quarter of their products for real

@@ -456,20 +456,26 @@ def credited_flops(events: pd.DataFrame, starts: np.ndarray, ends: np.ndarray, t
                             launches["tid"].to_numpy(np.int64)) > 0
         return np.where(did, flops, 0.0)
     if rate_cap is not None and rate_cap > 0:
-        return np.minimum(flops, np.maximum(ends - starts, 0).astype(np.float64) * rate_cap)
+        # a duration under the trace's resolution is not measured: such a product is credited as lasting that long
+        return np.minimum(flops, np.maximum(ends - starts, RESOLUTION_NS).astype(np.float64) * rate_cap)
     return flops
 
 
+# The shortest duration a CPU trace measures (best_matmul_rate's min_dur_ns): a tiny product recorded shorter, its
+# start and end a clock tick apart, was once credited next to nothing (an honest step of 0.1 MFLOP counted 33% short)
+RESOLUTION_NS = 1000
 # On a CPU trace a product is credited at most its own duration at this many times the best rate the slow script's
 # products reached on the same machine in the same check (their 99th percentile): a product on the meta device is
-# recorded with its shapes and takes about the same short time whatever its size, so a large one runs far above that
-# rate; an honest product of the same shapes runs at the slow script's rate, both runs traced alike
-RATE_HEADROOM = 3.0
-# ... and never less than this many FLOPs per ns (1 GFLOP/s): a slow script's products all slowed by a busy machine
-# once set the cap at 0.3 GFLOP/s and failed an honest step's products (red team 35's note), where honest CPU products
-# run at 50-60 GFLOP/s on the 2-core machine; a product on the meta device (a few microseconds) gains a few thousand
-# FLOPs from the floor, where the cap itself gives it hundreds of thousands
-RATE_FLOOR = 1.0
+# recorded with its shapes and takes about the same short time whatever its size, so a large one runs hundreds of
+# times above that rate; an honest product of the same shapes runs at the slow script's rate, both runs traced alike,
+# give or take what load does to either on a shared machine (3x once failed honest products: session 69)
+RATE_HEADROOM = 10.0
+# ... and never less than this many FLOPs per ns (20 GFLOP/s): a first trace of a process runs its small products
+# ten times slower than a later one (0.3 GFLOP/s against 6 in tests/test_chapter_00.py's recordings), and a busy
+# machine slows every product of the slow script (red team 35's note: the cap once at 0.3 GFLOP/s). Honest CPU
+# products of the chapters' sizes run at 50-60 GFLOP/s on the 2-core machine; a product on the meta device (a few
+# microseconds) gains a few hundred thousand FLOPs from the floor, of the tens of millions its shapes claim
+RATE_FLOOR = 20.0
 
 
 def rate_cap(slow_traces) -> float | None:
@@ -486,7 +492,7 @@ def rate_cap(slow_traces) -> float | None:
     return max(RATE_HEADROOM * max(rates), RATE_FLOOR) if rates else None
 
 
-def best_matmul_rate(trace, min_dur_ns: int = 1000) -> float | None:
+def best_matmul_rate(trace, min_dur_ns: int = RESOLUTION_NS) -> float | None:
     """The rate (FLOPs per ns) a trace's matrix products reached on its machine: the 99th percentile over the
     products that lasted at least ``min_dur_ns`` (a shorter one's rate is its clock's rounding). None where the
     trace recorded no shapes or none lasted that long."""

@@ -49,7 +49,7 @@ import numpy as np
 from checker.checks import BASELINE_TRACE, FAILED, PASSED, RUN, TRACE, check, result
 from checker.checks.evidence import TraceMismatch, cpu_per_step, slow_cpu_pairs
 from checker.trace.analyses.clocks import clock_reads, clock_step_ms
-from checker.trace.analyses.collectives import RATE_FLOOR, RATE_HEADROOM, rate_cap
+from checker.trace.analyses.collectives import RATE_HEADROOM, rate_cap
 from checker.trace.analyses.ops import uncovered_shares
 from checker.trace.analyses.work import describe_step, extra_ops_by_step, training_work, work_by_step
 
@@ -495,7 +495,7 @@ def step_work(evidence, spec):
             lines.append(f"... and {len(differs) - SHOWN_STEPS} more step(s)")
         lines.append("a product counts only the work it can have done: " + (
             f"at most its duration at {cap:.0f} GFLOP/s ({RATE_HEADROOM:g}x the best rate of the slow script's products "
-            f"in this check, or {RATE_FLOOR:g})" if cap is not None else "one that launched a GPU kernel") + "; one on the meta device "
+            "in this check, or the machine's peak)" if cap is not None else "one that launched a GPU kernel") + "; one on the meta device "
             "records its shapes and computes nothing")
         lines.append("a step is what runs from one step stamp to the next (each next() of session.steps()): its batch "
                      "must be trained there (forward, backward, one optimizer step), not split or queued into other "

@@ -11,6 +11,7 @@ Compared by duration, not by timestamp, so no two processes' clocks need to agre
 
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -466,22 +467,30 @@ def credited_flops(events: pd.DataFrame, starts: np.ndarray, ends: np.ndarray, t
 RESOLUTION_NS = 1000
 # On a CPU trace a product is credited at most its own duration at this many times the best rate the slow script's
 # products reached on the same machine in the same check (their 99th percentile): a product on the meta device is
-# recorded with its shapes and takes about the same short time whatever its size, so a large one runs hundreds of
+# recorded with its shapes and takes about the same short time whatever its size, so a large one runs thousands of
 # times above that rate; an honest product of the same shapes runs at the slow script's rate, both runs traced alike,
-# give or take what load does to either on a shared machine (3x once failed honest products: session 69)
+# give or take what load does to either on a shared machine
 RATE_HEADROOM = 10.0
-# ... and never less than this many FLOPs per ns (20 GFLOP/s): a first trace of a process runs its small products
-# ten times slower than a later one (0.3 GFLOP/s against 6 in tests/test_chapter_00.py's recordings), and a busy
-# machine slows every product of the slow script (red team 35's note: the cap once at 0.3 GFLOP/s). Honest CPU
-# products of the chapters' sizes run at 50-60 GFLOP/s on the 2-core machine; a product on the meta device (a few
-# microseconds) gains a few hundred thousand FLOPs from the floor, of the tens of millions its shapes claim
-RATE_FLOOR = 20.0
+# ... and never less than the machine's peak: no honest product computes faster than every core at once. A relative
+# cap alone failed honest steps: a process's first trace runs its small products ten times slower than a later one
+# (0.3 GFLOP/s against 6 in tests/test_chapter_00.py's recordings), a busy machine slows every product of the slow
+# script (red team 35's note: the cap once at 0.3 GFLOP/s), and a floor of 20 GFLOP/s still met honest products at 22
+# (evidence/history/2026-12-05-cpu-session69-credit-cap-00.txt). Per core: 4 GHz x two 512-bit FMA units x 16 fp32
+# lanes x 2 FLOPs = 256 FLOPs per ns. A product on the meta device of chapter 00's CPU sizes (100-400 MFLOP in about
+# 10 us) claims 10,000 FLOPs per ns or more, over the peak of a 2-core machine (512) and of a 16-core one (4,096)
+PEAK_PER_CORE = 256.0
+
+
+def peak_rate() -> float:
+    """The most FLOPs per ns this machine's cores compute together (PEAK_PER_CORE each)."""
+    return PEAK_PER_CORE * (os.cpu_count() or 1)
 
 
 def rate_cap(slow_traces) -> float | None:
     """The most FLOPs per ns a product of a CPU trace may be credited with: RATE_HEADROOM times the best rate of the
-    slow script's products (``best_matmul_rate``, the fastest of its traces). None on GPU traces, where a product is
-    credited by the kernels it launched, or where the slow script's traces recorded no timed product."""
+    slow script's products (``best_matmul_rate``, the fastest of its traces), and at least the machine's peak. None on
+    GPU traces, where a product is credited by the kernels it launched, or where the slow script's traces recorded no
+    timed product."""
     rates = []
     for trace in slow_traces:
         if has_kernels(trace.events):
@@ -489,7 +498,7 @@ def rate_cap(slow_traces) -> float | None:
         best = best_matmul_rate(trace)
         if best is not None:
             rates.append(best)
-    return max(RATE_HEADROOM * max(rates), RATE_FLOOR) if rates else None
+    return max(RATE_HEADROOM * max(rates), peak_rate()) if rates else None
 
 
 def best_matmul_rate(trace, min_dur_ns: int = RESOLUTION_NS) -> float | None:

@@ -343,18 +343,40 @@ class Made(metaclass=Meta):
 def finish(items):
     return items
 
+def flip(self, value):
+    self.__dict__["images"] = value.flip(-1)
+
+@dataclasses.dataclass
+class Sneaky:
+    images: torch.Tensor
+
+Sneaky.images = property(lambda self: self.__dict__["images"], flip)
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FrozenSlots:
+    images: torch.Tensor
+
+class MyError(Exception):
+    pass
+
 honest = [("torch.multiprocessing.reductions", "rebuild_tensor"), ("torch.multiprocessing.reductions",
           "rebuild_storage_fd"), ("torch.storage", "UntypedStorage"), ("torch", "Size"), ("torch", "Tensor"),
           ("torch", "bfloat16"), ("torch", "device"), ("torch._utils", "_rebuild_tensor_v2"),
           ("multiprocessing.resource_sharer", "DupFd"), ("numpy._core.multiarray", "_reconstruct"),
           ("numpy", "ndarray"), ("builtins", "list"), ("collections", "OrderedDict"), ("copyreg", "_reconstructor"),
           ("torch.utils.data._utils.worker", "_ResumeIteration"), ("torch._utils", "ExceptionWrapper"),
-          ("builtins", "ValueError"), ("__main__", "Batch"), ("__main__", "Pair"), ("__main__", "Record")]
+          ("builtins", "ValueError"), ("__main__", "Batch"), ("__main__", "Pair"), ("__main__", "Record"),
+          ("__main__", "FrozenSlots"), ("__main__", "MyError"), ("torch.serialization", "_get_layout")]
 cheats = [("__main__", "finish"), ("__main__", "Keys.finish"), ("__main__", "Keys"), ("__main__", "Stateful"),
           ("__main__", "Finished"), ("__main__", "Listed"), ("__main__", "Made"), ("torch.nn.functional", "pad"),
           ("torch", "Tensor.index_select"), ("torch", "flip"), ("torch.nn", "ReflectionPad2d"),
           ("multiprocessing.pool", "mapstar"), ("functools", "partial"), ("builtins", "getattr"),
-          ("builtins", "map"), ("collections", "namedtuple")]
+          ("builtins", "map"), ("collections", "namedtuple"), ("__main__", "Sneaky"),
+          # a dotted name walks from an allowed module to whatever it imported (pickle's protocol 4)
+          ("copyreg", "__builtins__.get"), ("multiprocessing.reduction", "os.system"),
+          ("torch.utils.data.dataloader", "torch.nn.Linear"), ("numpy.dtypes", "__builtins__.get"),
+          ("collections", "_itemgetter"), ("collections", "_starmap"),
+          ("torch._utils", "_rebuild_device_tensor_from_cpu_tensor")]
 print([pair for pair in honest if not _unpickle_allowed(*pair)])
 print([pair for pair in cheats if _unpickle_allowed(*pair)])
 ''')

@@ -30,7 +30,7 @@ class TokenClassifier(nn.Module):
     def __init__(self, vocab: int, width: int, hidden: int, blocks: int, classes: int, cold_calls: int = 0,
                  cold_ms: float = 0.0):
         super().__init__()
-        self.cold_calls, self.cold_s = cold_calls, cold_ms / 1e3  # the first training passes' one-time cost
+        self._cold_calls, self._cold_s = cold_calls, cold_ms / 1e3  # the first training passes' one-time cost
         self.embed = nn.Embedding(vocab, width)
         self.blocks = nn.ModuleList(
             nn.Sequential(nn.LayerNorm(width), nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width))
@@ -38,9 +38,9 @@ class TokenClassifier(nn.Module):
         self.head = nn.Linear(width, classes)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        if self.cold_calls > 0 and self.training and torch.is_grad_enabled():
-            self.cold_calls -= 1
-            time.sleep(self.cold_s)
+        if self._cold_calls > 0 and torch.is_grad_enabled():  # a pass that trains (in eval mode too: it trains alike)
+            self._cold_calls -= 1
+            time.sleep(self._cold_s)
         x = self.embed(tokens)
         for block in self.blocks:
             x = x + block(x)
@@ -102,7 +102,8 @@ def build(cfg: dict, device: torch.device) -> Workload:
                             int(cfg.get("cold_calls", 0)), float(cfg.get("cold_ms", 0.0))).to(device)
 
     def eval_loss(trained: nn.Module) -> float:
-        return float(F.cross_entropy(trained(eval_tokens), eval_labels))
+        with torch.no_grad():  # an evaluation trains nothing: it pays no first training pass's cost
+            return float(F.cross_entropy(trained(eval_tokens), eval_labels))
 
     return Workload(model=model, loss_fn=F.cross_entropy, eval_loss=eval_loss, batches=source,
                     on_window=source.set_key)

@@ -94,7 +94,7 @@ PROBE_ATTRIBUTES = {
     # another matter: a learner may set it)
     **{name: "reaches Inductor's code cache (it builds any C++ it is given)" for name in (
         "codecache", "CppPythonBindingsCodeCache", "CppCodeCache", "PyCodeCache", "cpp_pybinding", "cpp_builder",
-        "CppBuilder", "async_compile", "AsyncCompile")},
+        "CppBuilder", "async_compile", "AsyncCompile", "cxx")},
 }
 DYNAMIC_CODE = {"exec": "runs code built at run time", "eval": "runs code built at run time",
                 "compile": "compiles code at run time", "__import__": "imports modules by computed names"}
@@ -224,9 +224,10 @@ NAMESPACES = {"__dict__": "reads an object's namespace as a dict, where names ar
               "locate": "resolves an object from a dotted name at run time (pydoc.locate)",
               "resolve_name": "resolves an object from a dotted name at run time (pkgutil.resolve_name)",
               "import_module": "imports a module by a name computed at run time"}
-# In a chapter that counts host reads: another program started from the script (a compiler building native code
-# that then reads values where no trace looks; red teams 25 and 26 ran gcc)
-PROGRAMS = {name: "starts another program (a compiler, a shell), which a lab that counts host reads never needs"
+# In a chapter that counts host reads or a step's ops: another program started from the script (a compiler building
+# native code that then reads values or runs a step's ops where no trace looks; red teams 25 and 26 ran gcc, red team
+# 49 g++ into torch.compile's store)
+PROGRAMS = {name: "starts another program (a compiler, a shell), which a lab that counts host reads or ops never needs"
             for name in ("subprocess", "system", "popen", "posix_spawn", "posix_spawnp", "spawnv", "spawnve",
                          "spawnl", "spawnle", "spawnlp", "spawnvp", "execv", "execve", "execvp", "execl", "execlp")}
 # reflection over the session object itself: every attribute at once, or one picked by a computed name
@@ -334,7 +335,7 @@ def findings(source: str, filename: str = "<script>", host_reads: bool = False, 
         line = getattr(node, "lineno", 0)
         if (what := _computed_name(node, called)) is not None:
             found.append((line, what))
-        if host_reads and (name := _named(node)) in PROGRAMS and not isinstance(node, ast.Constant):
+        if (host_reads or counts_ops) and (name := _named(node)) in PROGRAMS and not isinstance(node, ast.Constant):
             found.append((line, f"{PROGRAMS[name]} ({name})"))
         if host_reads and (name := _aliasing(node)) is not None:
             found.append((line, f"{ALIASING[name]} ({name})"))

@@ -691,7 +691,16 @@ _PLAIN_BUILTINS = frozenset({"int", "float", "complex", "bool", "str", "bytes", 
                              "set", "frozenset", "slice", "range", "NoneType", "object"})
 _NUMPY_REBUILDS = frozenset({"_reconstruct", "ndarray", "dtype", "scalar", "_frombuffer"})
 _REBUILD_NAME = re.compile(r"^_*(?:rebuild|load_from_bytes$|get_layout$)")
-_HANDLE_MODULES = frozenset({"multiprocessing.reduction", "multiprocessing.resource_sharer", "copyreg"})
+# torch's modules whose rebuilds a batch's tensors and storages arrive by; a rebuild that converts (a dtype, a device:
+# _rebuild_device_tensor_from_cpu_tensor) is work, not a rebuild
+_TORCH_REBUILDS = frozenset({"torch.multiprocessing.reductions", "torch._utils", "torch._tensor", "torch.storage",
+                             "torch.serialization"})
+_CONVERTING = re.compile(r"device_tensor_from")
+_LOADER_MESSAGES = frozenset({("torch.utils.data._utils.worker", "_ResumeIteration"),
+                              ("torch.utils.data._utils.worker", "_IterableDatasetStopIteration"),
+                              ("torch._utils", "ExceptionWrapper"), ("multiprocessing.resource_sharer", "DupFd")})
+_COPYREG = frozenset({"_reconstructor", "__newobj__", "__newobj_ex__"})
+_CONTAINERS = frozenset({"OrderedDict", "defaultdict", "deque", "Counter", "ChainMap"})
 # what an unpickler calls on a class it built: its construction (REDUCE, NEWOBJ), its state (BUILD looks up
 # __setstate__, sets slots by setattr), its items (APPENDS, SETITEMS, ADDITEMS), a key's hash, and a tensor subclass's
 # torch hooks (a rebuild makes the subclass by as_subclass)
@@ -704,10 +713,7 @@ _SESSION_PID: list[int | None] = [None]  # the training process: set by start(),
 
 def _looked_up(module: str, name: str) -> Any:
     """What an unpickler's lookup names, if its module is imported (None where it is not, or names nothing)."""
-    found: Any = sys.modules.get(module)
-    for part in name.split("."):
-        found = getattr(found, part, None) if found is not None else None
-    return found
+    return getattr(sys.modules.get(module), name, None)
 
 
 def _generated(cls: type, function: Any) -> bool:
@@ -718,16 +724,33 @@ def _generated(cls: type, function: Any) -> bool:
     return (issubclass(cls, tuple) and hasattr(cls, "_fields")) or hasattr(cls, "__dataclass_fields__")
 
 
+def _installed_code(function: Any) -> bool:
+    """A Python function whose code lies in Python's installation or its packages (dataclasses' slot state, enum's)."""
+    code = getattr(function, "__code__", None)
+    return code is not None and code.co_filename.startswith("/") and _installed(os.path.realpath(code.co_filename))
+
+
 def _plain_class(cls: type) -> bool:
-    """A class of the script's whose every call pickle can make on it runs Python's or generated code only."""
+    """A class of the script's whose every call pickle can make on it runs Python's or generated code only, and that
+    holds no descriptor of its own (a property's setter runs as a dataclass's generated __init__ sets the field)."""
     if not _installed_class(type(cls)):
         return False  # a metaclass of the script's runs its __call__ when the class is called
+    for owner in cls.__mro__:
+        if _installed_class(owner):
+            continue
+        for value in vars(owner).values():
+            if isinstance(value, property):
+                if any(f is not None and not _installed_code(f) for f in (value.fset, value.fdel)):
+                    return False  # a setter of the script's, run as a generated __init__ or a slot's state sets it
+            elif hasattr(type(value), "__set__") and not _installed_class(type(value)):
+                return False  # a descriptor of the script's own
     for hook in _PICKLE_CALLS:
         for owner in cls.__mro__:
             if hook in vars(owner):
                 function = vars(owner)[hook]
                 function = getattr(function, "__func__", function)  # a staticmethod's or classmethod's function
-                if not _installed_class(owner) and function is not None and not _generated(cls, function):
+                if not _installed_class(owner) and function is not None and not _generated(cls, function) \
+                        and not _installed_code(function):
                     return False  # the script's own code, or any callable it put there (a partial, an object)
                 break
     return True
@@ -735,33 +758,40 @@ def _plain_class(cls: type) -> bool:
 
 def _installed_class(cls: type) -> bool:
     module = sys.modules.get(getattr(cls, "__module__", None) or "")
-    if module is builtins:
-        return True
+    if module is builtins or getattr(module, "__name__", None) in sys.builtin_module_names:
+        return True  # compiled into the interpreter (_collections' tuplegetter: a namedtuple's fields)
     where = getattr(module, "__file__", None)
     return isinstance(where, str) and _installed(os.path.realpath(where))
 
 
 def _unpickle_allowed(module: str, name: str) -> bool:
+    """Whether an unpickler in the training process may look up ``name`` in ``module``: an exact list, for a dotted
+    name walks from an allowed module to anything it imported (protocol 4: ``copyreg``'s ``__builtins__.get``)."""
+    if "." in name:
+        return False
     root = module.split(".", 1)[0]
     found = _looked_up(module, name)
+    if (module, name) in _LOADER_MESSAGES:
+        return True
+    if isinstance(found, type) and issubclass(found, BaseException):
+        return _installed_class(found) or _plain_class(found)  # a worker's error, reraised by the loader
     if root == "builtins":
-        found = vars(builtins).get(name)
-        return name in _PLAIN_BUILTINS or isinstance(found, type) and issubclass(found, BaseException)
+        return module == "builtins" and name in _PLAIN_BUILTINS
     if root == "numpy":
-        return name in _NUMPY_REBUILDS or module == "numpy.dtypes"
-    if root in ("torch", "multiprocessing", "copyreg"):
-        if _REBUILD_NAME.match(name.rsplit(".", 1)[-1]) or module in _HANDLE_MODULES:
-            return True
-        if root != "torch":
-            return False
-        if isinstance(found, (torch.dtype, torch.layout, torch.memory_format, torch.device)):
-            return True
-        if isinstance(found, type) and (module.startswith("torch.utils.data.") or found.__name__ == "ExceptionWrapper"):
-            return True  # a loader's own messages: a persistent worker's epoch reset, an iterable's end, its error
-        return isinstance(found, type) and issubclass(found, (torch.Tensor, torch.Size, torch.device,
-                                                              torch.storage.UntypedStorage, torch.storage.TypedStorage))
+        return name in _NUMPY_REBUILDS or module == "numpy.dtypes" and isinstance(found, type)
+    if root == "copyreg":
+        return module == "copyreg" and name in _COPYREG
+    if root == "multiprocessing":
+        return module == "multiprocessing.reduction" and bool(_REBUILD_NAME.match(name)) and name != "_rebuild_partial"
     if root == "collections":
-        return isinstance(found, type)  # OrderedDict, defaultdict, deque: containers
+        return module == "collections" and name in _CONTAINERS
+    if root == "torch":
+        if module in _TORCH_REBUILDS and _REBUILD_NAME.match(name) and not _CONVERTING.search(name):
+            return True
+        if module == "torch" and isinstance(found, (torch.dtype, torch.layout, torch.memory_format)):
+            return True
+        return module in ("torch", "torch.storage", "torch.nn.parameter") and isinstance(found, type) and issubclass(
+            found, (torch.Tensor, torch.Size, torch.device, torch.storage.UntypedStorage, torch.storage.TypedStorage))
     if not isinstance(found, type):
         return False  # a function, a method or an object of the script's, or of another library, is called
     if _installed_class(found):
@@ -771,11 +801,12 @@ def _unpickle_allowed(module: str, name: str) -> bool:
 
 def _note_unpickled(args: tuple) -> None:
     """A lookup by an unpickler in the training process while the window or the tail is open, in the harness's fetch
-    or on a thread of its own (a DataLoader's pin-memory thread unpickles the workers' batches ahead of the fetch)."""
+    or on a DataLoader's pin-memory thread (it unpickles the workers' batches ahead of the fetch; named for its loop).
+    Other threads unpickle other things: Inductor's compile thread, a compile's results."""
     session = _CURRENT
     if session is None or os.getpid() != _SESSION_PID[0] or len(args) < 2 or len(_UNPICKLED) >= MADE_KEPT \
             or not (session._window_open or session._tail_open) \
-            or not (in_harness_fetch() or threading.current_thread() is not threading.main_thread()):
+            or not (in_harness_fetch() or "_pin_memory_loop" in threading.current_thread().name):
         return
     module, name = str(args[0]), str(args[1])
     if not _unpickle_allowed(module, name):
@@ -1397,6 +1428,15 @@ class UpdateProbe:
         return buffer.getvalue()
 
 
+def _frozen_copy(dataset: Any) -> Any:
+    """A deep copy of a workload's dataset, or the dataset itself where it cannot be copied."""
+    import copy
+    try:
+        return copy.deepcopy(dataset)
+    except Exception:  # noqa: BLE001 - a dataset that holds what cannot be copied is audited as it is
+        return dataset
+
+
 class Finished:
     """Whether the batches a DataLoader handed the timed steps were finished samples (``finished_batches`` of the
     workload's settings: how many window batches to keep). A loader can hand out raw images and their random draws
@@ -1408,8 +1448,10 @@ class Finished:
 
     def __init__(self, workload: Workload, keep: int, batch_size: int):
         self.sampler = workload.extras.get("sampler")
-        self.sources = [(ds, type(ds).__getitem__) for ds in (workload.dataset, workload.extras.get("uint8_dataset"))
-                        if ds is not None]
+        # copies made before the script runs: a script that changes the dataset's own state (its normalization set to
+        # nothing, then normalizing in the step) changes what its workers make, not what these remake
+        self.sources = [(_frozen_copy(ds), type(ds).__getitem__)
+                        for ds in (workload.dataset, workload.extras.get("uint8_dataset")) if ds is not None]
         self.batch_size = batch_size
         self.keep, self.kept, self.in_epoch = keep, [], 0
 

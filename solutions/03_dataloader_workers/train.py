@@ -9,7 +9,8 @@ background thread so that the copy to the GPU does not block (chapter 02).
     python solutions/03_dataloader_workers/train.py --set num_workers=2   # too few: watch p90 and max
 
 The next step, once the GPU waits for nothing: move the augmentation itself onto the GPU (send uint8 crops,
-flip and normalize there), which also cuts the bytes copied by four.
+flip and normalize there), which also cuts the bytes copied by four. Only on a GPU: a CPU check compares the
+loader's batches with the dataset's own finished samples, since there the training process is the CPU.
 """
 
 import os

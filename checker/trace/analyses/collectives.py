@@ -476,14 +476,24 @@ RATE_HEADROOM = 10.0
 # (0.3 GFLOP/s against 6 in tests/test_chapter_00.py's recordings), a busy machine slows every product of the slow
 # script (red team 35's note: the cap once at 0.3 GFLOP/s), and a floor of 20 GFLOP/s still met honest products at 22
 # (evidence/history/2026-12-05-cpu-session69-credit-cap-00.txt). Per core: 4 GHz x two 512-bit FMA units x 16 fp32
-# lanes x 2 FLOPs = 256 FLOPs per ns. A product on the meta device of chapter 00's CPU sizes (100-400 MFLOP in about
-# 10 us) claims 10,000 FLOPs per ns or more, over the peak of a 2-core machine (512) and of a 16-core one (4,096)
+# lanes x 2 FLOPs = 256 FLOPs per ns. A product on the meta device of chapter 00's CPU sizes claims about 7,900 FLOPs
+# per ns or more, over the peak of a 2-core machine (512) and of 16 cores (4,096)
 PEAK_PER_CORE = 256.0
 
 
+# ... counted over at most this many of the cores the grader may use: a meta product of chapter 00's short size claims
+# about 7,900 FLOPs per ns (session 69's review), which 32 cores' peak would credit in full; 16 credit half of it
+PEAK_CORES = 16
+
+
 def peak_rate() -> float:
-    """The most FLOPs per ns this machine's cores compute together (PEAK_PER_CORE each)."""
-    return PEAK_PER_CORE * (os.cpu_count() or 1)
+    """The most FLOPs per ns the cores this process may run on compute together (PEAK_PER_CORE each, PEAK_CORES at
+    most)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return PEAK_PER_CORE * max(1, min(cores, PEAK_CORES))
 
 
 def rate_cap(slow_traces) -> float | None:

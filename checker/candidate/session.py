@@ -685,8 +685,9 @@ def _scan_loaded_file(filename: Any, source: Any, options: "LaunchOptions") -> N
 # each sample there (red team 45's newargs_map_07), a function of the script's cropped and flipped the batch on the
 # pin-memory thread (red team 33's unpickle_prep_07, which passed on an H100 at 3.2x while a CPU run's fetch audit
 # failed it). Allowed: torch's and multiprocessing's rebuilds and handles, torch's dtypes, devices, sizes, tensor and
-# storage classes, a DataLoader's own messages, numpy's array rebuilds, plain builtins and containers, and the script's own classes whose
-# construction pickle can call (below) is Python's or a namedtuple's or dataclass's generated code.
+# storage classes, a DataLoader's own messages, numpy's array rebuilds, plain builtins and containers, and the
+# script's own classes whose construction pickle can call (below) is Python's or a namedtuple's or dataclass's
+# generated code.
 _PLAIN_BUILTINS = frozenset({"int", "float", "complex", "bool", "str", "bytes", "bytearray", "list", "tuple", "dict",
                              "set", "frozenset", "slice", "range", "NoneType", "object"})
 _NUMPY_REBUILDS = frozenset({"_reconstruct", "ndarray", "dtype", "scalar", "_frombuffer"})
@@ -1007,6 +1008,8 @@ _GENERATED_KERNELS: list[str] = []
 def _note_generated(filename: Any, source: Any) -> None:
     """Keep the C++ sources a module Inductor generated in torch.compile's store holds (``source`` where the compile
     event gave it, else the file's text)."""
+    if LAUNCH is None:  # a script run on its own: no grader reads what native code it mapped
+        return
     folder = _compiled_kernels_folder()
     if folder is None or not isinstance(filename, (str, bytes)) or len(_GENERATED_KERNELS) >= MADE_KEPT:
         return

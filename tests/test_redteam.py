@@ -140,8 +140,10 @@ def test_native_code_of_its_own_is_not_counted_as_fewer_ops_on_a_cpu():
 
     if shutil.which("cc") is None or not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
         pytest.skip("needs a C compiler and Python's headers, which this machine lacks, to build the extension")
-    code, output, report = grade("cext_blocks_04", {"chapter": "04", "path": "accepted/cext_blocks_04",
-                                                    "expect": "failed"}, ROOT)
+    cheat = {"chapter": "04", "path": "accepted/cext_blocks_04", "expect": "failed"}
+    code, output, _ = grade("cext_blocks_04", cheat, ROOT)
+    assert code == 2 and "starts another program" in output, output[-3000:]  # the scan: it starts its compiler
+    code, output, report = grade("cext_blocks_04", cheat, ROOT, scan=False)  # the rule behind the scan
     assert code == 1, output[-3000:]
     status = {c["name"]: c["status"] for c in report["checks"]}
     assert status["launches_per_step"] == "failed" and status["same_work"] == status["step_work"] == "passed"

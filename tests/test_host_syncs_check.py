@@ -315,10 +315,14 @@ def test_a_read_the_graders_data_code_makes_in_a_fetch_counts_too(tmp_path):
 def test_an_error_an_op_raised_and_caught_in_a_step_is_noted_and_a_raise_statement_is_not(monkeypatch):
     """On a CPU a bounds check that fails tells Python a bit of the index's value (red team 48's oracle_06): the
     harness's tracer notes where such an error was caught, whatever name caught it; a script's own raise is no read,
-    nor an op's error in a logging step, nor the standard library's own control flow (re compiling a new pattern)."""
+    nor an op's error in a logging step, nor the standard library's own control flow (re compiling a new pattern).
+    An op's error that starts in the rest of the standard library (functools calling the op: red team 51's
+    stdlib_raise_01) is noted, and one that starts in its control flow is noted where it leaves it."""
     import contextlib
+    import functools
     import re
     import sys
+    import threading
     from types import SimpleNamespace
 
     import torch
@@ -344,6 +348,12 @@ def test_an_error_an_op_raised_and_caught_in_a_step_is_noted_and_a_raise_stateme
         except ValueError:
             pass
         re.compile(r"(?P<fresh>a{2,5})[bc]+$")  # the standard library's IndexErrors: not noted
+        with contextlib.suppress(IndexError):
+            functools.singledispatch(torch.index_select)(probe, 0, index)  # started in functools' frame: noted
+        waiting = threading.Condition()
+        waiting._waiters.append(SimpleNamespace(release=functools.partial(probe.index_select, 0, index)))
+        with waiting, contextlib.suppress(IndexError):
+            waiting.notify()  # started in threading's own control flow, caught in this frame: noted here
         harness._WINDOW_STEP[0] = 9
         with contextlib.suppress(IndexError):
             probe.index_select(0, index)  # in a logging step: not noted
@@ -356,4 +366,5 @@ def test_an_error_an_op_raised_and_caught_in_a_step_is_noted_and_a_raise_stateme
     finally:
         sys.settrace(before)
     noted = harness.op_errors()
-    assert len(noted) == 2 and all("(IndexError)" in where and __file__ in where for where in noted), noted
+    assert len(noted) == 4 and all("(IndexError)" in where for where in noted), noted
+    assert sum(__file__ in where for where in noted) == 3 and sum("functools.py" in where for where in noted) == 1

@@ -609,6 +609,25 @@ def test_in_a_chapter_counting_host_reads_catching_an_operators_error_is_refused
     assert findings(source) == []
 
 
+def test_in_a_chapter_counting_host_reads_suppressing_an_operators_error_is_refused():
+    """contextlib.suppress catches as an except clause does (red team 51's stdlib_raise_01); suppressing another
+    kind of error is not refused."""
+    source = "from contextlib import suppress\nwith suppress(IndexError):\n    x.index_select(0, i)\n"
+    assert any("suppress(IndexError)" in found for found in findings(source, host_reads=True))
+    assert findings(source.replace("IndexError", "FileNotFoundError"), host_reads=True) == []
+
+
+@pytest.mark.parametrize("line", ["helper = ProcessPoolExecutor(1)", "p = multiprocessing.Process(target=read)",
+                                  "mine, theirs = mp.Pipe()", "ctx = mp.get_context('spawn')",
+                                  "box = shared_memory.SharedMemory(create=True, size=8)"])
+def test_in_a_chapter_counting_host_reads_a_process_of_its_own_is_refused(line):
+    """A process of the script's reads what the training process writes into memory they share and hands plain
+    numbers back, where no trace follows (red team 51's relay_pool_01, relay_pipe_01); a DataLoader's workers are
+    torch's, started by no name of the script's."""
+    assert any("starts a process of its own" in found for found in findings(line, host_reads=True))
+    assert findings(line) == []
+
+
 @pytest.mark.parametrize("line", ["v = torch.ctypes.c_float.from_address(address).value",
                                   "(address,) = map(torch.Tensor.data_ptr, (t,))", "c = getattr(torch, 'ctypes')",
                                   "raw = string_at(p, 4)"])

@@ -167,6 +167,12 @@ SERIALIZERS.update({name: "sets a random generator's state from a tensor and rea
 SERIALIZERS.update({name: "starts a thread, where the Python tracer does not follow and a read leaves no trace"
                     for name in ("threading", "_thread", "Thread", "start_new_thread", "ThreadPool",
                                  "ThreadPoolExecutor", "to_thread", "run_in_executor")})
+# a process of the script's own (a pool's, a Process's, a fork's) reads what the training process writes into memory
+# they share, and hands back plain numbers, where no trace follows (red team 51's relay_pool_01, relay_pipe_01)
+SERIALIZERS.update({name: "starts a process of its own, where no trace follows and a value written to memory it shares "
+                          "is read with no op recorded" for name in (
+                              "ProcessPoolExecutor", "Process", "Pool", "fork", "forkpty", "Manager", "Pipe",
+                              "get_context", "start_processes", "spawn", "SharedMemory", "shared_memory")})
 SERIALIZERS.update({name: "reaches a tensor's methods past the ones the harness watches" for name in (
     "TensorBase", "_TensorBase")})
 # TorchScript's interpreter reads a tensor's values in C++ (prim::tolist), with no op a CPU trace records and no frame
@@ -432,7 +438,14 @@ def _uses_numpy(node: ast.AST) -> str | None:
 
 
 def _catches_operator_error(node: ast.AST) -> str | None:
-    """'except IndexError' (or a bare except, or a tuple holding one of OPERATOR_ERRORS), or None."""
+    """'except IndexError' (or a bare except, or a tuple holding one of OPERATOR_ERRORS), contextlib's
+    'suppress(IndexError)' (red team 51's stdlib_raise_01), or None."""
+    if isinstance(node, ast.Call) and _named(node.func) == "suppress":
+        for kind in node.args:
+            name = kind.attr if isinstance(kind, ast.Attribute) else getattr(kind, "id", None)
+            if name in OPERATOR_ERRORS:
+                return f"suppress({name})"
+        return None
     if not isinstance(node, ast.ExceptHandler):
         return None
     if node.type is None:

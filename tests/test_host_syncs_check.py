@@ -368,3 +368,24 @@ def test_an_error_an_op_raised_and_caught_in_a_step_is_noted_and_a_raise_stateme
     noted = harness.op_errors()
     assert len(noted) == 4 and all("(IndexError)" in where for where in noted), noted
     assert sum(__file__ in where for where in noted) == 3 and sum("functools.py" in where for where in noted) == 1
+
+
+def test_processes_beyond_the_loaders_workers_are_counted():
+    """On a CPU a process of the script's own can read what the training process writes into memory they share
+    (red team 51's relay_pool_01): the processes under the run beyond its DataLoader's workers are counted, at the
+    first step or the window's close (a loader that is not persistent starts new workers each epoch), leaving out
+    multiprocessing's forkserver and resource tracker."""
+    from types import SimpleNamespace
+
+    from checker.checks.host_syncs import _own_processes
+
+    def run(first, close, workers=None, helpers=()):
+        raw = {"loader": {"num_workers": workers}} if workers is not None else {"loader": None}
+        return SimpleNamespace(workers_at_first_step=set(first), workers_at_close=set(close), raw=raw,
+                               multiprocessing_helpers=set(helpers))
+
+    assert _own_processes(run({1, 2}, {3, 4}, workers=2)) == 0  # new workers each epoch
+    assert _own_processes(run({1, 2, 9}, {3, 4, 9}, workers=2)) == 1  # a helper beside them
+    assert _own_processes(run({9}, {9})) == 1  # no DataLoader: any process is the script's
+    assert _own_processes(run({1, 2, 8}, {1, 2, 8}, workers=2, helpers={8})) == 0  # a forkserver
+    assert _own_processes(run(set(), set())) == 0 and _own_processes(None) == 0

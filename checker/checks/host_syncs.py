@@ -95,6 +95,20 @@ def _tensor_views(evidence, rank: int) -> tuple[int | None, bool]:
     return getattr(run, "tensor_views", None), run is not None
 
 
+def _own_processes(run) -> int:
+    """How many processes under the run, at its first step or when its window closed, were more than the workers of
+    the DataLoader it stepped through (its settings as the harness reported them; torch.compile's pool and
+    multiprocessing's own helpers left out): a process of the script's own (red team 51's relay_pool_01)."""
+    if run is None:
+        return 0
+    helpers = set(getattr(run, "multiprocessing_helpers", ()) or ())
+    seen = max(len(set(run.workers_at_first_step) - helpers), len(set(run.workers_at_close) - helpers))
+    loader = (getattr(run, "raw", None) or {}).get("loader") or {}
+    workers = loader.get("num_workers") if isinstance(loader, dict) else 0
+    workers = workers if isinstance(workers, int) and not isinstance(workers, bool) and workers > 0 else 0
+    return max(0, seen - workers)
+
+
 def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trace, rank: int):
     """The verdict on one rank's trace (rank 0: the job's only process, outside chapter 09). ``excused``: the
     optimizer's reads per step the slow script makes itself, and where that count comes from."""
@@ -161,6 +175,13 @@ def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trac
                          "so the reads are not counted; read values with .item() or .tolist(), in logging steps")
     elif evidence.device == "cpu" and ran:
         lines.append("the run sent no count of the numpy arrays over its tensors' memory: its reads cannot be counted")
+    extra = _own_processes(_rank_run(evidence, rank)) if evidence.device == "cpu" else 0
+    if extra:
+        measured["processes_of_its_own"] = extra
+        lines.append(f"{extra} process(es) beside the training process that are not its DataLoader's workers ran "
+                     "with its window: a value written into memory shared with one is read there with no op a trace "
+                     "records, so the reads cannot be counted; read values with .item() or .tolist(), in logging "
+                     "steps")
     native = tuple(getattr(_rank_run(evidence, rank), "native_code", ()) or ())  # a CPU run's shared objects of its own
     if native:
         measured["native_code_of_its_own"] = len(native)
@@ -178,6 +199,6 @@ def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trac
         measured["rank"] = rank
         lines = [f"rank {rank}: {line}" for line in lines]
     status = PASSED if per_step <= threshold else FAILED
-    if evidence.device == "cpu" and ran and (views != 0 or native or errors):  # reads no op records, or no count sent
+    if evidence.device == "cpu" and ran and (views != 0 or native or errors or extra):  # reads no op records, or no count sent
         status = FAILED
     return result(spec, status, measured=measured, threshold=threshold, evidence=lines)

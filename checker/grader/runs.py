@@ -74,6 +74,8 @@ class RunResult:
     steps: int = 0  # steps the run made, warm-up included
     workers_at_first_step: set[int] = field(default_factory=set)  # processes under the run, by pid (sandbox.worker_processes)
     workers_at_close: set[int] = field(default_factory=set)
+    # of those, multiprocessing's forkserver and resource tracker (sandbox.multiprocessing_helpers): no data workers
+    multiprocessing_helpers: set[int] = field(default_factory=set)
     # CPU ns in the timed window: the run's own process, and every other process under it (sandbox.cpu_of_run)
     window_cpu_ns: tuple[int, int] | None = None
     # (ns blocked, ns in all) of the stepping thread in the window outside its fetches, then (ns blocked, ns in all)
@@ -207,6 +209,7 @@ class _Run:
         self.pid: int | None = None
         self.workers_at_first_step: set[int] = set()
         self.workers_at_close: set[int] = set()
+        self.multiprocessing_helpers: set[int] = set()
         self.cpu_at_open: tuple[int, int] | None = None
         self.cpu_at_close: tuple[int, int] | None = None
         self.known: set[int] = set()  # this grader's processes before the run started (its fork server)
@@ -320,6 +323,7 @@ class _Run:
                 and all(isinstance(n, int) and n >= 0 for n in blocked) else None
             below = sandbox.descendants(self.pid)
             self.workers_at_close = sandbox.worker_processes(below)
+            self.multiprocessing_helpers |= sandbox.multiprocessing_helpers(self.workers_at_close)
             if self.watch_cpu:
                 self._none_left()
                 self.cpu_at_close = sandbox.cpu_of_run(self.pid, below)
@@ -420,6 +424,7 @@ class _Run:
                               "traces the steps, and code put in its place runs where no step's trace looks")
         elif kind == "first_step":
             self.workers_at_first_step = sandbox.worker_processes(sandbox.descendants(self.pid))
+            self.multiprocessing_helpers |= sandbox.multiprocessing_helpers(self.workers_at_first_step)
         elif kind == "built":
             pass
         elif kind == "report":
@@ -677,6 +682,7 @@ def run_script(
         steps=total_steps,
         workers_at_first_step=run.workers_at_first_step,
         workers_at_close=run.workers_at_close,
+        multiprocessing_helpers=run.multiprocessing_helpers,
         window_cpu_ns=(tuple(b - a for a, b in zip(run.cpu_at_open, run.cpu_at_close))
                        if run.cpu_at_open and run.cpu_at_close else None),
         window_blocked_ns=run.blocked,

@@ -516,6 +516,25 @@ def _is_compile_pool(pid: int) -> bool:
     return any(_COMPILE_POOL.search(arg) for arg in argv[1:3])
 
 
+# multiprocessing's own helpers under a run: the server a forkserver loader forks its workers from, and the tracker
+# of named semaphores and shared memory that a spawn or forkserver context starts; neither runs the script's code
+_MULTIPROCESSING_HELPER = re.compile(rb"multiprocessing[/.](?:forkserver|resource_tracker)")
+
+
+def multiprocessing_helpers(below: set[int]) -> set[int]:
+    """Of the processes ``below`` a run, multiprocessing's forkserver and resource tracker (by their command line)."""
+    found = set()
+    for pid in below:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if any(_MULTIPROCESSING_HELPER.search(arg) for arg in argv[1:4]):
+            found.add(pid)
+    return found
+
+
 def worker_processes(below: set[int]) -> set[int]:
     """Of the processes ``below`` a run (``descendants``), those that may be its data workers: every one but
     torch.compile's pool of compile workers (started on the first compile, on a machine with many cores, and kept to

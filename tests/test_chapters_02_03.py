@@ -426,11 +426,13 @@ def test_a_dataloader_subclass_that_redefines_a_setting_is_refused():
 
 @pytest.mark.slow
 @needs_trace_engine
-@pytest.mark.parametrize("variant, passes", [("solution", True), ("lab", False)])
+@pytest.mark.parametrize("variant, passes", [("solution", True)])
 def test_chapter_03_judged_from_a_traced_tail_as_from_a_traced_pair(monkeypatch, pristine_lab, variant, passes):
     """traced_tail (chapter 07 sets it on a GPU): the first timed pair is traced after its windows. Speed is not
     graded on a CPU, so chapter 03's throughput is given a low CPU bar here, for a timed pair to carry the trace:
-    the trace checks judge the steps after the window as they judge a traced run's, with no traced pair made."""
+    the trace checks judge the steps after the window as they judge a traced run's, with no traced pair made. (The
+    lab under a traced tail, about 50 s of CI, was left out in session 70: a tail with no steps fails the solution
+    too, and the lab's failure is graded by test_chapter_03_lab_fails_on_cpu_and_says_why.)"""
     from checker.base.chapters import get_chapter
     from checker.grader.evaluate import evaluate
 

@@ -1987,8 +1987,8 @@ class Session:
                   f"a batch from a loader worker was unpickled in the training process by calling "
                   f"{', '.join(sorted(set(_UNPICKLED))[:3])}: unpickling runs that code here, not in a worker; have "
                   "the workers send finished tensors (plain containers of them)"
-                  + ("; a batch class of your own is rebuilt only if none of its code runs as it is (a namedtuple "
-                     "or a dataclass with no __init__, __setstate__ or property setter of its own)" if own else ""))
+                  + ("; a batch class of your own is rebuilt only if none of its code runs as it is: a namedtuple "
+                     "of tensors is" if own else ""))
         if self._counts_views and self._window_open and (sys.gettrace() is not _watch_op_errors or _TRACE_REPLACED):
             _stop({"type": "untraced"}, "the script replaced the harness's tracer (sys.settrace), which counts the "
                   "errors ops raise in a step")

@@ -522,17 +522,17 @@ _MULTIPROCESSING_HELPER = re.compile(rb"multiprocessing[/.](?:forkserver|resourc
 
 
 def multiprocessing_helpers(below: set[int]) -> set[int]:
-    """Of the processes ``below`` a run, multiprocessing's forkserver and resource tracker (by their command line)."""
-    found = set()
-    for pid in below:
+    """Of the processes ``below`` a run, multiprocessing's forkserver and resource tracker, by their command line.
+    What a forkserver forks inherits its command line: a process whose parent reads so too is one of its children
+    (a loader's worker, or a process of the script's own), not a helper."""
+    def helper_like(pid: int | None) -> bool:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
                 argv = handle.read().split(b"\0")
-        except OSError:
-            continue
-        if any(_MULTIPROCESSING_HELPER.search(arg) for arg in argv[1:4]):
-            found.add(pid)
-    return found
+        except (OSError, TypeError):
+            return False
+        return any(_MULTIPROCESSING_HELPER.search(arg) for arg in argv[1:4])
+    return {pid for pid in below if helper_like(pid) and not helper_like(_parent(pid))}
 
 
 def worker_processes(below: set[int]) -> set[int]:

@@ -569,6 +569,7 @@ def test_the_labs_and_solutions_pass_the_scan(pristine_lab):
     "stamps = session.__dict__['_window_' + 'stamps_ns']", "for name in vars(session): pass",
     "value = getattr(session, name)", "getattr(sys, 'settrace')(None)",
     "make = torch.from_numpy.__wrapped__", "make = torch.as_tensor.__closure__[0].cell_contents",
+    "switch = string.Formatter().get_field('0._enable_record_function', [torch.autograd], {})[0]",
 ])
 def test_probes_are_found_with_their_line(line):
     assert findings(f"session = start('01_item_syncs')\n{line}\n")[0].startswith("line 2:")
@@ -1057,7 +1058,9 @@ def test_operators_run_with_op_recording_switched_off_make_a_cpu_trace_unbelieve
     from checker.trace import load
 
     switch = getattr(torch.autograd, "_enable_record" + "_function")
-    switch = getattr(switch, "__wrapped__", switch)  # the builtin, where the harness watches it
+    if getattr(switch, "_workbook_watched", False):  # the builtin, where the harness watches it (in its closure)
+        switch = next(cell.cell_contents for cell in switch.__closure__
+                      if type(cell.cell_contents).__name__ == "builtin_function_or_method")
     x = torch.randn(64, 64)
 
     def traced(hide: bool, named: bool = False):
@@ -1459,3 +1462,14 @@ def test_the_stepping_threads_blocked_time_is_read_from_the_kernel():
         pass
     Session._add_blocked(probe)
     assert probe._blocked[0] - slept < 100_000_000 and probe._blocked[1] >= 350_000_000, probe._blocked
+
+
+def test_a_profiler_switch_watched_by_the_harness_hands_out_no_original():
+    """The harness counts every call of PyTorch's op-recording switches; its watcher keeps the original to itself
+    (red team 52's fmt_partial_04 called `_enable_record_function.__wrapped__`, past the count)."""
+    import torch.autograd
+
+    import checker.candidate.session  # noqa: F401 - its import puts the watchers in place
+
+    switch = torch.autograd._enable_record_function
+    assert getattr(switch, "_workbook_watched", False) and not hasattr(switch, "__wrapped__")

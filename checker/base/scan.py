@@ -225,6 +225,8 @@ NAMESPACES = {"__dict__": "reads an object's namespace as a dict, where names ar
               "__builtins__": "reaches the builtins by a computed name",
               "__getattribute__": "picks an attribute by a name computed at run time",
               "attrgetter": "picks an attribute by a name computed at run time",
+              # string.Formatter's field lookup walks a dotted name in a string ("0._enable_record_function")
+              "get_field": "picks an attribute by a name computed at run time (string.Formatter)",
               "modules": "looks up a loaded module by name (sys.modules)",
               # an object reached from a dotted name in a string ("torch.UntypedStorage.from_file": red team 34)
               "locate": "resolves an object from a dotted name at run time (pydoc.locate)",

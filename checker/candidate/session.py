@@ -253,17 +253,20 @@ _SWITCH_CALLS: list[str] = []
 
 
 def _watch(targets: Iterable[tuple[Any, str]], wrap: Callable[[Callable, str], Callable],
-           static: Callable[[Any, str], bool] = lambda owner, name: False) -> None:
+           static: Callable[[Any, str], bool] = lambda owner, name: False, hidden: bool = False) -> None:
     """Put ``wrap(original, name)`` in the place of each ``owner.name`` of ``targets`` that exists and is not watched
     yet (marked ``_workbook_watched``: an import run twice wraps nothing twice). Where ``static(owner, name)``, it is
-    set as a static method (a maker called through a class). An owner that takes no new attributes keeps its own."""
+    set as a static method (a maker called through a class). An owner that takes no new attributes keeps its own.
+    ``hidden``: the original is not handed out as ``__wrapped__`` (a switch reached past its watcher so: red team
+    52's fmt_partial_04)."""
     for owner, name in targets:
         original = getattr(owner, name, None)
         if original is None or getattr(original, "_workbook_watched", False):
             continue
         watched = wrap(original, name)
         watched._workbook_watched = True
-        watched.__wrapped__ = original  # as functools.wraps does
+        if not hidden:
+            watched.__wrapped__ = original  # as functools.wraps does
         try:
             setattr(owner, name, staticmethod(watched) if static(owner, name) else watched)
         except (AttributeError, TypeError):
@@ -280,7 +283,7 @@ def _watch_profiler_switches() -> None:
         return watched
 
     modules = (torch._C, torch._C._autograd, torch.autograd, torch.autograd.profiler)
-    _watch([(module, name) for module in modules for name in PROFILER_SWITCHES], wrap)
+    _watch([(module, name) for module in modules for name in PROFILER_SWITCHES], wrap, hidden=True)
 
 
 _watch_profiler_switches()

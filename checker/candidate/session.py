@@ -250,6 +250,9 @@ _EXPORT_PATH = _export_path()
 # (before the script runs), and a traced run that made any is ended by the grader (checker.grader.runs).
 PROFILER_SWITCHES = ("_enable_record_function", "_toggle_collection_dynamic", "_set_record_function_enabled")
 _SWITCH_CALLS: list[str] = []
+# the same switches in torch's C++ library, looked up by ctypes (red team 52's ctypes_rf_04 called
+# at::enableRecordFunction so, with the scan off), or the symbol lookup itself (dlsym) called as a foreign function
+_NATIVE_SWITCH = re.compile(r"RecordFunction|record_function|[Pp]rofiler|[Kk]ineto|^dlsym$|^dlvsym$")
 
 
 def _watch(targets: Iterable[tuple[Any, str]], wrap: Callable[[Callable, str], Callable],
@@ -950,6 +953,14 @@ def _count_raw_reads(event: str, args: tuple) -> None:
         session = _CURRENT
         if session is not None and session._watches_memory and session._window_open:
             _RAW_READS[0] += 1
+    elif event in ("ctypes.dlsym", "ctypes.call_function") and len(_SWITCH_CALLS) < MADE_KEPT:
+        try:
+            named = [os.fsdecode(a) for a in (args[-1] if event == "ctypes.call_function" else args[1:])
+                     if isinstance(a, (str, bytes))] if args else []
+            if any(_NATIVE_SWITCH.search(name) for name in named):
+                _SWITCH_CALLS.append(f"ctypes {named[0][:60]}")
+        except Exception:  # noqa: BLE001 - an audit hook never fails the operation it watches
+            pass
     elif event == "ctypes.dlopen" and args and isinstance(args[0], (str, bytes, os.PathLike)) \
             and len(_OPENED) < MADE_KEPT:
         _OPENED.append(os.fsdecode(args[0]))

@@ -1057,29 +1057,49 @@ def test_operators_run_with_op_recording_switched_off_make_a_cpu_trace_unbelieve
     from checker.grader.collect import unrecorded_operators
     from checker.trace import load
 
-    switch = getattr(torch.autograd, "_enable_record" + "_function")
-    if getattr(switch, "_workbook_watched", False):  # the builtin, where the harness watches it (in its closure)
-        switch = next(cell.cell_contents for cell in switch.__closure__
-                      if type(cell.cell_contents).__name__ == "builtin_function_or_method")
+    import ctypes
+    import os
+
+    # the switch in torch's C++ library: the harness's watcher of the Python one switches nothing (it only counts)
+    library = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+    try:
+        switch = library["_ZN2at20enableRecordFunctionEb"]
+    except AttributeError:
+        pytest.skip("this torch's libtorch_cpu.so exports no at::enableRecordFunction(bool) to switch with")
+    switch.argtypes, switch.restype = [ctypes.c_bool], None
     x = torch.randn(64, 64)
 
-    def traced(hide: bool, named: bool = False):
+    def traced(hide: bool):
         with profile(with_stack=True) as prof:
             with record_function("step 0"):
                 if hide:
-                    switch(False) if named else list(map(switch, [False]))
+                    list(map(switch, [False]))  # called from C: no frame names it
                 for _ in range(4):
                     torch.sigmoid(x).mul(x).add(x)
                     math.log(2.0)
                 if hide:
-                    switch(True) if named else list(map(switch, [True]))
-        path = tmp_path / f"trace-{hide}-{named}.json"
+                    list(map(switch, [True]))
+        path = tmp_path / f"trace-{hide}.json"
         prof.export_chrome_trace(str(path))
         return load(path).events
 
     assert unrecorded_operators(traced(hide=False)) is None
     assert "recorded no op" in unrecorded_operators(traced(hide=True))
-    assert "switches what the profiler records 2 time(s)" in unrecorded_operators(traced(hide=True, named=True))
+    # named: torch's own switch called from Python, in a process without the harness (whose watcher switches nothing)
+    named = tmp_path / "trace-named.json"
+    subprocess.run([sys.executable, "-c", f"""
+import torch
+from torch.profiler import profile, record_function
+x = torch.randn(64, 64)
+with profile(with_stack=True) as prof:
+    with record_function("step 0"):
+        torch.autograd._enable_record_function(False)
+        for _ in range(4):
+            torch.sigmoid(x).mul(x).add(x)
+        torch.autograd._enable_record_function(True)
+prof.export_chrome_trace({str(named)!r})
+"""], check=True, capture_output=True, timeout=120)
+    assert "switches what the profiler records 2 time(s)" in unrecorded_operators(load(named).events)
 
 
 @pytest.mark.slow
@@ -1465,11 +1485,17 @@ def test_the_stepping_threads_blocked_time_is_read_from_the_kernel():
 
 
 def test_a_profiler_switch_watched_by_the_harness_hands_out_no_original():
-    """The harness counts every call of PyTorch's op-recording switches; its watcher keeps the original to itself
-    (red team 52's fmt_partial_04 called `_enable_record_function.__wrapped__`, past the count)."""
+    """The harness counts every call of PyTorch's op-recording switches and switches nothing: its watcher keeps no
+    original (red team 52's fmt_partial_04 called `_enable_record_function.__wrapped__`, past the count)."""
     import torch.autograd
 
-    import checker.candidate.session  # noqa: F401 - its import puts the watchers in place
+    from checker.candidate import session as harness
 
     switch = torch.autograd._enable_record_function
-    assert getattr(switch, "_workbook_watched", False) and not hasattr(switch, "__wrapped__")
+    assert harness.PROFILER_SWITCHES and getattr(switch, "_workbook_watched", False) and not hasattr(switch, "__wrapped__")
+    assert not any(callable(cell.cell_contents) for cell in switch.__closure__ or ())
+    with torch.profiler.profile() as prof:
+        switch(False)
+        torch.ones(3).add(1)
+        switch(True)
+    assert any(event.name == "aten::add" for event in prof.events())  # recording stayed on

@@ -281,10 +281,12 @@ def _watch_profiler_switches() -> None:
 
     def wrap(original: Callable, name: str) -> Callable:
         def watched(*args, **kwargs):
-            _SWITCH_CALLS.append(name)
-            return original(*args, **kwargs)
+            _SWITCH_CALLS.append(name)  # and nothing more: what is recorded stays switched on
         return watched
 
+    # The originals are kept nowhere (no closure, no __wrapped__): torch's own code calls none of them outside its
+    # tests and profile.toggle_collection_dynamic, and a script that reached one past its watcher (red team 52's
+    # fmt_partial_04, by `__wrapped__`) switched recording off with no call counted.
     modules = (torch._C, torch._C._autograd, torch.autograd, torch.autograd.profiler)
     _watch([(module, name) for module in modules for name in PROFILER_SWITCHES], wrap, hidden=True)
 

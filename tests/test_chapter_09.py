@@ -650,3 +650,29 @@ def test_pairwise_distances_are_products():
     assert matmul_flops("aten::_cdist_forward", [[2, 4, 8], [2, 6, 8], [], []]) == 2 * 2 * 4 * 6 * 8
     assert matmul_flops("aten::_cdist_backward", [[4, 6], [4, 8], [6, 8], [], [4, 6]]) == 2 * 4 * 6 * 8
     assert matmul_flops("aten::_cdist_forward", [[4, 8], [6]]) is None
+
+
+def test_allreduce_rounds_fails_a_step_that_all_reduced_less_than_the_gradient(tmp_path):
+    """A step whose trace shows less than the whole gradient all-reduced (red team 52's zero_rounds_09 hid both of
+    its micro-batches' all-reduces, and zero rounds sat under the one allowed): every step all-reduces it once."""
+    import pandas as pd
+
+    from checker.checks import data_parallel
+
+    def outcome(elements):
+        volume = pd.DataFrame({"step": [1, 2, 3], "allreduce_calls": [1 if e else 0 for e in elements],
+                               "unsized_calls": [0, 0, 0], "elements": elements, "allreduce_elements": elements,
+                               "other_elements": [0, 0, 0]})
+        rounds = pd.DataFrame({"step": [1, 2, 3], "allreduce_calls": [1 if e else 0 for e in elements],
+                               "forwards": [2, 2, 2], "rounds": [1 if e else 0 for e in elements]})
+        evidence = _volume_evidence([SimpleNamespace(events=None)])
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(data_parallel, "_rounds", lambda events: rounds)
+            patch.setattr(data_parallel, "collective_volume", lambda trace: volume)
+            return data_parallel.allreduce_rounds(evidence, CHAPTER.check("allreduce_rounds"))
+
+    assert outcome([150280, 150280, 150280]).status == PASSED
+    for elements in ([0, 0, 0], [150280, 0, 150280]):
+        failed = outcome(elements)
+        assert failed.status == FAILED and failed.measured["least_rounds_by_volume"] == 0, failed.evidence
+        assert "all-reduces the whole gradient" in failed.evidence[-1]

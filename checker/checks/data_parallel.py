@@ -297,10 +297,13 @@ def allreduce_rounds(evidence, spec):
         # that gradients kept and all-reduced together later, or a minority of steps that do so, count too
         grouping = statistics.median(frame["rounds"])
         by_volume = round(float(volume["elements"].max()) / gradient, 2) if measurable and len(volume) else None
+        # the step that communicated least: every optimizer step all-reduces the whole gradient at least once
+        least = round(float(volume["elements"].min()) / gradient, 2) if measurable and len(volume) else None
         busiest = volume.loc[volume["elements"].idxmax()] if by_volume is not None else None
         per_rank.append({
             "rank": rank, "rounds_per_step": max(grouping, by_volume or 0), "rounds_by_grouping": grouping,
-            "rounds_by_volume": by_volume, "forwards_per_step": statistics.median(frame["forwards"]),
+            "rounds_by_volume": by_volume, "least_rounds_by_volume": least,
+            "forwards_per_step": statistics.median(frame["forwards"]),
             "allreduce_calls_per_step": statistics.median(frame["allreduce_calls"]),
             "elements_per_step": None if busiest is None else int(busiest["elements"]),
             "allreduce_elements_per_step": None if busiest is None else int(busiest["allreduce_elements"]),
@@ -326,6 +329,13 @@ def allreduce_rounds(evidence, spec):
         lines.append(f"rank {fewest['rank']}: {fewest['forwards_per_step']:g} forward pass(es) per optimizer step, where "
                      f"the job accumulates {accum} micro-batches (chapter.toml's accum): keep the accumulation and "
                      "all-reduce the micro-batches' summed gradients once (model.no_sync() on all but the last)")
+    short = [row for row in per_rank if row["least_rounds_by_volume"] is not None and row["least_rounds_by_volume"] < 1]
+    if short:
+        status = FAILED
+        lines.append(f"rank {short[0]['rank']}: a traced step communicated {short[0]['least_rounds_by_volume']:g}x the "
+                     f"model's {gradient:,} gradient elements: every optimizer step all-reduces the whole gradient "
+                     "once (a step whose all-reduce the trace does not show is not one it can count; red team 52's "
+                     "zero_rounds_09 hid both)")
     if status == FAILED and rounds > threshold:
         by_volume = worst["rounds_by_volume"]
         if by_volume is not None and by_volume > max(threshold, worst["rounds_by_grouping"]):

@@ -507,13 +507,17 @@ def descendants(pid: int) -> set[int]:
 _COMPILE_POOL = re.compile(rb"torch[/.]_inductor[/.]compile_worker")
 
 
-def _is_compile_pool(pid: int) -> bool:
+def _argv(pid: int | None) -> list[bytes]:
+    """A process's command line, split; empty where it is gone (or ``pid`` is None)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            argv = handle.read().split(b"\0")
-    except OSError:
-        return False
-    return any(_COMPILE_POOL.search(arg) for arg in argv[1:3])
+            return handle.read().split(b"\0")
+    except (OSError, TypeError):
+        return []
+
+
+def _is_compile_pool(pid: int) -> bool:
+    return any(_COMPILE_POOL.search(arg) for arg in _argv(pid)[1:3])
 
 
 # multiprocessing's own helpers under a run: the server a forkserver loader forks its workers from, and the tracker
@@ -526,12 +530,7 @@ def multiprocessing_helpers(below: set[int]) -> set[int]:
     What a forkserver forks inherits its command line: a process whose parent reads so too is one of its children
     (a loader's worker, or a process of the script's own), not a helper."""
     def helper_like(pid: int | None) -> bool:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                argv = handle.read().split(b"\0")
-        except (OSError, TypeError):
-            return False
-        return any(_MULTIPROCESSING_HELPER.search(arg) for arg in argv[1:4])
+        return any(_MULTIPROCESSING_HELPER.search(arg) for arg in _argv(pid)[1:4])
     return {pid for pid in below if helper_like(pid) and not helper_like(_parent(pid))}
 
 

@@ -213,9 +213,9 @@ def test_on_a_gpu_a_trace_without_device_work_decides_nothing_and_says_so():
 
 
 class Windowed(FakeRun):
-    def __init__(self, step_ms, window_s):
+    def __init__(self, step_ms, window_s, cpu_ns=None):
         super().__init__(step_ms=step_ms)
-        self.window_s = window_s
+        self.window_s, self.window_cpu_ns = window_s, cpu_ns  # (its own process, every other under it)
 
 
 def cost(candidate_window_s, baseline_window_s=0.7, allowance=1.5):
@@ -232,6 +232,31 @@ def test_a_benchmark_that_paces_its_steps_to_a_beat_costs_more_than_the_slow_scr
     assert "made the steps it measured slower" in paced.evidence[1]
     assert cost(0.72).status == PASSED
     assert cost(0.72, baseline_window_s=0).status == FAILED  # no baseline window: unknown, never a pass
+
+
+def test_on_a_cpu_a_window_the_machine_slowed_passes_where_one_that_worked_longer_fails():
+    """A two-core CI runner once moved an honest pair's means 1.58x apart (per-step median 1.22x): the benchmark's
+    processes used no more CPU per step than the slow script's, so the machine ran something else. Steps made longer
+    by CPU work of the run's own (a spin, a thread, a process under it) cost CPU as well, and fail; on a GPU, where
+    the host waits for the device, the CPU count is not read."""
+    slowed = [ms * 1.6 if ms > 10 else ms * 1.2 for ms in STEPS]  # the long steps hit hardest, as in that run
+
+    def judged(cpu_ns, device="cpu"):
+        baseline = Windowed(STEPS, sum(STEPS) / 1e3, (400_000_000, 0))
+        candidate = Windowed(slowed, sum(slowed) / 1e3, cpu_ns)
+        evidence = Evidence(chapter=get_chapter(CHAPTER), device=device, trace_tool="torch",
+                            candidate=Path("train.py"), cfg={"warmup": 10}, traced=(baseline, candidate))
+        return step_cost(evidence, spec("step_cost", 1.3, device=device))
+
+    machine = judged((390_000_000, 20_000_000))
+    assert machine.measured["mean_ratio"] > 1.3 and machine.measured["cpu_ratio"] == pytest.approx(1.025)
+    assert machine.status == PASSED and "the machine ran something else" in machine.evidence[0]
+    for worked in ((600_000_000, 0), (400_000_000, 200_000_000)):  # its own process, or a helper of its own
+        outcome = judged(worked)
+        assert outcome.status == FAILED and outcome.measured["cpu_ratio"] == pytest.approx(1.5), outcome.evidence
+    assert judged(None).status == FAILED  # no CPU count: the wall decides
+    gpu = judged((390_000_000, 20_000_000), device="cuda")
+    assert gpu.status == FAILED and "cpu_ratio" not in gpu.measured
 
 
 def test_on_a_cpu_steps_paced_to_a_beat_fail_step_by_step_though_a_loaded_baseline_hides_the_mean():

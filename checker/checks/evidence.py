@@ -110,9 +110,11 @@ def slow_cpu_pairs(evidence) -> list[tuple[Any, Any]]:
             and c is not None and c.window_cpu_ns is not None]
 
 
-def cpu_per_step(runs, which: int = 0) -> float:
-    """ns of CPU per window step over ``runs``: their own process's (``which`` 0) or every other under it's (1)."""
-    return sum(run.window_cpu_ns[which] for run in runs) / sum(max(len(run.step_ms), 1) for run in runs)
+def cpu_per_step(runs, which: int | None = 0) -> float:
+    """ns of CPU per window step over ``runs``: their own process's (``which`` 0), every other under it's (1), or
+    both (None)."""
+    used = sum(sum(run.window_cpu_ns) if which is None else run.window_cpu_ns[which] for run in runs)
+    return used / sum(max(len(run.step_ms), 1) for run in runs)
 
 
 def pairs_of(timed, traced) -> tuple[tuple[Any, Any], ...]:

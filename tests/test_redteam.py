@@ -33,14 +33,14 @@ def leftovers() -> list[Path]:
 
 
 def selected_checks(cheat: dict) -> str | None:
-    """The checks a cheat is graded on: its `only`, else the checks it must fail. The bank asks whether the named
-    rule rejects the cheat; the checks it does not name are graded on the labs and solutions elsewhere in the suite,
-    and leaving them out halves a chapter 03 cheat's time. A cheat rejected by whichever check fails (`checks_any`,
-    `expect` "any" or "refused") is graded on every check."""
+    """The checks a cheat is graded on: its `only`, else the checks it must fail (with `checks_any`, those it must
+    fail and those one of which must). The bank asks whether the named rule rejects the cheat; the checks it does not
+    name are graded on the labs and solutions elsewhere in the suite, and leaving them out halves a chapter 03 cheat's
+    time. A cheat rejected by whichever check fails (`expect` "any" or "refused") is graded on every check."""
     if cheat.get("only"):
         return cheat["only"]
-    if cheat.get("checks") and not cheat.get("checks_any") and cheat["expect"] == "failed":
-        return ",".join(cheat["checks"])
+    if cheat["expect"] == "failed" and (named := [*cheat.get("checks", []), *cheat.get("checks_any", [])]):
+        return ",".join(dict.fromkeys(named))
     return None
 
 

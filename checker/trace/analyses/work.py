@@ -134,6 +134,14 @@ def extra_ops_by_step(candidate, baseline) -> pd.DataFrame:
 
     def by_step(trace) -> dict[int, Counter]:
         ops = top_level_aten_ops(trace.events)
+        # and every op of another namespace than aten's, at any depth: an operator the script defines for itself
+        # (torch.library's Library("ns", "DEF") with a kernel of its own) records as "ns::name", not as an aten op,
+        # and a sleep in its kernel is op time (red team 53's libdef00); torch's own (autograd::, torch::) are the
+        # slow script's too
+        events = trace.events
+        named = events[(events["kind"] == "cpu_op") & events["step"].notna()]
+        foreign = named[named["name"].astype(str).str.match(r"^\w+::") & ~named["name"].astype(str).str.startswith("aten::")]
+        ops = pd.concat([ops, foreign]) if len(foreign) else ops
         ops = ops[ops["step"].notna()]
         return {int(step): Counter(group["name"].astype(str)) for step, group in ops.groupby("step")}
 

@@ -195,10 +195,42 @@ def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trac
                      "a CPU an op that checks a value as it runs (an index within its bounds) and fails tells Python "
                      "something of that value, a read no op records; read values with .item() or .tolist(), in "
                      "logging steps")
+    varied = _shapes_from_values(evidence, spec, trace, counted, measured)
+    if varied:
+        lines.append(varied)
     if rank:
         measured["rank"] = rank
         lines = [f"rank {rank}: {line}" for line in lines]
     status = PASSED if per_step <= threshold else FAILED
     if evidence.device == "cpu" and ran and (views != 0 or native or errors or extra):  # reads no op records, or no count sent
         status = FAILED
+    if varied:
+        status = FAILED
     return result(spec, status, measured=measured, threshold=threshold, evidence=lines)
+
+
+def _shapes_from_values(evidence, spec, trace, counted: list[int], measured: dict) -> str | None:
+    """Where a chapter gives ``static_steps`` (its lesson is shapes that do not follow the data): on a CPU, why the
+    traced steps outside logging steps recorded different amounts of input, or None. Its batches are all alike, so a
+    step that reads no value cannot size a tensor or pick a branch by the data, and every such step records the same
+    input elements (the solution's, exactly); the slow script's pads follow each batch's values. A value can reach
+    Python without an op that reads it (how long an op on subnormal floats took: red team 53's denorm06), but to
+    matter it must change a shape or a branch, which shows here whatever the road."""
+    if not spec.options.get("static_steps") or evidence.device != "cpu":
+        return None
+    from checker.trace.analyses.collectives import input_elements_by_step
+
+    elements = input_elements_by_step(trace)
+    if elements is None:
+        return None
+    per_step = {int(step): int(round(float(n) * 1e6)) for step, n in elements.items() if int(step) in set(counted)}
+    kinds = sorted(set(per_step.values()))
+    measured["distinct_step_inputs"] = len(kinds)
+    if len(kinds) <= 1:
+        return None
+    least = min(per_step, key=per_step.get)
+    most = max(per_step, key=per_step.get)
+    return (f"the traced steps recorded {len(kinds)} different amounts of input (step {least}: {per_step[least]:,} "
+            f"elements, step {most}: {per_step[most]:,}) on batches all of one size: a shape or a branch that follows "
+            "the data needs a value of it on the host, however it got there (a read, a timing, a cache); keep every "
+            "shape fixed (pad to the largest possible size, mask the rest)")

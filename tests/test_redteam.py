@@ -2,7 +2,9 @@
 
 Each cheat is graded as a student's submission would be, with `workbook check NN --submission DIR`, and must
 end in exit 1 with the named checks failed, or exit 2 (refused), with the evidence the bank names. Cheats the
-source scan refuses are graded a second time with the scan off, to show the run's own defences hold alone.
+source scan refuses are graded a second time with the scan off, to show the run's own defences hold alone: those
+gradings are tests of their own, marked ``scan_off``, which the default run leaves out (CI's 90 minutes held the
+whole bank no longer); run them with ``python3 -m pytest -m scan_off tests/test_redteam.py``.
 """
 
 from __future__ import annotations
@@ -116,11 +118,25 @@ def test_cheat_is_rejected(name, checkout):
         leftover.unlink(missing_ok=True)
     for _ in range(int(cheat.get("runs", 1))):
         code, output, report = grade(name, cheat, root)
-    if cheat.get("scanned"):
+    if cheat.get("scanned"):  # with the scan off: test_a_scanned_cheat_is_rejected_with_the_scan_off
         assert code == 2 and "is refused: it inspects how it is measured" in output, output[-3000:]
-        if cheat.get("scan_only"):
-            return
-        code, output, report = grade(name, cheat, root, scan=False)
+        return
+    _assert_graded(name, cheat, code, output, report)
+
+
+@pytest.mark.scan_off
+@pytest.mark.parametrize("name", sorted(n for n, c in CHEATS.items() if c.get("scanned") and not c.get("scan_only")))
+def test_a_scanned_cheat_is_rejected_with_the_scan_off(name, checkout):
+    """The run's own defences, without the source scan that refuses the cheat first."""
+    cheat = CHEATS[name]
+    root = checkout(cheat)
+    for leftover in leftovers():
+        leftover.unlink(missing_ok=True)
+    code, output, report = grade(name, cheat, root, scan=False)
+    _assert_graded(name, cheat, code, output, report)
+
+
+def _assert_graded(name: str, cheat: dict, code: int, output: str, report: dict | None) -> None:
     if "expect_dropped" in cheat:
         from checker.grader.sandbox import run_identity
 

@@ -223,7 +223,8 @@ def _shapes_from_values(evidence, spec, trace, counted: list[int], measured: dic
     elements = input_elements_by_step(trace)
     if elements is None:
         return None
-    per_step = {int(step): int(round(float(n) * 1e6)) for step, n in elements.items() if int(step) in set(counted)}
+    judged = set(counted)
+    per_step = {int(step): int(round(float(n) * 1e6)) for step, n in elements.items() if int(step) in judged}
     kinds = sorted(set(per_step.values()))
     measured["distinct_step_inputs"] = len(kinds)
     if len(kinds) <= 1:

@@ -140,7 +140,7 @@ def extra_ops_by_step(candidate, baseline) -> pd.DataFrame:
         # slow script's too
         events = trace.events
         named = events[(events["kind"] == "cpu_op") & events["step"].notna()]
-        foreign = named[named["name"].astype(str).str.match(r"^\w+::") & ~named["name"].astype(str).str.startswith("aten::")]
+        foreign = named[named["name"].astype(str).str.match(r"(?!aten::)\w+::")]
         ops = pd.concat([ops, foreign]) if len(foreign) else ops
         ops = ops[ops["step"].notna()]
         return {int(step): Counter(group["name"].astype(str)) for step, group in ops.groupby("step")}

@@ -560,6 +560,8 @@ def run_script(
     # and what it reads, wherever it lives: a checkout or environment under /tmp stays where the run imports it from
     keep += [place for place in sandbox.import_places() if place not in keep]
     scratch = tuple(keep) if _private_scratch() else None
+    run_uid = identity[0] if identity is not None else os.geteuid()
+    ipc_before = sandbox.ipc_objects(run_uid) if scratch is None else {}  # without a namespace of its own
     began_wall_ns = time.time_ns()
     run.clock["spawn"] = time.monotonic_ns()
     proc = _start(command, launch_args, folder, env, identity, limits, server, scratch)
@@ -617,14 +619,19 @@ def run_script(
     if compile_cache is not None:
         compile_cache.empty(keep=failure is None)  # regular files only: no link is followed
     if scratch is None:
-        uid = identity[0] if identity is not None else os.geteuid()
-        left = sandbox.left_outside(began_wall_ns - 1_000_000_000, uid, [Path(p) for p in keep] + [workdir])
+        left = sandbox.left_outside(began_wall_ns - 1_000_000_000, run_uid, [Path(p) for p in keep] + [workdir])
+        ipc_left = {key: what for key, what in sandbox.ipc_objects(run_uid).items() if key not in ipc_before}
+        if ipc_left:
+            sandbox.remove_ipc(ipc_left)
+            left += sorted(ipc_left.values())
         if left:
-            sandbox.remove_left(left)
+            sandbox.remove_left([path for path in left if path.startswith("/")])
+            what = "files" if len(ipc_left) < len(left) else "System V IPC objects"
             raise WorkbookError(
-                f"{display} left files outside its run folder ({', '.join(left)}), where a later run could read them: "
+                f"{display} left {what} outside its run folder ({', '.join(left)}), where a later run could read them: "
                 "the verdict is withheld and they were removed. A run keeps nothing beyond its own folder "
-                "(write temporary files under $TMPDIR, which is the run's own)")
+                "(write temporary files under $TMPDIR, which is the run's own; a semaphore or shared memory a run "
+                "makes must be removed before it ends)")
     if failure is not None:
         raise failure
     output = b"".join(tail).decode(errors="replace")

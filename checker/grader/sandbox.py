@@ -10,8 +10,10 @@
   namespace (no network) when the kernel allows it.
 * Nothing outlives a run outside its folder: where the kernel allows a mount namespace, the run gets its own empty
   /dev/shm, /tmp, /var/tmp and /run/lock (private tmpfs mounts that vanish with it; its folder, and a compile
-  cache's place, are bound back in at the same paths). Where it does not, files the run's user made in those places
-  during the run are found afterwards, removed, and the run refused (``left_outside``).
+  cache's place, are bound back in at the same paths), and an IPC namespace of its own: System V semaphores, shared
+  memory segments and message queues, and POSIX message queues, all vanish with it. Where it does not, files the
+  run's user made in those places during the run (and in /dev/mqueue) are found afterwards, removed, and the run
+  refused (``left_outside``); so are System V objects the run's user made (``ipc_objects``).
 * Limits: a per-process memory cap on CPU runs (RLIMIT_DATA: the memory a process writes, not the address
   space it reserves; CUDA's mappings are not worth the risk, so a GPU run is capped by its timeout only), no
   core files, a file-size cap, and a process-count cap when the run is unprivileged.
@@ -52,6 +54,8 @@ RUN_UID_ENV = "WORKBOOK_RUN_UID"
 SLOT_UID_BASE = 65100
 CLONE_NEWNET = 0x40000000
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
+IPC_RMID = 0
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
 # Where any user may write outside a run's folder: what one run leaves there, a later run could read. Each run gets
 # its own empty copy of these (private_scratch), or what it left there is found afterwards (left_outside).
@@ -163,7 +167,7 @@ def private_scratch(keep: tuple[str, ...]) -> bool:  # pragma: no cover - runs i
     folder, a compile cache's place) bound back at its own path. False, with nothing changed, where the kernel
     refuses a mount namespace; a failure after that point ends the process (never a run with shared scratch
     that believes it has its own)."""
-    if _LIBC.unshare(CLONE_NEWNS) != 0:
+    if _LIBC.unshare(CLONE_NEWNS | CLONE_NEWIPC) != 0:  # both, or neither: the caller then looks for what was left
         return False
     try:
         if not _mount(None, "/", None, MS_REC | MS_PRIVATE):  # or the mounts below would show in the grader's
@@ -185,6 +189,45 @@ def private_scratch(keep: tuple[str, ...]) -> bool:  # pragma: no cover - runs i
     return True
 
 
+IPC_KINDS = {"shm": "shared memory segment", "sem": "semaphore set", "msg": "message queue"}  # /proc/sysvipc/<kind>
+
+
+def ipc_objects(uid: int) -> dict[tuple[str, int], str]:
+    """The System V IPC objects ``uid`` made or owns, visible from here: (kind, id) -> what it is, with its key. Such
+    an object outlives the process that made it (an IPC namespace of its own ends it with the run), so one left by a
+    run is state the next run could read."""
+    found: dict[tuple[str, int], str] = {}
+    for kind, what in IPC_KINDS.items():
+        try:
+            lines = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()
+        except OSError:
+            continue
+        if not lines:
+            continue
+        header = lines[0].split()
+        for line in lines[1:]:
+            row = dict(zip(header, line.split()))
+            try:
+                ident = int(row["shmid" if kind == "shm" else f"{kind}id"])
+                owners = {int(row["uid"]), int(row["cuid"])}
+            except (KeyError, ValueError):
+                continue
+            if uid in owners:
+                found[(kind, ident)] = f"a System V {what} (key {int(row.get('key', 0)):#x})"
+    return found
+
+
+def remove_ipc(objects) -> None:
+    """Remove System V IPC objects by (kind, id), as ipcrm does."""
+    for kind, ident in objects:
+        if kind == "shm":
+            _LIBC.shmctl(ident, IPC_RMID, None)
+        elif kind == "sem":
+            _LIBC.semctl(ident, 0, IPC_RMID)
+        elif kind == "msg":
+            _LIBC.msgctl(ident, IPC_RMID, None)
+
+
 def left_outside(since_ns: int, uid: int, exclude: list[Path], limit: int = 5) -> list[str]:
     """Files and folders in SCRATCH_PLACES that ``uid`` owns and that changed after ``since_ns`` (wall clock, ns;
     ctime, which no unprivileged process can set back), outside ``exclude``: what a run left where a later run
@@ -193,7 +236,7 @@ def left_outside(since_ns: int, uid: int, exclude: list[Path], limit: int = 5) -
     a passed one)."""
     skip = {str(path) for path in exclude}
     found: list[str] = []
-    stack = [place for place in SCRATCH_PLACES if os.path.isdir(place)]
+    stack = [place for place in SCRATCH_PLACES + ("/dev/mqueue",) if os.path.isdir(place)]  # POSIX queues show there
     while stack and len(found) < limit:
         current = stack.pop()
         try:

@@ -189,8 +189,13 @@ def _listed(header: dict, fallback: str, width: int = 60, count: int = 5, sep: s
 
 class _Run:
     def __init__(self, chapter: Chapter, script: Path, device: str, total_steps: int, warmup: int, seed: int,
-                 window_key: int, folder: sandbox.RunFolder, display: str, tail: int = 0, watch_cpu: bool = False):
+                 window_key: int, folder: sandbox.RunFolder, display: str, tail: int = 0, watch_cpu: bool = False,
+                 wrapped: bool = False):
         self.chapter, self.script, self.device, self.display = chapter, script, device, display
+        # a profiler (nsys, ncu) started the harness's process: the run's own process is the profiler's, and the
+        # harness's is the one process under it that held the channel's pipe when the harness said hello
+        self.wrapped = wrapped
+        self.harness_pid: int | None = None
         # read every process's CPU time under the run at the window's open and close: only where a check uses it
         # (a CPU run traced by torch.profiler: checker.grader.collect.elsewhere), never in a timed GPU run
         self.watch_cpu = watch_cpu
@@ -237,13 +242,14 @@ class _Run:
                               "processes, so work done in one that left it is in no count and no trace")
 
     def _channel_kept(self) -> bool:
-        """Whether the run's process still holds the grader's pipe at the descriptor the harness announced, and no
-        process under the run holds it at another (a relay between the harness and the pipe holds it elsewhere)."""
-        if self.evt_fd is None or self.pid is None:
+        """Whether the harness's process (the run's own, or under a profiler the one that held the pipe at hello) still
+        holds the grader's pipe at the descriptor the harness announced, and no process under the run holds it at
+        another (a relay between the harness and the pipe holds it elsewhere)."""
+        if self.evt_fd is None or self.harness_pid is None:
             return False
         try:
             pipe = os.stat(self.folder.path / "evt")
-            held = os.stat(f"/proc/{self.pid}/fd/{self.evt_fd}")
+            held = os.stat(f"/proc/{self.harness_pid}/fd/{self.evt_fd}")
         except OSError:
             return False
         if (held.st_dev, held.st_ino) != (pipe.st_dev, pipe.st_ino):
@@ -263,6 +269,25 @@ class _Run:
                 if (there.st_dev, there.st_ino) == (pipe.st_dev, pipe.st_ino):
                     return False
         return True
+
+    def _channel_holder(self) -> int | None:
+        """The one process under the run that holds the grader's pipe at the descriptor the hello named (a profiler's
+        run: the harness's process, which the profiler started), or None where none or several do."""
+        if self.evt_fd is None or self.pid is None:
+            return None
+        try:
+            pipe = os.stat(self.folder.path / "evt")
+        except OSError:
+            return None
+        holders = []
+        for pid in {self.pid} | sandbox.descendants(self.pid):
+            try:
+                there = os.stat(f"/proc/{pid}/fd/{self.evt_fd}")
+            except OSError:
+                continue
+            if (there.st_dev, there.st_ino) == (pipe.st_dev, pipe.st_ino):
+                holders.append(pid)
+        return holders[0] if len(holders) == 1 else None
 
     def broken(self, what: str) -> ScriptError:
         return ScriptError(f"{self.display} {what}; the grader stopped it")
@@ -285,6 +310,7 @@ class _Run:
         if kind == "hello":
             fd = header.get("fd")
             self.evt_fd = fd if isinstance(fd, int) and not isinstance(fd, bool) and fd >= 0 else None
+            self.harness_pid = self._channel_holder() if self.wrapped else self.pid
             self.ctl = os.open(self.folder.path / "ctl", os.O_RDWR)
             self._answer({"seed": self.seed})
         elif kind == "open":
@@ -542,7 +568,7 @@ def run_script(
     server = forkserver.server() if trace != "nsys" and profiler is None and extra_env is None else None
     known_children = sandbox.descendants(os.getpid())
     run = _Run(chapter, script, device, total_steps, warmup, seed, window_key, folder, display, tail=traced_after,
-               watch_cpu=device == "cpu")
+               watch_cpu=device == "cpu", wrapped=trace == "nsys" or profiler is not None)
     run.known = known_children
     protocol = _Protocol(run)
     evt = os.open(folder.path / "evt", os.O_RDWR | os.O_NONBLOCK)  # RDWR: never an EOF before the run connects

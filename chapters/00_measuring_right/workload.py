@@ -8,13 +8,16 @@ first step and live on it.
 
 The first training steps pay one-time costs on a GPU (memory pools growing, cuBLAS set up, kernels chosen); on a
 CPU almost none, so a benchmark that counts its warm-up steps there would report what the timed steps cost. Where
-the settings ask (``cold_calls``, ``cold_ms``: the CPU's), the model's first training forward passes each wait that
-long, a stand-in for those costs, so that counting the warm-up shows on a CPU too.
+the settings ask (``cold_steps``, ``cold_ms``: the CPU's), the first training forward pass of each of the harness's
+first steps waits that long, a stand-in for those costs, so that counting the warm-up shows on a CPU too. The cost is
+the steps', not the model's: forward passes made before the harness's first step (a script that spends the stand-in
+in set-up: red team 54's warmburn_00) pay and spend nothing.
 """
 
 from __future__ import annotations
 
 import random
+import sys
 import time
 
 import torch
@@ -27,10 +30,11 @@ from checker.base.workloads import Workload
 class TokenClassifier(nn.Module):
     """Embedding, residual MLP blocks applied to every token, mean over the sequence, a linear head."""
 
-    def __init__(self, vocab: int, width: int, hidden: int, blocks: int, classes: int, cold_calls: int = 0,
+    def __init__(self, vocab: int, width: int, hidden: int, blocks: int, classes: int, cold_steps: int = 0,
                  cold_ms: float = 0.0):
         super().__init__()
-        self._cold_calls, self._cold_s = cold_calls, cold_ms / 1e3  # the first training passes' one-time cost
+        self._cold_steps, self._cold_s = cold_steps, cold_ms / 1e3  # the first steps' one-time cost
+        self._cold_paid: set[int] = set()
         self.embed = nn.Embedding(vocab, width)
         self.blocks = nn.ModuleList(
             nn.Sequential(nn.LayerNorm(width), nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width))
@@ -38,13 +42,21 @@ class TokenClassifier(nn.Module):
         self.head = nn.Linear(width, classes)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        if self._cold_calls > 0 and torch.is_grad_enabled():  # a pass that trains (in eval mode too: it trains alike)
-            self._cold_calls -= 1
-            time.sleep(self._cold_s)
+        if self._cold_steps and torch.is_grad_enabled():  # a pass that trains (in eval mode too: it trains alike)
+            step = _harness_step()
+            if step is not None and step < self._cold_steps and step not in self._cold_paid:
+                self._cold_paid.add(step)
+                time.sleep(self._cold_s)
         x = self.embed(tokens)
         for block in self.blocks:
             x = x + block(x)
         return self.head(x.mean(dim=1))
+
+
+def _harness_step() -> int | None:
+    """The step the harness's session.steps() is at in this process, or None before its first (or with no harness)."""
+    session = sys.modules.get("checker.candidate.session")  # loaded wherever a harness runs steps; never imported here
+    return None if session is None else session._WINDOW_STEP[0]
 
 
 def make_batch(batch_size: int, length: int, vocab: int, classes: int, generator: torch.Generator):
@@ -99,7 +111,7 @@ def build(cfg: dict, device: torch.device) -> Workload:
     eval_tokens, eval_labels = (t.to(device) for t in make_batch(int(cfg.get("eval_size", 256)), int(cfg["short_len"]),
                                                                  vocab, classes, generator))
     model = TokenClassifier(vocab, int(cfg["width"]), int(cfg["hidden"]), int(cfg["blocks"]), classes,
-                            int(cfg.get("cold_calls", 0)), float(cfg.get("cold_ms", 0.0))).to(device)
+                            int(cfg.get("cold_steps", 0)), float(cfg.get("cold_ms", 0.0))).to(device)
 
     def eval_loss(trained: nn.Module) -> float:
         with torch.no_grad():  # an evaluation trains nothing: it pays no first training pass's cost

@@ -218,19 +218,29 @@ def _shapes_from_values(evidence, spec, trace, counted: list[int], measured: dic
     matter it must change a shape or a branch, which shows here whatever the road."""
     if not spec.options.get("static_steps") or evidence.device != "cpu":
         return None
-    from checker.trace.analyses.collectives import input_elements_by_step
+    from checker.trace.analyses.collectives import input_elements_by_step, input_shapes_by_step
 
     elements = input_elements_by_step(trace)
     if elements is None:
         return None
+    shapes = input_shapes_by_step(trace)
     judged = set(counted)
     per_step = {int(step): int(round(float(n) * 1e6)) for step, n in elements.items() if int(step) in judged}
-    kinds = sorted(set(per_step.values()))
+    # what each step ran: its ops' input shapes where recorded (a total can agree where the shapes differ)
+    signature = {step: (n, int(shapes.get(step, 0)) if shapes is not None else 0) for step, n in per_step.items()}
+    kinds = sorted(set(signature.values()))
     measured["distinct_step_inputs"] = len(kinds)
     if len(kinds) <= 1:
         return None
     least = min(per_step, key=per_step.get)
     most = max(per_step, key=per_step.get)
+    if per_step[least] == per_step[most]:  # one total, other shapes
+        first = min(signature)
+        other = next(step for step in sorted(signature) if signature[step] != signature[first])
+        return (f"the traced steps ran their ops on {len(kinds)} different sets of input shapes (steps {first} and "
+                f"{other}, each {per_step[first]:,} input elements) on batches all of one size: a shape or a branch "
+                "that follows the data needs a value of it on the host, however it got there (a read, a timing, a "
+                "cache); keep every shape fixed (pad to the largest possible size, mask the rest)")
     return (f"the traced steps recorded {len(kinds)} different amounts of input (step {least}: {per_step[least]:,} "
             f"elements, step {most}: {per_step[most]:,}) on batches all of one size: a shape or a branch that follows "
             "the data needs a value of it on the host, however it got there (a read, a timing, a cache); keep every "

@@ -43,6 +43,7 @@ import array
 import json
 import math
 import re
+import zlib
 from typing import IO
 
 import numpy as np
@@ -293,7 +294,7 @@ class _Columns:
         self.sized: dict[str, list] = {"ts": [], "dur": [], "tid": [], "name": [], "elements": []}
         # every CPU op's input elements, where the trace recorded shapes: the work a rank asked of its ops, counted
         # the same on a busy machine as on an idle one (checker.trace.analyses.collectives.input_elements_per_step)
-        self.op_inputs: dict[str, list] = {"ts": [], "elements": []}
+        self.op_inputs: dict[str, list] = {"ts": [], "elements": [], "shapes": []}
     def add_batch(self, events: list) -> None:
         """Keep the complete ('X') events of known categories; drop the rest."""
         names, cat_code, sparse_cats = self.names, _CAT_CODE, _SPARSE_CATS
@@ -346,6 +347,8 @@ class _Columns:
                 if type(args) is dict and type(args.get("Input Dims")) is list and type(ts) in (int, float):
                     self.op_inputs["ts"].append(float(ts))
                     self.op_inputs["elements"].append(min(sum(_elements(a) for a in args["Input Dims"]), 1 << 62))
+                    # the op and every input's shape, as one number: which shapes a step ran, not only how many
+                    self.op_inputs["shapes"].append(zlib.crc32(f"{name}|{args['Input Dims']}".encode()))
             if cat in sparse_cats:
                 self._sparse(cat, kind, name, pid, tid, e.get("args") or {})
             elif kind == _CPU_OP and name in SHAPED_OPS:
@@ -736,7 +739,7 @@ def read_kineto(stream: IO[str], label: str) -> tuple[pd.DataFrame, dict]:
                        "dur_ns": [int(round(d * 1000.0)) for d in columns.matmuls["dur"]],
                        "tid": columns.matmuls["tid"], "flops": columns.matmuls["flops"]}
     meta["op_inputs"] = {"start_ns": [int(round(t * 1000.0)) if math.isfinite(t) else 0 for t in columns.op_inputs["ts"]],
-                         "elements": columns.op_inputs["elements"]}
+                         "elements": columns.op_inputs["elements"], "shapes": columns.op_inputs["shapes"]}
     meta["sized"] = {"start_ns": [int(round(t * 1000.0)) for t in columns.sized["ts"]],
                      "dur_ns": [int(round(d * 1000.0)) for d in columns.sized["dur"]],
                      "tid": columns.sized["tid"], "name": columns.sized["name"],

@@ -314,6 +314,24 @@ def input_elements_by_step(trace) -> pd.Series | None:
     return pd.Series((totals[hi] - totals[lo]) / 1e6, index=steps["step"].to_numpy(np.int64))
 
 
+def input_shapes_by_step(trace) -> pd.Series | None:
+    """Each step's recorded CPU ops with their input shapes, as one number per step (a sum of each op's crc32 of its
+    name and Input Dims), indexed by step (None: no shapes recorded). Two steps that ran the same ops on the same
+    shapes, in any order, get the same number; the inputs' total (``input_elements_by_step``) can agree where the
+    shapes do not (red team 54's peekshape_06: a data-sized narrow that made a copy or a view)."""
+    found = (getattr(trace, "meta", None) or {}).get("op_inputs") or {}
+    steps = trace.get_steps()
+    if not found.get("start_ns") or not found.get("shapes") or steps.empty:
+        return None
+    starts = np.asarray(found["start_ns"], dtype=np.int64)
+    shapes = np.asarray(found["shapes"], dtype=np.int64)
+    order = np.argsort(starts, kind="stable")
+    starts, totals = starts[order], np.concatenate([[0], np.cumsum(shapes[order])])
+    lo = np.searchsorted(starts, steps["start_ns"].to_numpy(np.int64), side="left")
+    hi = np.searchsorted(starts, steps["end_ns"].to_numpy(np.int64), side="left")
+    return pd.Series(totals[hi] - totals[lo], index=steps["step"].to_numpy(np.int64))
+
+
 # When a wait is a straggler's: the late rank did measurably more per step than the rank that waited for it. Two
 # ranks running the same code differ by none of these but by chance (a profiled host that runs slower, a process
 # the scheduler set aside); a rank that evaluates, logs or reads values alone differs by all that work.

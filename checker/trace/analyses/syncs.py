@@ -241,13 +241,18 @@ def python_reads(events: pd.DataFrame) -> np.ndarray:
 
 
 def _unnamed_tolists(events: pd.DataFrame) -> np.ndarray:
-    """Row numbers of the top-level ``aten::resolve_conj`` ops (TOLIST_OP): held by no other op of their thread."""
+    """Row numbers of the ``aten::resolve_conj`` ops (TOLIST_OP) that no aten op of their thread holds: top-level, or
+    held by an op of another namespace, whose Python ran them (an operator the script defined with a Python kernel,
+    autograd's record of a backward node running a hook: red team 54's peekop_06 and hookread_07 read the steps'
+    values there). An aten op that holds one runs it as its own part, and Python inside an aten op is judged by
+    ``checker.grader.collect.hidden_work``."""
     ops = (events["kind"] == "cpu_op").to_numpy()
     first = ops & (events["name"] == TOLIST_OP).to_numpy()
     if not first.any():
         return np.zeros(0, dtype=np.int64)
     starts, ends = events["start_ns"].to_numpy(np.int64), events["end_ns"].to_numpy(np.int64)
     pids, tids = events["pid"].to_numpy(), events["tid"].to_numpy()
+    names = events["name"]
     rows = np.flatnonzero(first)
     top = np.ones(len(rows), dtype=bool)
     for key in set(zip(pids[rows].tolist(), tids[rows].tolist())):
@@ -257,7 +262,9 @@ def _unnamed_tolists(events: pd.DataFrame) -> np.ndarray:
         if not len(pool):
             continue  # no other op on the thread: each is top-level
         holder = innermost(starts[rows[mine]], starts[pool], ends[pool])
-        top[mine] = (holder < 0) | (ends[pool[np.maximum(holder, 0)]] < ends[rows[mine]])
+        held = (holder >= 0) & (ends[pool[np.maximum(holder, 0)]] >= ends[rows[mine]])
+        by_aten = np.array([str(names.iat[pool[h]]).startswith("aten::") for h in np.maximum(holder, 0)], dtype=bool)
+        top[mine] = ~(held & by_aten)
     return rows[top].astype(np.int64)
 
 

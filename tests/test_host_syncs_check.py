@@ -220,6 +220,60 @@ def test_every_op_tagged_as_sizing_by_values_is_a_read_or_reads_through_one():
     assert _tagged_as_sizing_by_values() - CPU_SYNC_OPS - set(READ_BENEATH) == set()
 
 
+def _returning_numbers_from_tensors() -> set[str]:
+    """Every aten op of the torch installed whose every overload that takes a tensor returns a Python number."""
+    import collections
+    import re
+
+    import torch
+
+    number = re.compile(r"^(?:int|float|bool|Scalar|complex|SymInt|SymFloat|SymBool)(?:\[\])?\??$")
+    overloads = collections.defaultdict(list)
+    for schema in torch._C._jit_get_all_schemas():
+        if schema.name.startswith("aten::") and any("Tensor" in str(a.type) for a in schema.arguments):
+            overloads[schema.name].append(any(number.match(str(r.type)) for r in schema.returns))
+    return {name for name, returns in overloads.items() if all(returns)}
+
+
+def test_every_op_that_returns_a_number_from_a_tensor_is_a_read_or_metadata():
+    """A new op that hands Python a number in a torch upgrade must be placed: a read of values, or a tensor's metadata."""
+    from checker.trace.analyses.syncs import CPU_SYNC_OPS, NUMBER_OF_METADATA, NUMBER_READS, READ_BENEATH
+
+    placed = NUMBER_READS | NUMBER_OF_METADATA | CPU_SYNC_OPS | set(READ_BENEATH)
+    assert _returning_numbers_from_tensors() - placed == set()
+    assert not NUMBER_READS & NUMBER_OF_METADATA
+
+
+def test_an_op_that_returns_a_number_read_from_a_tensor_or_warns_on_one_is_a_read_on_a_cpu(tmp_path):
+    """fbgemm's weight quantizer returns its input's range as a Python float (red team 55's fbgemm_read_01), and an op
+    that warns on some values hands Python a bit of them (its _saturate_weight_to_fp16 warns past float16's range:
+    warnbits_01): each counts once on a CPU trace. `bool(t)` reads through aten::item and counts there, once."""
+    import warnings
+
+    import torch
+
+    from checker.trace.analyses.syncs import cpu_sync_op_rows, python_reads, shown_name
+
+    value = torch.tensor([[2.5]])
+    seen = []
+    with torch.profiler.profile(with_stack=True) as prof:
+        scale = torch.fbgemm_linear_quantize_weight(value)[2]
+        bool(value.sum())
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch._saturate_weight_to_fp16(value * 1e6)
+            seen.extend(caught)
+        torch.ones(4, 4).matmul(torch.ones(4, 4)).sum()
+    assert scale > 0 and seen
+    path = tmp_path / "numbers.json"
+    prof.export_chrome_trace(str(path))
+    events = load(path).events
+    ops = events.iloc[cpu_sync_op_rows(events)]["name"].tolist()
+    assert sorted(ops) == ["aten::_local_scalar_dense", "aten::fbgemm_linear_quantize_weight"], ops
+    shown = [shown_name(str(n)) for n in events.iloc[python_reads(events)]["name"]]
+    assert any(name.startswith("a warning shown") for name in shown), shown
+
+
 def test_the_tagged_ops_that_read_beneath_run_a_listed_read_and_ctc_loss_counts_itself(tmp_path):
     """Each op of READ_BENEATH, in its overload that sizes its result by values, runs a counted read inside it on a CPU;
     `_ctc_loss` sizes its alpha table by the largest target length with no such op (red team 35's ctc_shape_06)."""

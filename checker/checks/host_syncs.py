@@ -11,8 +11,10 @@ holds Python frames.
 from __future__ import annotations
 
 import linecache
+import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from checker.checks import BASELINE_TRACE_CPU, FAILED, PASSED, TRACE, check, result
@@ -198,6 +200,10 @@ def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trac
     varied = _shapes_from_values(evidence, spec, trace, counted, measured)
     if varied:
         lines.append(varied)
+    compiled = _compiled_steps(evidence, spec, trace, counted, measured)
+    if compiled:
+        lines.append(compiled)
+        varied = varied or compiled
     if rank:
         measured["rank"] = rank
         lines = [f"rank {rank}: {line}" for line in lines]
@@ -207,6 +213,30 @@ def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trac
     if varied:
         status = FAILED
     return result(spec, status, measured=measured, threshold=threshold, evidence=lines)
+
+
+# what a compiled region leaves in a trace: Dynamo's range around a compiled frame, the compiled graph's call, and
+# AOTAutograd's function in backward
+COMPILED_REGION = re.compile(r"^(?:Torch-Compiled Region|## Call CompiledFxGraph|CompiledFunction(?:Backward)?$)")
+
+
+def _compiled_steps(evidence, spec, trace, counted: list[int], measured: dict) -> str | None:
+    """Where a chapter gives ``no_compiled_steps`` (its lesson needs no compiler): on a CPU, why steps that ran a
+    compiled region cannot be judged, or None. Inductor's CPU kernels and buffers record no op: a value read or a
+    shape sized inside them is in no count (red team 55's compiled_sizes_06 padded by the data in one)."""
+    if not spec.options.get("no_compiled_steps") or evidence.device != "cpu":
+        return None
+    events = trace.events
+    judged = events["step"].isin(counted).to_numpy() if "step" in events else np.zeros(len(events), bool)
+    hit = events[judged & events["name"].astype(str).str.match(COMPILED_REGION).to_numpy(bool)]
+    steps = sorted({int(s) for s in hit["step"]})
+    measured["steps_with_compiled_regions"] = len(steps)
+    if not steps:
+        return None
+    return (f"{len(steps)} traced step(s) ran a compiled region (torch.compile; the first in step {steps[0]}): on a "
+            "CPU its kernels read values and size tensors with no op a trace records, so its reads and shapes cannot "
+            "be judged. This chapter's lesson needs no compiler: leave torch.compile out, or check on a GPU, where "
+            "every read is a sync the trace shows")
 
 
 def _shapes_from_values(evidence, spec, trace, counted: list[int], measured: dict) -> str | None:

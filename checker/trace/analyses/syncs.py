@@ -104,6 +104,32 @@ NESTED_OPS = re.compile(r"^aten::(?:_?nested_|_jagged_|_padded_dense_to_jagged)"
 # resolved (then the negative bit, `aten::resolve_neg`), an op at the top level of a step, where no operator of a
 # model or a loss calls it
 TOLIST_OP = "aten::resolve_conj"
+# ops that hand Python a number (int, float, bool) computed from a tensor argument's values: the schema says it, a
+# number among what they return. Each reads the memory in C++ with no op that reads a value (fbgemm's weight quantizer
+# returns its input's range as a scale and zero point: red team 55's fbgemm_read_01). Counted where no counted read
+# runs inside them (`aten::is_nonzero` and the scalar casts read through `aten::item`, counted there once).
+# tests/test_host_syncs_check.py holds every aten op of the torch installed that returns a number from a tensor to
+# this list or to NUMBER_OF_METADATA.
+NUMBER_READS = frozenset({"aten::Bool", "aten::Complex", "aten::ComplexImplicit", "aten::Float", "aten::FloatImplicit",
+                          "aten::Int", "aten::IntImplicit", "aten::__contains__", "aten::_choose_qparams_per_tensor",
+                          "aten::allclose", "aten::count", "aten::equal", "aten::fbgemm_linear_quantize_weight",
+                          "aten::is_nonzero", "aten::q_scale", "aten::q_zero_point",
+                          "aten::_nested_tensor_from_mask_left_aligned", "aten::_nnz"})
+# ...and those whose number is a tensor's metadata (sizes, strides, dtype, device, flags) or a kernel's choice made
+# from it, which a tensor's values do not set
+NUMBER_OF_METADATA = frozenset({
+    "aten::_batch_norm_impl_index", "aten::_cslt_sparse_mm_search", "aten::_cudnn_attention_forward", "aten::_debug_has_internal_overlap",
+    "aten::_dimI", "aten::_dimV", "aten::_efficient_attention_forward", "aten::_fused_sdp_choice",
+    "aten::_has_compatible_shallow_copy_type", "aten::_has_same_storage_numel", "aten::_is_zerotensor",
+    "aten::_nested_get_ragged_idx", "aten::_scaled_dot_product_cudnn_attention",
+    "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_fused_attention_overrideable",
+    "aten::_use_cudnn_ctc_loss", "aten::_use_miopen_ctc_loss", "aten::_version", "aten::cudnn_is_acceptable",
+    "aten::dense_dim", "aten::dim", "aten::element_size", "aten::get_device", "aten::is_coalesced", "aten::is_complex",
+    "aten::is_conj", "aten::is_contiguous", "aten::is_distributed", "aten::is_floating_point", "aten::is_inference",
+    "aten::is_leaf", "aten::is_neg", "aten::is_non_overlapping_and_dense", "aten::is_pinned", "aten::is_same_size",
+    "aten::is_set_to", "aten::is_signed", "aten::is_strides_like_format", "aten::len", "aten::numel",
+    "aten::output_nr", "aten::q_per_channel_axis", "aten::result_type", "aten::retains_grad", "aten::sparse_dim",
+    "aten::storage_offset", "aten::sym_is_contiguous", "aten::sym_numel", "aten::sym_storage_offset"})
 CPU_SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", *UNIQUE_OPS, *READING_OPS, *SPARSE_SIZE_OPS,
                           *SPARSE_MEMBER_OPS})
 # ops that read a tensor argument's values only in one overload, told by the op they hold: tensor_split given a
@@ -149,7 +175,11 @@ PYTHON_READ = re.compile(r"^<built-in method (?:tolist|numpy|cpu|apply_|map_|map
                          r" object at 0x[0-9a-fA-F]+>$|(?:^|/)torch/random\.py\(\d+\): initial_seed$"
                          # the process's own accounting asked in a step: which page a write faulted on carries a
                          # value's bits to Python, with no op (red team 43's faultbits_01); a step needs none of it
-                         r"|" + ACCOUNTING_CALL.pattern)
+                         r"|" + ACCOUNTING_CALL.pattern +
+                         # a warning shown or recorded (every one reaches Python through warnings._showwarnmsg): an op
+                         # that warns on some values hands Python one bit of them per call (red team 55's warnbits_01,
+                         # torch._saturate_weight_to_fp16); a training step warns of nothing
+                         r"|(?:^|/)warnings\.py\(\d+\): _showwarnmsg$")
 # the grader's own code that makes data in the candidate's process: checker/base (KeyedOrder's draw, ...) and a
 # chapter's workload.py. The harness's step loop (checker/candidate) is looked through like a library: what it calls
 # during a step is what the script handed it (a batch source, a DataLoader and its collate_fn)
@@ -189,13 +219,20 @@ def sync_rows(events: pd.DataFrame) -> np.ndarray:
 
 
 def cpu_sync_op_rows(events: pd.DataFrame) -> np.ndarray:
-    """Row numbers of the aten ops of a CPU trace that read a tensor's values (CPU_SYNC_OPS, NESTED_OPS, and an op
-    of READING_OUTER_OPS holding its inner op), sorted."""
+    """Row numbers of the aten ops of a CPU trace that read a tensor's values (CPU_SYNC_OPS, NESTED_OPS, an op of
+    NUMBER_READS holding no counted read, and an op of READING_OUTER_OPS holding its inner op), sorted."""
     ops = (events["kind"] == "cpu_op").to_numpy()
     names = events["name"]
     nested = [n for n in names[ops].unique() if NESTED_OPS.match(str(n))]
     rows = [np.flatnonzero(ops & names.isin([*CPU_SYNC_OPS, *nested]).to_numpy())]
     tids, starts, ends = (events[c].to_numpy() for c in ("tid", "start_ns", "end_ns"))
+    # an op that returns a number read from a tensor, where no counted read runs inside it
+    number = np.flatnonzero(ops & names.isin(NUMBER_READS - CPU_SYNC_OPS).to_numpy())
+    if len(number):
+        counted = np.concatenate(rows)
+        holding = points_within(starts[number], ends[number], tids[number], starts[counted], tids[counted]) \
+            if len(counted) else np.zeros(len(number), dtype=np.int64)
+        rows.append(number[holding == 0])
     for outer_name, inner_name in READING_OUTER_OPS.items():
         outer = np.flatnonzero(ops & (names == outer_name).to_numpy())
         inner = np.flatnonzero(ops & (names == inner_name).to_numpy())
@@ -297,6 +334,9 @@ def shown_name(name: str) -> str:
     if accounting:
         return (f"resource.{accounting.group(1)}() (the process's own accounting, whose counts a tensor's values can "
                 "steer, with no op that reads them)")
+    if re.search(r"(?:^|/)warnings\.py\(\d+\): _showwarnmsg$", name):
+        return ("a warning shown or recorded (an op that warns on some values hands Python a bit of them, with no op "
+                "that reads one; a training step warns of nothing)")
     match = re.match(r"^<built-in method (\w+) of ", name) or re.search(r"torch/storage\.py\(\d+\): (\w+)$", name)
     if match and PYTHON_READ.search(name):
         owner = "TypedStorage" if "storage.py" in name else "Tensor"

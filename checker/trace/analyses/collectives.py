@@ -301,17 +301,8 @@ def input_elements_per_step(trace) -> float | None:
 
 def input_elements_by_step(trace) -> pd.Series | None:
     """Each step's input elements of its recorded CPU ops, in millions, indexed by step (None: no shapes recorded)."""
-    found = (getattr(trace, "meta", None) or {}).get("op_inputs") or {}
-    steps = trace.get_steps()
-    if not found.get("start_ns") or steps.empty:
-        return None
-    starts = np.asarray(found["start_ns"], dtype=np.int64)
-    elements = np.asarray(found["elements"], dtype=np.float64)
-    order = np.argsort(starts)
-    starts, totals = starts[order], np.concatenate([[0.0], np.cumsum(elements[order])])
-    lo = np.searchsorted(starts, steps["start_ns"].to_numpy(np.int64), side="left")
-    hi = np.searchsorted(starts, steps["end_ns"].to_numpy(np.int64), side="left")
-    return pd.Series((totals[hi] - totals[lo]) / 1e6, index=steps["step"].to_numpy(np.int64))
+    summed = _op_inputs_by_step(trace, "elements", np.float64)
+    return None if summed is None else summed / 1e6
 
 
 def input_shapes_by_step(trace) -> pd.Series | None:
@@ -319,14 +310,20 @@ def input_shapes_by_step(trace) -> pd.Series | None:
     name and Input Dims), indexed by step (None: no shapes recorded). Two steps that ran the same ops on the same
     shapes, in any order, get the same number; the inputs' total (``input_elements_by_step``) can agree where the
     shapes do not (red team 54's peekshape_06: a data-sized narrow that made a copy or a view)."""
+    return _op_inputs_by_step(trace, "shapes", np.int64)
+
+
+def _op_inputs_by_step(trace, key: str, dtype) -> pd.Series | None:
+    """The sum over each step's recorded CPU ops of ``meta["op_inputs"][key]`` (every op that starts in the step),
+    indexed by step; None where the trace recorded no shapes."""
     found = (getattr(trace, "meta", None) or {}).get("op_inputs") or {}
     steps = trace.get_steps()
-    if not found.get("start_ns") or not found.get("shapes") or steps.empty:
+    if not found.get("start_ns") or not found.get(key) or steps.empty:
         return None
     starts = np.asarray(found["start_ns"], dtype=np.int64)
-    shapes = np.asarray(found["shapes"], dtype=np.int64)
+    values = np.asarray(found[key], dtype=dtype)
     order = np.argsort(starts, kind="stable")
-    starts, totals = starts[order], np.concatenate([[0], np.cumsum(shapes[order])])
+    starts, totals = starts[order], np.concatenate([np.zeros(1, dtype=dtype), np.cumsum(values[order])])
     lo = np.searchsorted(starts, steps["start_ns"].to_numpy(np.int64), side="left")
     hi = np.searchsorted(starts, steps["end_ns"].to_numpy(np.int64), side="left")
     return pd.Series(totals[hi] - totals[lo], index=steps["step"].to_numpy(np.int64))

@@ -175,11 +175,7 @@ PYTHON_READ = re.compile(r"^<built-in method (?:tolist|numpy|cpu|apply_|map_|map
                          r" object at 0x[0-9a-fA-F]+>$|(?:^|/)torch/random\.py\(\d+\): initial_seed$"
                          # the process's own accounting asked in a step: which page a write faulted on carries a
                          # value's bits to Python, with no op (red team 43's faultbits_01); a step needs none of it
-                         r"|" + ACCOUNTING_CALL.pattern +
-                         # a warning shown or recorded (every one reaches Python through warnings._showwarnmsg): an op
-                         # that warns on some values hands Python one bit of them per call (red team 55's warnbits_01,
-                         # torch._saturate_weight_to_fp16); a training step warns of nothing
-                         r"|(?:^|/)warnings\.py\(\d+\): _showwarnmsg$")
+                         r"|" + ACCOUNTING_CALL.pattern)
 # the grader's own code that makes data in the candidate's process: checker/base (KeyedOrder's draw, ...) and a
 # chapter's workload.py. The harness's step loop (checker/candidate) is looked through like a library: what it calls
 # during a step is what the script handed it (a batch source, a DataLoader and its collate_fn)
@@ -334,9 +330,6 @@ def shown_name(name: str) -> str:
     if accounting:
         return (f"resource.{accounting.group(1)}() (the process's own accounting, whose counts a tensor's values can "
                 "steer, with no op that reads them)")
-    if re.search(r"(?:^|/)warnings\.py\(\d+\): _showwarnmsg$", name):
-        return ("a warning shown or recorded (an op that warns on some values hands Python a bit of them, with no op "
-                "that reads one; a training step warns of nothing)")
     match = re.match(r"^<built-in method (\w+) of ", name) or re.search(r"torch/storage\.py\(\d+\): (\w+)$", name)
     if match and PYTHON_READ.search(name):
         owner = "TypedStorage" if "storage.py" in name else "Tensor"

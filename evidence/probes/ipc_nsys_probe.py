@@ -1,4 +1,4 @@
-import os, subprocess, sys
+import os, subprocess
 NSYS = '/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys'
 def ipc():
     return {k: open(f'/proc/sysvipc/{k}').read().splitlines()[1:] for k in ('shm', 'sem', 'msg')}

@@ -203,14 +203,13 @@ def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trac
     compiled = _compiled_steps(evidence, spec, trace, counted, measured)
     if compiled:
         lines.append(compiled)
-        varied = varied or compiled
     if rank:
         measured["rank"] = rank
         lines = [f"rank {rank}: {line}" for line in lines]
     status = PASSED if per_step <= threshold else FAILED
     if evidence.device == "cpu" and ran and (views != 0 or native or errors or extra):  # reads no op records, or no count sent
         status = FAILED
-    if varied:
+    if varied or compiled:  # steps that could not have read nothing, or cannot be judged
         status = FAILED
     return result(spec, status, measured=measured, threshold=threshold, evidence=lines)
 

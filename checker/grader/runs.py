@@ -241,39 +241,10 @@ class _Run:
                               "(orphaned, adopted by the grader): the window's work is counted over the run's "
                               "processes, so work done in one that left it is in no count and no trace")
 
-    def _channel_kept(self) -> bool:
-        """Whether the harness's process (the run's own, or under a profiler the one that held the pipe at hello) still
-        holds the grader's pipe at the descriptor the harness announced, and no process under the run holds it at
-        another (a relay between the harness and the pipe holds it elsewhere)."""
-        if self.evt_fd is None or self.harness_pid is None:
-            return False
-        try:
-            pipe = os.stat(self.folder.path / "evt")
-            held = os.stat(f"/proc/{self.harness_pid}/fd/{self.evt_fd}")
-        except OSError:
-            return False
-        if (held.st_dev, held.st_ino) != (pipe.st_dev, pipe.st_ino):
-            return False
-        for pid in {self.pid} | sandbox.descendants(self.pid):
-            try:
-                fds = os.listdir(f"/proc/{pid}/fd")
-            except OSError:
-                continue
-            for fd in fds:
-                if int(fd) == self.evt_fd:
-                    continue
-                try:
-                    there = os.stat(f"/proc/{pid}/fd/{fd}")
-                except OSError:
-                    continue
-                if (there.st_dev, there.st_ino) == (pipe.st_dev, pipe.st_ino):
-                    return False
-        return True
-
-    def _channel_holder(self) -> int | None:
-        """The one process under the run that holds the grader's pipe at the descriptor the hello named (a profiler's
-        run: the harness's process, which the profiler started), or None where none or several do."""
-        if self.evt_fd is None or self.pid is None:
+    def _pipe_holders(self) -> list[tuple[int, int]] | None:
+        """(pid, descriptor) for every hold of the grader's pipe by a process under the run; None where the pipe is
+        gone or the run has not started."""
+        if self.pid is None:
             return None
         try:
             pipe = os.stat(self.folder.path / "evt")
@@ -282,12 +253,32 @@ class _Run:
         holders = []
         for pid in {self.pid} | sandbox.descendants(self.pid):
             try:
-                there = os.stat(f"/proc/{pid}/fd/{self.evt_fd}")
+                fds = os.listdir(f"/proc/{pid}/fd")
             except OSError:
                 continue
-            if (there.st_dev, there.st_ino) == (pipe.st_dev, pipe.st_ino):
-                holders.append(pid)
-        return holders[0] if len(holders) == 1 else None
+            for fd in fds:
+                try:
+                    there = os.stat(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if (there.st_dev, there.st_ino) == (pipe.st_dev, pipe.st_ino):
+                    holders.append((pid, int(fd)))
+        return holders
+
+    def _channel_kept(self) -> bool:
+        """Whether the harness's process (the run's own, or under a profiler the one that held the pipe at hello) still
+        holds the grader's pipe at the descriptor the harness announced, and no process under the run holds it at
+        another (a relay between the harness and the pipe holds it elsewhere)."""
+        holders = self._pipe_holders()
+        if self.evt_fd is None or self.harness_pid is None or holders is None:
+            return False
+        return (self.harness_pid, self.evt_fd) in holders and all(fd == self.evt_fd for _, fd in holders)
+
+    def _channel_holder(self) -> int | None:
+        """The one process under the run that holds the grader's pipe at the descriptor the hello named (a profiler's
+        run: the harness's process, which the profiler started), or None where none or several do."""
+        holders = [pid for pid, fd in self._pipe_holders() or () if fd == self.evt_fd]
+        return holders[0] if self.evt_fd is not None and len(holders) == 1 else None
 
     def broken(self, what: str) -> ScriptError:
         return ScriptError(f"{self.display} {what}; the grader stopped it")

@@ -192,6 +192,13 @@ SERIALIZERS.update({name: "reaches an object's state through the pickling protoc
 SERIALIZERS.update({name: "reads the process's own accounting, which a tensor's values can steer, a read no op "
                           "records" for name in ("resource", "getrusage", "RUSAGE_SELF", "RUSAGE_THREAD", "wait3",
                                                  "wait4", "minflt", "majflt", "ru_minflt", "ru_majflt")})
+# an op's warning on some values is a bit of them: the harness counts warnings shown in a step through the standard
+# display (checker.candidate.session), so a display of the script's own, the registry of warnings already shown and
+# the filters' reset that clears it have no place in a lab (red team 55's warnbits_01)
+SERIALIZERS.update({name: "reaches Python's warning machinery, where an op's warning on some values reads them with "
+                          "no op a trace records" for name in (
+                              "_showwarnmsg", "_showwarnmsg_impl", "__warningregistry__", "_filters_mutated",
+                              "_warnings", "_onceregistry", "onceregistry")})
 # In a chapter that counts a step's ops on a CPU (passes over memory, launches): arithmetic done in numpy runs no op
 # the count can see, so the fix the chapter teaches (fewer, fused passes) is bought by moving passes out of PyTorch
 OUTSIDE_TORCH = "computes outside PyTorch (numpy), where the chapter's count of a step's ops cannot see the work"
@@ -204,7 +211,9 @@ CAUGHT_ERROR = "reads a caught error's message or arguments, which can carry a t
 # whether an op raised at all is one bit of a value (an index past the bounds or not): catching the errors an
 # operator raises is refused, whatever the handler then does
 OPERATOR_ERRORS = {"IndexError", "RuntimeError", "ValueError", "TypeError", "LookupError", "ArithmeticError",
-                   "Exception", "BaseException", "AcceleratorError", "OutOfMemoryError", "NotImplementedError"}
+                   "Exception", "BaseException", "AcceleratorError", "OutOfMemoryError", "NotImplementedError",
+                   # an op's warning turned into an error by a filter ("error")
+                   "Warning", "UserWarning", "RuntimeWarning"}
 CAUGHT_OPERATOR_ERROR = "catches the error an operator raises, whose raising alone tells a tensor's value where no trace looks"
 ERROR_READERS = {"exc_info", "exception", "__traceback__", "__context__", "__cause__", "format_exc", "print_exc",
                  "format_exception", "TracebackException"}

@@ -42,6 +42,7 @@ import sysconfig
 import threading
 import time
 import types
+import warnings
 import weakref
 from collections import Counter
 from contextlib import contextmanager, nullcontext
@@ -833,7 +834,20 @@ def _note_unpickled(args: tuple) -> None:
 # its window under a tracer (sys.settrace's hook; torch.profiler's Python tracer uses sys.setprofile's) that notes
 # every such error a call or a subscript raised, not a raise statement, in a step that is not a logging step, on
 # threads started in the window too. A thread started before it is not followed.
-_OP_ERROR_TYPES = (IndexError, ValueError, RuntimeError)
+#
+# A warning is the same bit by another road: an op warns on some values and not others (torch._saturate_weight_to_fp16
+# warns when a value is beyond float16's range: red team 55's warnbits_01 read values by bisecting over scaled copies).
+# Python's warning machinery hands the script that bit in one of two ways: as an error (a filter "error"), noted as
+# above (a Warning among the kinds), or by showing the warning, which runs warnings._showwarnmsg (a record=True
+# catch_warnings, a showwarning of the script's own and the default display all pass through it). The tracer notes each
+# warning shown in a step that is not a logging step, where the code that issued it ran. An honest step shows none: a
+# warning is shown once per place unless a filter says "always", and the first is shown in the warm-up. The names that
+# would take the display out of that path (the script's own _showwarnmsg, a registry read) are the scan's
+# (checker.base.scan.WARNING_MACHINERY), and the harness holds the warnings module to the one it imported.
+_OP_ERROR_TYPES = (IndexError, ValueError, RuntimeError, Warning)
+_SHOW_WARNING_CODE = getattr(getattr(warnings, "_showwarnmsg", None), "__code__", None)
+_WARNINGS_MODULE = warnings
+_SHOW_WARNING = getattr(warnings, "_showwarnmsg", None)
 _RAISING = frozenset(dis.opmap[name] for name in ("RAISE_VARARGS", "RERAISE") if name in dis.opmap)
 _OP_ERRORS: list[str] = []
 # the standard library raises and catches these kinds as its own control flow (a queue's feeder thread popping an
@@ -857,6 +871,11 @@ _TRACE_REPLACED: list[str] = []
 def _watch_op_errors(frame: types.FrameType, event: str, arg: Any) -> Callable:
     if event == "call":
         frame.f_trace_lines = False  # no line events: the tracer costs one call per frame entered and left
+        if frame.f_code is _SHOW_WARNING_CODE:
+            try:
+                _note_warning_shown(frame)
+            except Exception:  # noqa: BLE001 - a tracer never fails the code it watches
+                pass
     elif event == "exception":
         try:
             _note_op_error(frame, arg)
@@ -888,6 +907,30 @@ def _note_op_error(frame: types.FrameType, arg: tuple) -> None:
     if step is not None and every and (step + 1) % every == 0:
         return  # a logging step may read values
     _OP_ERRORS.append(f"{frame.f_code.co_filename}:{frame.f_lineno} ({kind.__name__})")
+
+
+def _note_warning_shown(frame: types.FrameType) -> None:
+    """Note a warning shown in a window step that is not a logging step, at the frame that issued it."""
+    session, issued = _CURRENT, frame.f_back
+    if session is None or not session._window_open or issued is None or len(_OP_ERRORS) >= MADE_KEPT:
+        return
+    step, every = _WINDOW_STEP[0], _WINDOW_LOG_EVERY[0]
+    if step is not None and every and (step + 1) % every == 0:
+        return  # a logging step may read values
+    message = frame.f_locals.get("msg")
+    kind = getattr(getattr(message, "category", None), "__name__", "Warning")
+    _OP_ERRORS.append(f"{issued.f_code.co_filename}:{issued.f_lineno} ({kind} shown)")
+
+
+def warnings_replaced() -> list[str]:
+    """What of Python's warning machinery the script replaced: the module the interpreter shows warnings through, or
+    its display function (a C callable there shows a warning with no Python frame the tracer sees)."""
+    replaced = []
+    if sys.modules.get("warnings") is not _WARNINGS_MODULE:
+        replaced.append("sys.modules['warnings']")
+    if _WARNINGS_MODULE.__dict__.get("_showwarnmsg") is not _SHOW_WARNING:
+        replaced.append("warnings._showwarnmsg")
+    return replaced
 
 
 def _control_flow(frame: types.FrameType) -> bool:
@@ -2008,6 +2051,10 @@ class Session:
         if self._counts_views and self._window_open and (sys.gettrace() is not _watch_op_errors or _TRACE_REPLACED):
             _stop({"type": "untraced"}, "the script replaced the harness's tracer (sys.settrace), which counts the "
                   "errors ops raise in a step")
+        if self._counts_views and self._window_open and (replaced := warnings_replaced()):
+            _stop({"type": "warnings", "what": replaced}, f"the script replaced Python's warning display "
+                  f"({', '.join(replaced)}): a warning an op raises on some values is a bit of them, and the harness "
+                  "counts the warnings shown in a step through the standard one")
         at_edge = tensors is not None or not (self._window_open or self._tail_open)  # the window's open or close
         if self._counts_crossings and at_edge and (changed := fusion_changed()):
             _stop({"type": "fusion", "what": changed[:5], "count": len(changed)},

@@ -193,10 +193,10 @@ def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trac
     errors, caught = getattr(_rank_run(evidence, rank), "op_errors", None) or (0, ())
     if errors:
         measured["op_errors_caught"] = errors
-        lines.append(f"{errors} error(s) raised by ops in the window's steps and caught ({', '.join(caught[:3])}): on "
-                     "a CPU an op that checks a value as it runs (an index within its bounds) and fails tells Python "
-                     "something of that value, a read no op records; read values with .item() or .tolist(), in "
-                     "logging steps")
+        lines.append(f"{errors} error(s) raised by ops in the window's steps and caught, or warnings shown "
+                     f"({', '.join(caught[:3])}): on a CPU an op that checks a value as it runs (an index within its "
+                     "bounds) and fails or warns tells Python something of that value, a read no op records; read "
+                     "values with .item() or .tolist(), in logging steps")
     varied = _shapes_from_values(evidence, spec, trace, counted, measured)
     if varied:
         lines.append(varied)

@@ -435,6 +435,11 @@ class _Run:
             raise self.broken("replaced the harness's tracer (sys.settrace) in a chapter that counts host reads: on a "
                               "CPU it counts the errors ops raise in a step, each a bit of a tensor's value read "
                               "with no op a trace records")
+        elif kind == "warnings":
+            shown = _listed(header, "the warning display")
+            raise self.broken(f"replaced Python's warning display ({shown}) in a chapter that counts host reads: a "
+                              "warning an op raises on some values is a bit of them, and on a CPU the harness counts "
+                              "the warnings shown in a step through the standard display")
         elif kind == "harness":
             shown = _listed(header, "its code")
             raise self.broken(f"changed the harness's session ({shown}): the harness's own code marks, times and "

@@ -8,10 +8,12 @@ first step and live on it.
 
 The first training steps pay one-time costs on a GPU (memory pools growing, cuBLAS set up, kernels chosen); on a
 CPU almost none, so a benchmark that counts its warm-up steps there would report what the timed steps cost. Where
-the settings ask (``cold_steps``, ``cold_ms``: the CPU's), the first training forward pass of each of the harness's
+the settings ask (``cold_steps``, ``cold_ms``: the CPU's), every training forward pass of each of the harness's
 first steps waits that long, a stand-in for those costs, so that counting the warm-up shows on a CPU too. The cost is
 the steps', not the model's: forward passes made before the harness's first step (a script that spends the stand-in
-in set-up: red team 54's warmburn_00) pay and spend nothing.
+in set-up: red team 54's warmburn_00) pay and spend nothing, and every training pass of such a step pays, so a pass
+of the script's own before its clock leaves the step's timed pass as cold (red team 56's prepaid_warmup_00). The model
+keeps no count of what was paid: there is nothing for a script to mark as paid.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ class TokenClassifier(nn.Module):
                  cold_ms: float = 0.0):
         super().__init__()
         self._cold_steps, self._cold_s = cold_steps, cold_ms / 1e3  # the first steps' one-time cost
-        self._cold_paid: set[int] = set()
         self.embed = nn.Embedding(vocab, width)
         self.blocks = nn.ModuleList(
             nn.Sequential(nn.LayerNorm(width), nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width))
@@ -44,8 +45,7 @@ class TokenClassifier(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         if self._cold_steps and torch.is_grad_enabled():  # a pass that trains (in eval mode too: it trains alike)
             step = _harness_step()
-            if step is not None and step < self._cold_steps and step not in self._cold_paid:
-                self._cold_paid.add(step)
+            if step is not None and step < self._cold_steps:
                 time.sleep(self._cold_s)
         x = self.embed(tokens)
         for block in self.blocks:

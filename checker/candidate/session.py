@@ -1361,6 +1361,44 @@ def _batch_tensors(batch: Any) -> list:
     return list(batch) if isinstance(batch, (list, tuple)) else [batch]
 
 
+# Freed memory as a carrier: a value copied into a scratch tensor that is then freed stays in the heap's chunk, and an
+# uninitialized array (numpy's np.empty) that malloc hands the same chunk reads it back with no op and no call a trace
+# counts (red team 56's freed_06, freed_07). glibc fills each chunk it frees with a byte of its own where M_PERTURB is
+# set (and each it hands out with that byte's complement), so a freed chunk holds no value. Set by mallopt in the
+# run's process, since a run forked from the fork server read MALLOC_PERTURB_ long before; its loader workers inherit
+# it. Chunks large enough to be mapped of their own go back to the kernel on free and come back zeroed.
+_M_PERTURB = -6  # malloc.h
+_PERTURB_BYTE = 0xA5
+
+
+def _scrub_freed_memory() -> bool:
+    """glibc's freed chunks filled from now on (mallopt(M_PERTURB)); False where the C library has no mallopt."""
+    import ctypes
+    try:
+        return bool(ctypes.CDLL(None).mallopt(_M_PERTURB, _PERTURB_BYTE))
+    except (OSError, AttributeError):
+        return False
+
+
+def _private_batch(batch: Any, depth: int = 0) -> None:
+    """Give every CPU tensor of a fetched batch whose memory is shared with another process (a loader worker's batch
+    arrives in shared memory) memory of the training process's own, in place. A worker that kept its own reference to
+    such a tensor would otherwise read what a step writes into it (a value, copied in, read there and handed back as a
+    plain number in a later batch: red team 56's mailbox_07), or hand the step a slot to fill with samples the training
+    process prepared, returned as the worker's batch (roundtrip_07, roundtrip_finish_03). A pinned batch (a GPU run's,
+    pin_memory=True) is already a copy of the training process's own."""
+    if isinstance(batch, torch.Tensor):
+        if batch.device.type == "cpu" and batch.is_shared():
+            with torch.no_grad():
+                batch.set_(batch.clone())
+    elif depth < 8 and isinstance(batch, (list, tuple)):
+        for item in batch:
+            _private_batch(item, depth + 1)
+    elif depth < 8 and isinstance(batch, dict):
+        for item in batch.values():
+            _private_batch(item, depth + 1)
+
+
 def _batch_size(batch: Any) -> int:
     if isinstance(batch, torch.Tensor):
         return int(batch.shape[0]) if batch.dim() else 1
@@ -1783,6 +1821,8 @@ class Session:
         # a CPU run of a chapter that counts host reads: tensors made over Python buffers in the window are watched
         checks = {c.name for c in self.chapter.checks}
         self._counts_views = self.device.type == "cpu" and "host_syncs" in checks
+        if self._counts_views and _channel() is not None:
+            _scrub_freed_memory()
         # a CPU run of a chapter that counts a step's ops: every tensor that crosses to numpy or DLPack in the window
         # (exported, or made over their memory) is counted, with what counts host reads: arithmetic done there
         # records no op, so the counts cannot see it (red team 28's hidden_chain_05 ran the slow script's passes in
@@ -1860,6 +1900,7 @@ class Session:
                                 "the batch source is empty or cannot be iterated twice; pass a re-iterable "
                                 "(a list, a DataLoader) to session.steps()"
                             ) from None
+                _private_batch(batch)  # the step's own work, after the fetch: it copies, and computes nothing
                 if self._window_open or self._tail_open:
                     check_fetched(batch, self._own_source)
                 fetched += 1

@@ -82,6 +82,13 @@ PROBE_ATTRIBUTES = {
     # weights in shared memory are trained by whichever process holds them: a loader worker, out of the trace's sight
     **{name: "puts tensors in shared memory, where another process can train them out of the trace's sight" for name in (
         "share_memory", "share_memory_", "_share_cuda_", "_share_fd_cpu_", "_share_filename_cpu_")},
+    # a storage rebuilt from another process's shared memory by its handle (a file name or descriptor a loader worker
+    # sends as plain data) is memory shared with that worker, past the harness's copy of each fetched batch (red team
+    # 56's mailbox_07 and roundtrip_07 relayed values and samples through a batch's own shared tensors)
+    **{name: "maps another process's shared memory, where a worker reads what a step writes" for name in (
+        "_new_shared_fd_cpu", "_new_shared_filename_cpu", "_new_using_fd_cpu", "_new_using_filename_cpu",
+        "_new_shared_cuda", "rebuild_storage_fd", "rebuild_storage_filename", "rebuild_tensor", "SharedMemory",
+        "shared_memory")},
     "_make_wrapper_subclass": "makes a tensor whose operators run Python, where a trace's counts cannot see it",
     # autograd's saved-tensor hooks run inside the dispatch of whichever op saves a tensor for backward: code run
     # there (a backward pass, an optimizer's step, forward work) nests under that one op

@@ -9,6 +9,7 @@ the grader's one entry, checker.grader.evaluate.evaluate.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 from checker.base.errors import WorkbookError
@@ -22,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse already printed one usage line
         return 2 if exc.code not in (0, None) else 0
+    previous = _stop_on_sigterm()
     try:
         return args.func(args)
     except WorkbookError as err:
@@ -33,6 +35,22 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `workbook report ... | head`: the reader left; stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_on_sigterm():
+    """`kill` stops a command as Ctrl-C does, so that a check's runs are ended with it (a run's processes are its own
+    group, under another user: left running, a spinning loader worker outlived a killed check). The handler it replaced,
+    or None off the main thread."""
+    def terminated(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, terminated)
+    except ValueError:  # not the main thread
+        return None
 
 
 if __name__ == "__main__":

@@ -1,0 +1,69 @@
+"""A check stopped by `kill` ends its runs with it, as Ctrl-C does.
+
+A run's processes are a group of their own under another user: before session 73, SIGTERM ended `workbook check` at
+once, and a run it had started (a loader worker spinning in a red-team submission) went on using a core for minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from checker.base.paths import repo_root
+
+def _free_uid() -> int:
+    uid = 61_000 + os.getpid() % 2_000
+    while True:
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+        uid += 1
+
+
+def _processes_of(uid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs drop to a user of their own only where the grader runs as root")
+def test_a_check_stopped_by_sigterm_leaves_no_run_behind(tmp_path):
+    uid = _free_uid()
+    submission = tmp_path / "hang"
+    submission.mkdir()
+    lab = repo_root() / "labs" / "01_item_syncs" / "train.py"
+    (submission / "train.py").write_text(lab.read_text())
+    env = {**os.environ, "WORKBOOK_RUN_UID": str(uid), "WORKBOOK_ROOT": str(repo_root())}
+    check = subprocess.Popen([sys.executable, "-m", "checker", "check", "01", "--submission", str(submission),
+                              "--device", "cpu"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             cwd=repo_root())
+    deadline = time.monotonic() + 120
+    while not _processes_of(uid) and check.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert check.poll() is None, f"the check ended before any run started: {check.stderr.read()[-300:]!r}"
+    assert _processes_of(uid), "no run started within 120 s"
+    check.send_signal(signal.SIGTERM)
+    code = check.wait(timeout=60)
+    assert code == 130
+    time.sleep(1.0)
+    left = _processes_of(uid)
+    for pid in left:  # leave the machine clean whatever the verdict
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert not left, f"{len(left)} process(es) of the stopped check's runs were still running"

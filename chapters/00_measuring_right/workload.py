@@ -8,19 +8,18 @@ first step and live on it.
 
 The first training steps pay one-time costs on a GPU (memory pools growing, cuBLAS set up, kernels chosen); on a
 CPU almost none, so a benchmark that counts its warm-up steps there would report what the timed steps cost. Where
-the settings ask (``cold_steps``, ``cold_ms``: the CPU's), every training forward pass of each of the harness's
-first steps waits that long, a stand-in for those costs, so that counting the warm-up shows on a CPU too. The cost is
-the steps', not the model's: forward passes made before the harness's first step (a script that spends the stand-in
-in set-up: red team 54's warmburn_00) pay and spend nothing, and every training pass of such a step pays, so a pass
-of the script's own before its clock leaves the step's timed pass as cold (red team 56's prepaid_warmup_00). The model
-keeps no count of what was paid: there is nothing for a script to mark as paid.
+the settings ask (``cold_steps``, ``cold_len``: the CPU's), each of the harness's first ``cold_steps`` steps is handed
+a batch of ``cold_len`` tokens, twice a long batch: real work that costs its step what a GPU's first steps pay, so
+that counting the warm-up shows on a CPU too. Session 72-73's stand-in, a wait in the model's forward pass, was
+skipped by a forward pass written out by hand and by a script that set the model's count of cold steps to 0 (red team
+57's manualfwd2_00, coldoff_00); a batch's tokens are trained whatever calls the model's layers, and the model holds
+no setting.
 """
 
 from __future__ import annotations
 
 import random
 import sys
-import time
 
 import torch
 from torch import nn
@@ -32,10 +31,8 @@ from checker.base.workloads import Workload
 class TokenClassifier(nn.Module):
     """Embedding, residual MLP blocks applied to every token, mean over the sequence, a linear head."""
 
-    def __init__(self, vocab: int, width: int, hidden: int, blocks: int, classes: int, cold_steps: int = 0,
-                 cold_ms: float = 0.0):
+    def __init__(self, vocab: int, width: int, hidden: int, blocks: int, classes: int):
         super().__init__()
-        self._cold_steps, self._cold_s = cold_steps, cold_ms / 1e3  # the first steps' one-time cost
         self.embed = nn.Embedding(vocab, width)
         self.blocks = nn.ModuleList(
             nn.Sequential(nn.LayerNorm(width), nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width))
@@ -43,10 +40,6 @@ class TokenClassifier(nn.Module):
         self.head = nn.Linear(width, classes)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        if self._cold_steps and torch.is_grad_enabled():  # a pass that trains (in eval mode too: it trains alike)
-            step = _harness_step()
-            if step is not None and step < self._cold_steps:
-                time.sleep(self._cold_s)
         x = self.embed(tokens)
         for block in self.blocks:
             x = x + block(x)
@@ -77,8 +70,11 @@ class BucketedBatches:
     batches before it starts.
     """
 
-    def __init__(self, short: list, long: list, long_every: int, epoch_batches: int):
+    def __init__(self, short: list, long: list, long_every: int, epoch_batches: int, cold: list | None = None,
+                 cold_steps: int = 0):
         self.short, self.long, self.long_every, self.epoch_batches = short, long, long_every, epoch_batches
+        # the harness's first steps' batches, where the settings ask (names the scan refuses a script to reach)
+        self._cold_pool, self._cold_steps = cold, cold_steps
         self.position = 0
         self.generator: random.Random | None = None
 
@@ -88,6 +84,9 @@ class BucketedBatches:
     def __iter__(self):
         for _ in range(self.epoch_batches):
             pool = self.long if self.position % self.long_every == self.long_every - 1 else self.short
+            step = _harness_step() if self._cold_pool else None
+            if step is not None and step < self._cold_steps:  # a warm-up step of the harness's: its first steps' cost
+                pool = self._cold_pool
             if self.generator is None:
                 index = self.position % len(pool)
             else:  # drawn in Python: the grader's data code reads no tensor's value
@@ -106,15 +105,16 @@ def build(cfg: dict, device: torch.device) -> Workload:
         return [tuple(t.to(device) for t in make_batch(batch_size, length, vocab, classes, generator))
                 for _ in range(pool)]
 
+    cold_steps = int(cfg.get("cold_steps", 0))
     source = BucketedBatches(batches(int(cfg["short_len"])), batches(int(cfg["long_len"])),
-                             int(cfg["long_every"]), int(cfg.get("epoch_batches", 64)))
+                             int(cfg["long_every"]), int(cfg.get("epoch_batches", 64)),
+                             batches(int(cfg["cold_len"])) if cold_steps else None, cold_steps)
     eval_tokens, eval_labels = (t.to(device) for t in make_batch(int(cfg.get("eval_size", 256)), int(cfg["short_len"]),
                                                                  vocab, classes, generator))
-    model = TokenClassifier(vocab, int(cfg["width"]), int(cfg["hidden"]), int(cfg["blocks"]), classes,
-                            int(cfg.get("cold_steps", 0)), float(cfg.get("cold_ms", 0.0))).to(device)
+    model = TokenClassifier(vocab, int(cfg["width"]), int(cfg["hidden"]), int(cfg["blocks"]), classes).to(device)
 
     def eval_loss(trained: nn.Module) -> float:
-        with torch.no_grad():  # an evaluation trains nothing: it pays no first training pass's cost
+        with torch.no_grad():
             return float(F.cross_entropy(trained(eval_tokens), eval_labels))
 
     return Workload(model=model, loss_fn=F.cross_entropy, eval_loss=eval_loss, batches=source,

@@ -78,6 +78,10 @@ PROBE_ATTRIBUTES = {
         "_draw_key", "_draws", "_draw_seed", "_keyed", "_HARNESS_FETCHING")},
     # a tensor's count of in-place writes tells the harness which tensors had values copied into them
     "_unsafe_set_version_counter": "resets a tensor's count of in-place writes",
+    # chapter 00's warm-up steps are handed longer batches, a CPU's stand-in for a GPU's one-time costs; the step the
+    # harness is at is its own (a source wrapped to move it would hand the warm-up the timed steps' batches)
+    **{name: "changes the warm-up steps' batches, the stand-in for a GPU's first steps' costs" for name in (
+        "_cold_pool", "_cold_steps", "_WINDOW_STEP", "_WINDOW_LOG_EVERY")},
     # a step run inside one operator's dispatch leaves one op where the step's are: the counts cannot see it
     # weights in shared memory are trained by whichever process holds them: a loader worker, out of the trace's sight
     **{name: "puts tensors in shared memory, where another process can train them out of the trace's sight" for name in (

@@ -209,10 +209,6 @@ SERIALIZERS.update({name: "reaches Python's warning machinery, where an op's war
                           "no op a trace records" for name in (
                               "_showwarnmsg", "_showwarnmsg_impl", "__warningregistry__", "_filters_mutated",
                               "_warnings", "_onceregistry", "onceregistry")})
-# a block of shared memory the script maps by name is memory a loader worker can share with the training process,
-# past the harness's copy of each fetched batch (red team 56's mailbox_07)
-SERIALIZERS.update({name: "maps shared memory by name, where a worker reads what a step writes with no op a trace "
-                          "records" for name in ("SharedMemory", "shared_memory", "ShareableList")})
 # In a chapter that counts a step's ops on a CPU (passes over memory, launches): arithmetic done in numpy runs no op
 # the count can see, so the fix the chapter teaches (fewer, fused passes) is bought by moving passes out of PyTorch
 OUTSIDE_TORCH = "computes outside PyTorch (numpy), where the chapter's count of a step's ops cannot see the work"

@@ -1821,6 +1821,11 @@ class Session:
         # a CPU run of a chapter that counts host reads: tensors made over Python buffers in the window are watched
         checks = {c.name for c in self.chapter.checks}
         self._counts_views = self.device.type == "cpu" and "host_syncs" in checks
+        # a graded CPU run whose reads are counted or whose workers must prepare every sample: a loader worker's batch
+        # is copied into the training process's own memory (_private_batch); elsewhere (a GPU run pins its batches, a
+        # learner's own run under `workbook doctor`) the copy is a cost with nothing to guard
+        self._private_batches = self.device.type == "cpu" and _channel() is not None \
+            and bool({"host_syncs", "samples_in_workers"} & set(checks))
         if self._counts_views and _channel() is not None:
             _scrub_freed_memory()
         # a CPU run of a chapter that counts a step's ops: every tensor that crosses to numpy or DLPack in the window
@@ -1900,7 +1905,8 @@ class Session:
                                 "the batch source is empty or cannot be iterated twice; pass a re-iterable "
                                 "(a list, a DataLoader) to session.steps()"
                             ) from None
-                _private_batch(batch)  # the step's own work, after the fetch: it copies, and computes nothing
+                if self._private_batches:  # the step's own work, after the fetch: it copies, and computes nothing
+                    _private_batch(batch)
                 if self._window_open or self._tail_open:
                     check_fetched(batch, self._own_source)
                 fetched += 1
@@ -1966,6 +1972,7 @@ class Session:
     _window_tensors: list = []
     _window_thread: int | None = None  # the thread that opened the window (threading.get_ident)
     _counts_views = False
+    _private_batches = False
     _counts_crossings = False
     _tail_open = False
 

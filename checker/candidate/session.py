@@ -845,9 +845,8 @@ def _note_unpickled(args: tuple) -> None:
 # would take the display out of that path (the script's own _showwarnmsg, a registry read) are the scan's
 # (checker.base.scan.WARNING_MACHINERY), and the harness holds the warnings module to the one it imported.
 _OP_ERROR_TYPES = (IndexError, ValueError, RuntimeError, Warning)
-_SHOW_WARNING_CODE = getattr(getattr(warnings, "_showwarnmsg", None), "__code__", None)
-_WARNINGS_MODULE = warnings
 _SHOW_WARNING = getattr(warnings, "_showwarnmsg", None)
+_SHOW_WARNING_CODE = getattr(_SHOW_WARNING, "__code__", None)
 _RAISING = frozenset(dis.opmap[name] for name in ("RAISE_VARARGS", "RERAISE") if name in dis.opmap)
 _OP_ERRORS: list[str] = []
 # the standard library raises and catches these kinds as its own control flow (a queue's feeder thread popping an
@@ -926,9 +925,9 @@ def warnings_replaced() -> list[str]:
     """What of Python's warning machinery the script replaced: the module the interpreter shows warnings through, or
     its display function (a C callable there shows a warning with no Python frame the tracer sees)."""
     replaced = []
-    if sys.modules.get("warnings") is not _WARNINGS_MODULE:
+    if sys.modules.get("warnings") is not warnings:
         replaced.append("sys.modules['warnings']")
-    if _WARNINGS_MODULE.__dict__.get("_showwarnmsg") is not _SHOW_WARNING:
+    if warnings.__dict__.get("_showwarnmsg") is not _SHOW_WARNING:
         replaced.append("warnings._showwarnmsg")
     return replaced
 

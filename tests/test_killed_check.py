@@ -67,3 +67,43 @@ def test_a_check_stopped_by_sigterm_leaves_no_run_behind(tmp_path):
         except OSError:
             pass
     assert not left, f"{len(left)} process(es) of the stopped check's runs were still running"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs drop to a user of their own only where the grader runs as root")
+def test_a_stop_that_comes_while_a_run_starts_ends_that_run(tmp_path, monkeypatch, capsys):
+    """CI once found a process of the killed check above still running: the stop had come between the run's fork
+    and the moment the grader held its pid, where no cleanup could see the run. Here the stop comes exactly there."""
+    import threading
+
+    from checker.cli import main
+    from checker.grader import forkserver, runs, sandbox
+
+    uid = _free_uid()
+    monkeypatch.setenv(sandbox.RUN_UID_ENV, str(uid))
+    monkeypatch.setattr(sandbox, "_IDENTITY", None)  # found again, with this test's user id
+    submission = tmp_path / "lab"
+    submission.mkdir()
+    (submission / "train.py").write_text((repo_root() / "labs" / "01_item_syncs" / "train.py").read_text())
+    started = []
+    real_start = runs._start
+
+    def start_then_stopped(*args, **kwargs):
+        proc = real_start(*args, **kwargs)
+        started.append(proc.pid)
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # `kill`, before _start has returned the run
+        return proc
+
+    monkeypatch.setattr(runs, "_start", start_then_stopped)
+    try:
+        code = main(["check", "01", "--submission", str(submission), "--device", "cpu", "--only", "host_syncs"])
+    finally:
+        forkserver.stop()
+    assert started and code == 130, capsys.readouterr().err[-500:]
+    time.sleep(1.0)
+    left = _processes_of(uid)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert not left, f"the run started as the stop came was still running ({len(left)} process(es))"

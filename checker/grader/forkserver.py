@@ -208,26 +208,34 @@ def run_module(module: str, args: list[str], env: dict[str, str], timeout: float
     if srv is not None:
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
+        held = sandbox.hold_stops()  # until _collect holds the process, and ends it if stopped
         try:
             pid = srv.spawn(args, os.getcwd(), env, None, sandbox.Limits(), False, out_write, err_write, module)
+        except BaseException:
+            sandbox.release_stops(held)
+            raise
         finally:
             os.close(out_write)
             os.close(err_write)
         if pid is not None:
-            return _collect(pid, out_read, err_read, args, timeout)
+            return _collect(pid, out_read, err_read, args, timeout, held)
+        sandbox.release_stops(held)
         os.close(out_read)
         os.close(err_read)
     return subprocess.run(sandbox.python_command(module) + args, capture_output=True, text=True, timeout=timeout,
                           env=env)
 
 
-def _collect(pid: int, out_read: int, err_read: int, args: list[str], timeout: float) -> subprocess.CompletedProcess:
-    """Read a forked process's stdout and stderr to their end, then wait for it (killed past ``timeout``)."""
+def _collect(pid: int, out_read: int, err_read: int, args: list[str], timeout: float,
+             held) -> subprocess.CompletedProcess:
+    """Read a forked process's stdout and stderr to their end, then wait for it (killed past ``timeout``, or when
+    the grader is stopped). ``held``: the signal mask to give back (sandbox.hold_stops) once it is in reach."""
     run = ForkedRun(pid, out_read)
     chunks: dict[int, list[bytes]] = {out_read: [], err_read: []}
     deadline = time.monotonic() + timeout
     open_fds = {out_read, err_read}
     try:
+        sandbox.release_stops(held)  # a stop that came while it started is raised here
         while open_fds:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -242,6 +250,11 @@ def _collect(pid: int, out_read: int, err_read: int, args: list[str], timeout: f
                 else:
                     open_fds.discard(fd)
         code = run.wait()
+    except BaseException:  # Ctrl-C, `kill`: it does not outlive the grader's stop
+        if run.poll() is None:
+            sandbox.kill_group(pid)
+            run.wait()
+        raise
     finally:
         run.stdout.close()
         os.close(err_read)

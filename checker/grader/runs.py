@@ -586,13 +586,19 @@ def run_script(
     ipc_before = sandbox.ipc_objects(run_uid) if scratch is None else {}  # without a namespace of its own
     began_wall_ns = time.time_ns()
     run.clock["spawn"] = time.monotonic_ns()
-    proc = _start(command, launch_args, folder, env, identity, limits, server, scratch)
+    held = sandbox.hold_stops()  # until the try below holds the run, whose finally ends it
+    try:
+        proc = _start(command, launch_args, folder, env, identity, limits, server, scratch)
+    except BaseException:
+        sandbox.release_stops(held)
+        raise
     run.pid = proc.pid
     out = proc.stdout.fileno()
     os.set_blocking(out, False)
     deadline = time.monotonic() + timeout
     failure: ScriptError | None = None
     try:
+        sandbox.release_stops(held)  # a Ctrl-C or `kill` that came while the run started is raised here
         open_fds = {evt, out}
         while True:
             if time.monotonic() > deadline:

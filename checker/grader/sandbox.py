@@ -415,6 +415,22 @@ def python_command(module: str = "checker.candidate.launch") -> list[str]:
     return [sys.executable, "-I", "-B", "-c", boot]
 
 
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+def hold_stops():
+    """Hold Ctrl-C and `kill` (SIGINT, SIGTERM) while a run is being started, and return the signal mask to give
+    back to ``release_stops``. A stop raised between the run's fork and the moment its caller holds its pid left
+    the run going, unseen by the cleanup that ends a stopped check's runs (a check killed in CI left one behind).
+    Released inside that cleanup's reach, a stop that came meanwhile is raised there."""
+    return signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+
+def release_stops(previous) -> None:
+    """Give back the signal mask ``hold_stops`` returned: a stop held meanwhile is raised now (KeyboardInterrupt)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def preexec(identity: tuple[int, int] | None, limits: Limits, isolate_network: bool, die_with_parent: bool = True,
             scratch_keep: tuple[str, ...] | None = None):
     """What the child does between fork and exec: limits, no network, private scratch places (``scratch_keep``: the
@@ -423,6 +439,7 @@ def preexec(identity: tuple[int, int] | None, limits: Limits, isolate_network: b
     once it is the grader's child)."""
 
     def setup() -> None:  # pragma: no cover - runs in the forked child
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # held by the grader while it started this (hold_stops)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         file_bytes = limits.file_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))

@@ -661,3 +661,15 @@ def test_clock_reads_measure_each_step_from_the_scripts_own_reads():
     assert len(clock_reads(events)) == 7
     assert len(clock_reads(events, threads=[(1, 1)])) == 6
     assert clock_reads(events, threads=[(1, 2)])["step"].tolist() == [13]
+
+
+def test_a_class_of_chapter_00_is_graded_one_student_at_a_time_on_a_cpu():
+    """step_cost holds a step's CPU time to the slow script's: a student graded beside another would be held to a
+    baseline measured under another load, so `--workers 2` is refused, saying why."""
+    from checker.base.chapters import get_chapter
+    from checker.base.errors import WorkbookError
+    from checker.grading.classroom import plan_slots
+
+    with pytest.raises(WorkbookError, match="times its CPU checks \\(step_cost\\)"):
+        plan_slots(get_chapter("00"), "cpu", None, 2, [])
+    assert len(plan_slots(get_chapter("00"), "cpu", None, 1, [])) == 1

@@ -51,8 +51,10 @@ def folder(name: str, cheat: dict) -> Path:
     return BANK / cheat.get("path", f"cheats/{name}")
 
 
-def grade(name: str, cheat: dict, root: Path, scan: bool = True) -> tuple[int, str, dict | None]:
-    """`workbook check` of one cheat from ``root``: (exit code, everything printed, the JSON report if any)."""
+def grade(name: str, cheat: dict, root: Path, scan: bool = True,
+          run_uid: int | None = None) -> tuple[int, str, dict | None]:
+    """`workbook check` of one cheat from ``root``: (exit code, everything printed, the JSON report if any).
+    ``run_uid``: the user id its runs drop to (a grading worker's own), where the grader is root."""
     command = [sys.executable, "-m", "checker", "check", cheat["chapter"], "--submission", str(folder(name, cheat)),
                "--device", "cpu", "--json"]
     if only := selected_checks(cheat):
@@ -60,6 +62,8 @@ def grade(name: str, cheat: dict, root: Path, scan: bool = True) -> tuple[int, s
     env = dict(os.environ, WORKBOOK_ROOT=str(root), PYTHONPATH=str(root), WORKBOOK_SCAN="1" if scan else "0")
     if cheat.get("shared_scratch"):  # as where the kernel allows no mount namespace: what a run left is looked for
         env["WORKBOOK_PRIVATE_SCRATCH"] = "0"
+    if run_uid is not None:
+        env["WORKBOOK_RUN_UID"] = str(run_uid)
     proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=1200)
     if proc.returncode == 2 and CRASHED.search(proc.stderr):
         # a run crashed in torch's native code (rarely, on a loaded machine: dup_bag_09 once in CI): no verdict
@@ -110,7 +114,41 @@ def checkout(tmp_path):
         leftover.unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("name", sorted(CHEATS))
+# Checks that count (reads, ops, samples, settings, weights) and time nothing: a cheat graded on these alone may be
+# graded while another is, as `workbook grade --workers 2` grades two students at once where a chapter times none of
+# its CPU checks (checker.grading.classroom), each with a user id of its own for its runs.
+COUNTED_CHECKS = frozenset({"host_syncs", "same_work", "step_work", "loader_settings", "samples_in_workers",
+                            "launches_per_step", "elementwise_kernels"})
+SLOTS_ENV = "WORKBOOK_BANK_SLOTS"  # gradings at once (default 2 where the grader is root; 1: one after another)
+
+
+def graded_beside_another(name: str, cheat: dict) -> bool:
+    """Whether a cheat's verdict holds with another cheat graded beside it: its chapter's verdicts hold side by side
+    for a class (no timed CPU check, one process per job), its checks all count, and it touches nothing that
+    another grading shares (the grader's files, the machine's scratch places, other runs, things left behind)."""
+    from checker.base.chapters import get_chapter
+    from checker.grader.ranks import world_size
+    from checker.grading.classroom import TIMED_CHECKS
+
+    chapter = get_chapter(cheat["chapter"])
+    if any(c.name in TIMED_CHECKS and c.threshold_for("cpu") is not None for c in chapter.checks) \
+            or world_size(chapter.config("cpu")) > 1:
+        return False
+    if cheat.get("scanned") or cheat.get("copy") or cheat.get("shared_scratch") or int(cheat.get("runs", 1)) > 1:
+        return False
+    code = (folder(name, cheat) / "train.py").read_text()
+    if name == "read_other_runs" or any(str(place) in code or place.name in code for place in leftovers()) \
+            or "redteam-decoded" in code or "redteam-cache" in code or "redteam_startup_hook" in code:
+        return False
+    only = selected_checks(cheat)
+    return only is not None and set(only.split(",")) <= COUNTED_CHECKS
+
+
+BESIDE = sorted(name for name, cheat in CHEATS.items() if graded_beside_another(name, cheat))
+ALONE = sorted(set(CHEATS) - set(BESIDE))
+
+
+@pytest.mark.parametrize("name", ALONE)
 def test_cheat_is_rejected(name, checkout):
     cheat = CHEATS[name]
     root = checkout(cheat)
@@ -122,6 +160,46 @@ def test_cheat_is_rejected(name, checkout):
         assert code == 2 and "is refused: it inspects how it is measured" in output, output[-3000:]
         return
     _assert_graded(name, cheat, code, output, report)
+
+
+@pytest.fixture(scope="module")
+def side_by_side(request):
+    """The gradings of the selected `beside` cheats, started in the order pytest runs them, ``slots`` at once:
+    ``get(name)`` waits for one. By the time its last test has its verdict, every grading has ended (each earlier
+    test waited for its own), so no grading runs beside the tests that come after."""
+    from concurrent.futures import ThreadPoolExecutor
+    from queue import SimpleQueue
+
+    from checker.grader import sandbox
+
+    selected = [item.callspec.params["name"] for item in request.session.items
+                if getattr(item, "originalname", None) == "test_cheat_is_rejected_beside_another"]
+    slots = int(os.environ.get(SLOTS_ENV) or (2 if sandbox.running_as_root() else 1))
+    uids: SimpleQueue = SimpleQueue()
+    for uid in (sandbox.worker_uids(slots) if slots > 1 else [None]):
+        uids.put(uid)
+
+    def grade_in_a_slot(name: str):
+        uid = uids.get()
+        try:
+            return grade(name, CHEATS[name], ROOT, run_uid=uid)
+        finally:
+            uids.put(uid)
+
+    pool = ThreadPoolExecutor(max_workers=max(slots, 1), thread_name_prefix="bank")
+    for leftover in leftovers():
+        leftover.unlink(missing_ok=True)
+    futures = {name: pool.submit(grade_in_a_slot, name) for name in selected}
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.parametrize("name", BESIDE)
+def test_cheat_is_rejected_beside_another(name, side_by_side):
+    """As test_cheat_is_rejected, for the cheats whose verdicts hold with another cheat graded at the same time
+    (graded_beside_another): two at a time, each with a user id of its own for its runs, where the grader is root."""
+    code, output, report = side_by_side[name].result()
+    _assert_graded(name, CHEATS[name], code, output, report)
 
 
 @pytest.mark.scan_off

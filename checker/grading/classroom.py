@@ -34,7 +34,9 @@ from checker.grading.submission import Student, find_students, protect_tree, sub
 from checker.base.paths import repo_root
 
 # checks whose CPU thresholds rest on timing: grading several submissions at once on one CPU would skew them
-TIMED_CHECKS = ("throughput", "data_wait", "triage")  # triage's CPU rules are a wait share and host time per op
+# (triage's CPU rules are a wait share and host time per op; step_cost holds a step's CPU time to the slow script's,
+# which a neighbour's load moves: an honest chapter 00 pair once came 1.58x apart on a loaded runner)
+TIMED_CHECKS = ("throughput", "data_wait", "triage", "step_cost")
 
 
 @lru_cache(maxsize=1)

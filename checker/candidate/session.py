@@ -1109,12 +1109,22 @@ def _note_generated(filename: Any, source: Any) -> None:
             _GENERATED_KERNELS.append(node.value)
 
 
+# What marks Inductor's C++ wrapper (torch.compile's cpp_wrapper, AOTInductor) in a library's source: the graph's
+# own entry, and ATen called through AOTI's C shim (aoti_torch_cpu_nonzero, ...), which runs an op's CPU kernel around
+# the dispatcher, where no op is recorded. A read made there (a data-dependent size: nonzero's) reaches Python with no
+# op a CPU trace holds (red team 58's bareinductor_01, bareguard_06). Its kernels stay Inductor's own.
+CPP_WRAPPER_MARKS = ("inductor_entry_impl", "aoti_torch_")
+
+
 def _inductors_kernel(library: str) -> bool:
-    """Whether a library in torch.compile's store was built from a kernel source Inductor generated in this run."""
+    """Whether a library in torch.compile's store was built from a kernel source Inductor generated in this run, and
+    holds kernels only (no C++ wrapper of a graph: CPP_WRAPPER_MARKS)."""
     source = Path(library.removesuffix(".so") + ".cpp")
     try:
         text = source.read_text(errors="replace")
     except OSError:
+        return False
+    if any(mark in text for mark in CPP_WRAPPER_MARKS):
         return False
     return any(kernel in text for kernel in _GENERATED_KERNELS)
 

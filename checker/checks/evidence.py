@@ -99,7 +99,8 @@ class Diagnosis:
 def own_native_code(native) -> str:
     """How a run's shared objects of its own are named in a check's evidence (the harness's native_code_of_its_own)."""
     return (f"{len(native)} shared object(s) loaded from outside Python's installation ({', '.join(native[:2])}): "
-            "native code of the script's own (a C extension, a library for ctypes)")
+            "native code of the script's own (a C extension, a library for ctypes, or torch.compile's C++ wrapper of "
+            "a graph, cpp_wrapper or AOTInductor, which runs ATen's kernels around the dispatcher that records ops)")
 
 
 def slow_cpu_pairs(evidence) -> list[tuple[Any, Any]]:

@@ -28,6 +28,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.redteam]
 CRASHED = re.compile(r"was killed by signal (11|6|7)\b")  # SIGSEGV, SIGABRT, SIGBUS: a crash, not a verdict
 
 
+LEFTOVER_MARKS = ("redteam-cache", "redteam_startup_hook", "redteam-decoded")  # in the names leftovers() looks for
+
+
 def leftovers() -> list[Path]:
     """What cheats leave behind outside their run folders (where runs share the machine's scratch places)."""
     return ([Path("/var/tmp/redteam-cache-01.pt")] + [Path(p) / "redteam_startup_hook.pth" for p in site.getsitepackages()]
@@ -128,17 +131,15 @@ def graded_beside_another(name: str, cheat: dict) -> bool:
     another grading shares (the grader's files, the machine's scratch places, other runs, things left behind)."""
     from checker.base.chapters import get_chapter
     from checker.grader.ranks import world_size
-    from checker.grading.classroom import TIMED_CHECKS
+    from checker.grading.classroom import timed_cpu_checks
 
     chapter = get_chapter(cheat["chapter"])
-    if any(c.name in TIMED_CHECKS and c.threshold_for("cpu") is not None for c in chapter.checks) \
-            or world_size(chapter.config("cpu")) > 1:
+    if timed_cpu_checks(chapter) or world_size(chapter.config("cpu")) > 1:
         return False
     if cheat.get("scanned") or cheat.get("copy") or cheat.get("shared_scratch") or int(cheat.get("runs", 1)) > 1:
         return False
     code = (folder(name, cheat) / "train.py").read_text()
-    if name == "read_other_runs" or any(str(place) in code or place.name in code for place in leftovers()) \
-            or "redteam-decoded" in code or "redteam-cache" in code or "redteam_startup_hook" in code:
+    if name == "read_other_runs" or any(mark in code for mark in LEFTOVER_MARKS):
         return False
     only = selected_checks(cheat)
     return only is not None and set(only.split(",")) <= COUNTED_CHECKS
@@ -165,7 +166,7 @@ def test_cheat_is_rejected(name, checkout):
 @pytest.fixture(scope="module")
 def side_by_side(request):
     """The gradings of the selected `beside` cheats, started in the order pytest runs them, ``slots`` at once:
-    ``get(name)`` waits for one. By the time its last test has its verdict, every grading has ended (each earlier
+    a future per cheat's name, whose result is its grading. By the time its last test has its verdict, every grading has ended (each earlier
     test waited for its own), so no grading runs beside the tests that come after."""
     from concurrent.futures import ThreadPoolExecutor
     from queue import SimpleQueue

@@ -39,6 +39,12 @@ from checker.base.paths import repo_root
 TIMED_CHECKS = ("throughput", "data_wait", "triage", "step_cost")
 
 
+def timed_cpu_checks(chapter) -> list[str]:
+    """The checks of ``chapter`` whose CPU verdicts rest on timing (TIMED_CHECKS with a CPU threshold): where there
+    are any, its submissions are graded one at a time on a CPU."""
+    return [c.name for c in chapter.checks if c.name in TIMED_CHECKS and c.threshold_for("cpu") is not None]
+
+
 @lru_cache(maxsize=1)
 def workbook_version() -> str:
     """The package version, plus the git commit of the checkout (and ``.dirty`` when it has local changes)."""
@@ -115,7 +121,7 @@ def _slots(chapter, device: str, gpus: str | None, workers: int | None, gpu_name
         count = workers or 1
         if count < 1:
             raise WorkbookError("--workers must be at least 1")
-        timed = [c.name for c in chapter.checks if c.name in TIMED_CHECKS and c.threshold_for("cpu") is not None]
+        timed = timed_cpu_checks(chapter)
         if count > 1 and timed:
             raise WorkbookError(f"--workers {count}: {chapter.id} times its CPU checks ({', '.join(timed)}), and "
                                 f"submissions graded side by side on one CPU would slow each other; use --workers 1")

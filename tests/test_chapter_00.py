@@ -177,7 +177,11 @@ def test_unmodified_lab_fails_on_cpu_naming_warmup_and_percentiles(graded):
 
 @pytest.mark.slow
 def test_solution_report_agrees_with_the_grader_on_cpu(graded):
-    check = next(c for c in graded(CHAPTER, "solution").checks if c.name == "step_time_report")
+    report = graded(CHAPTER, "solution")
+    work = next(c for c in report.checks if c.name == "step_work")
+    assert work.status == PASSED and work.measured["warmup_steps_differing"] == 0, work.evidence
+    assert "each of the 5 warm-up steps trained as the slow script's did" in work.evidence[0]  # the warm-up, traced
+    check = next(c for c in report.checks if c.name == "step_time_report")
     assert check.status == PASSED, check.evidence
     reported, truth = check.measured["reported"], check.measured["grader"]
     assert reported["steps"] == truth["steps"] == 40
@@ -501,6 +505,66 @@ def test_a_step_padded_with_ops_fails_where_the_fix_leaves_the_training_as_it_wa
     assert outcome.status == FAILED and outcome.measured["steps_with_added_work"] == 8, outcome.evidence
     assert "8 of 8 timed steps ran work the slow script's step" in outcome.evidence[0]
     assert any(line.startswith("step 0: ops aten::mul_ x1") for line in outcome.evidence), outcome.evidence
+
+
+def warmup_evidence(candidate_path, baseline_path, warmup=4):
+    """Chapter 00 on a CPU traces the warm-up too (trace_warmup): the window's traces as the grader splits them off,
+    and the whole traces beside them."""
+    from checker.trace.analysis import load_after_warmup
+
+    (mine, mine_whole), (slow, slow_whole) = (load_after_warmup(p, warmup) for p in (candidate_path, baseline_path))
+    return Evidence(chapter=get_chapter(CHAPTER), device="cpu", trace_tool="torch", candidate=Path("train.py"),
+                    cfg={"warmup": warmup, "trace_warmup": True}, traced=(None, None),
+                    traces={"candidate": mine, "baseline": slow, "candidate.warmup": mine_whole,
+                            "baseline.warmup": slow_whole})
+
+
+def test_a_trace_of_the_warm_up_too_splits_into_the_window_a_trace_started_there_would_hold(tmp_path):
+    """The window's trace holds nothing that started before the last warm-up step's range ended: the window's rules
+    (nothing foreign before the first step's range, the span against the grader's stamps) read what they read when the
+    profiler started at the window."""
+    from checker.grader.collect import outside_the_steps
+    from checker.trace.analysis import load_after_warmup
+
+    recorded(tmp_path / "honest.json")
+    window, whole = load_after_warmup(tmp_path / "honest.json", 4)
+    assert whole.get_steps()["step"].tolist() == list(range(8))
+    steps = window.get_steps()
+    assert steps["step"].tolist() == [4, 5, 6, 7]
+    cut = int(whole.get_steps().iloc[3]["end_ns"])
+    ops = window.events[window.events["kind"] != "python"]
+    assert int(ops["start_ns"].min()) >= cut and len(ops) < len(whole.events[whole.events["kind"] != "python"])
+    assert outside_the_steps(window.events, steps) is None
+    assert outside_the_steps(whole.events, steps) is not None  # the warm-up's ops, before the window's first step
+    # a trace of the window alone has no warm-up to split off
+    alone, none = load_after_warmup(tmp_path / "honest.json", 0)
+    assert none is None and alone.get_steps()["step"].tolist() == list(range(8))
+
+
+def test_warm_up_steps_trained_some_cheaper_way_fail_step_work_where_the_warm_up_is_traced(tmp_path):
+    """Red team 58's coldvocab_00 trained the warm-up's long batches through a table (the same result, far less work)
+    and reported all 45 steps: on a CPU the warm-up is traced and each of its steps held to the slow script's. Here
+    the candidate's warm-up trains step 3's long batch as micro-batches (other products), its window as the slow
+    script's; the honest run passes, a run whose trace holds no warm-up fails."""
+    recorded(tmp_path / "honest.json")
+    recorded(tmp_path / "again.json")
+    recorded(tmp_path / "split.json", split=True)  # long steps 3 (warm-up) and 7 (window) as micro-batches
+    honest = step_work(warmup_evidence(tmp_path / "again.json", tmp_path / "honest.json"), declared("step_work"))
+    assert honest.status == PASSED and "each of the 4 warm-up steps trained as the slow script's did" in honest.evidence[0]
+
+    import dataclasses
+
+    evidence = warmup_evidence(tmp_path / "split.json", tmp_path / "honest.json")
+    window_only = dict(evidence.traces, candidate=evidence.traces["baseline"])  # the window honest, the warm-up not
+    outcome = step_work(dataclasses.replace(evidence, traces=window_only), declared("step_work"))
+    assert outcome.status == FAILED and outcome.measured["warmup_steps_differing"] == 1, outcome.evidence
+    assert outcome.evidence[0].startswith("1 of 4 warm-up steps trained other work")
+    assert any(line.startswith("step 3: ") for line in outcome.evidence)
+
+    no_warmup = {k: v for k, v in evidence.traces.items() if k != "candidate.warmup"}
+    no_warmup["candidate"] = evidence.traces["baseline"]
+    outcome = step_work(dataclasses.replace(evidence, traces=no_warmup), declared("step_work"))
+    assert outcome.status == FAILED and "holds none of the 4 warm-up steps" in outcome.evidence[0]
 
 
 def test_the_same_training_passes_and_micro_batches_within_their_own_step_are_the_same_work(tmp_path):

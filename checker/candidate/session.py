@@ -1338,7 +1338,7 @@ def _replaced_on_export_path(profiler) -> list[str]:
     return replaced
 
 HARNESS_KEYS = ("steps", "warmup", "log_every", "trace_steps", "seed", "trials", "timeout_s", "memory_mb",
-                "traced_tail", "trace_window")
+                "traced_tail", "trace_window", "trace_warmup")
 
 
 def current() -> "Session | None":
@@ -1879,6 +1879,8 @@ class Session:
             if step == 0:
                 if self._keeps_time:
                     self._t_first_step = time.perf_counter_ns()
+                if self._traces_warmup:  # the warm-up's steps are judged for their work too (chapter 00 on a CPU)
+                    self._start_profiler()
                 self._send({"type": "first_step"})
             if step == self.warmup:
                 self._open_window()
@@ -2027,6 +2029,14 @@ class Session:
         """Whether this run counts memory shared with Python objects: where host reads or a step's ops are counted."""
         return self._counts_views or self._counts_crossings
 
+    @property
+    def _traces_warmup(self) -> bool:
+        """Whether a traced run records its warm-up steps too (``trace_warmup``): where a chapter judges what the warm-up
+        trained (chapter 00 on a CPU, whose warm-up steps stand in for a GPU's cold start: trained some cheaper way,
+        a benchmark that counts them would report steps as cheap as the timed ones)."""
+        return (LAUNCH is not None and LAUNCH.trace == "torch" and not self._tail_steps()
+                and bool(self.cfg.get("trace_warmup", False)) and self.warmup > 0)
+
     @staticmethod
     def _tail_steps() -> int:
         """Steps traced after the window (the grader's ``--trace-tail``): the window itself is then not traced."""
@@ -2053,7 +2063,7 @@ class Session:
 
     def _open_window(self) -> None:
         self._sync()
-        if LAUNCH is not None and LAUNCH.trace == "torch" and not self._tail_steps():
+        if LAUNCH is not None and LAUNCH.trace == "torch" and not self._tail_steps() and self._profiler is None:
             self._start_profiler()  # before the window opens: starting the profiler is not the step's work
         if self.device.type == "cuda":
             torch.cuda.profiler.start()

@@ -423,19 +423,22 @@ def _trace_of(evidence, role: str, who: str):
         return None, str(err)
 
 
-def _added_work(mine, slow, spec, measured: dict) -> list[str]:
+def _added_work(mine, slow, spec, measured: dict, before: int | None = None) -> list[str]:
     """Where a chapter's fix never changes the training (``same_ops``): the evidence lines of the steps that ran work
     the slow script's same step does not (ops beyond its ops, bookkeeping aside, or more recorded input elements than
     its by more than ``extra_elements``), or []. A step made to last a chosen time with extra work is a report made
-    true, whatever the work is."""
+    true, whatever the work is. ``before``: the steps before this one only (the warm-up's, from a whole trace)."""
     margin = float(spec.options.get("extra_elements", 0.01))
     extra = extra_ops_by_step(mine, slow)
+    which = "timed steps"
+    if before is not None:
+        extra, which = extra[extra["step"] < before], "warm-up steps"
     grown = extra["elements"] > extra["baseline_elements"] * (1 + margin) + 0.01  # millions: a few scalars' slack
     added = extra[np.array([bool(ops) for ops in extra["extra_ops"]], dtype=bool) | grown.to_numpy()]
-    measured["steps_with_added_work"] = int(len(added))
+    measured["warmup_steps_with_added_work" if before is not None else "steps_with_added_work"] = int(len(added))
     if added.empty:
         return []
-    lines = [f"{len(added)} of {len(extra)} timed steps ran work the slow script's step of the same number does not "
+    lines = [f"{len(added)} of {len(extra)} {which} ran work the slow script's step of the same number does not "
              "(ops beyond its ops, or more than "
              f"{margin:.0%} more recorded input elements): this chapter's fix changes how the steps are timed, never "
              "what they run, so work added to a step changes what is measured:"]
@@ -543,7 +546,53 @@ def step_work(evidence, spec):
         return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=lines)
     if spec.options.get("same_ops") and (added := _added_work(mine, slow, spec, measured)):
         return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=added)
+    warmup_lines, warmup_note = _warmup_work(evidence, spec, cap, tolerance, measured)
+    if warmup_lines:
+        return result(spec, FAILED, measured=measured, threshold=tolerance, evidence=warmup_lines)
     return result(spec, PASSED, measured=measured, threshold=tolerance, evidence=[
         f"each of the {len(judged)} timed steps trained its own batch: matrix-product FLOPs forward and backward within "
         f"{tolerance:.0%} of the slow script's same step (at most {float(judged['off'].max()):.1%} off), as many "
-        "optimizer steps" + (", the same products size by size" if same_products else "")])
+        "optimizer steps" + (", the same products size by size" if same_products else "") + warmup_note])
+
+
+def _warmup_work(evidence, spec, cap: float | None, tolerance: float, measured: dict) -> tuple[list[str], str]:
+    """Where the chapter traces the warm-up too (``trace_warmup``: chapter 00 on a CPU): (the evidence lines of the
+    warm-up steps that trained other work than the slow script's same step, or []; a note for the passing line).
+
+    A benchmark that counts its warm-up steps reports steps the grader does not time; on a CPU the warm-up's batches
+    stand in for a GPU's cold start (long ones), so counting them shows, unless those steps were trained some cheaper
+    way with the same result (red team 58's coldvocab_00 trained the long batches through a table of the vocabulary's
+    features, exact, and its report over all 45 steps passed). Judged as the timed steps are: every warm-up step runs
+    the slow script's products size by size (and its ops, where ``same_ops``)."""
+    if not evidence.cfg.get("trace_warmup") or evidence.trace_tool != "torch":
+        return [], ""
+    first = int(evidence.cfg.get("warmup", 0))
+    slow, mine = evidence.traces.get("baseline.warmup"), evidence.traces.get("candidate.warmup")
+    if slow is None:
+        return [], ""  # no warm-up recorded for the slow script either (a trace the grader could not split)
+    if mine is None:
+        return [f"your run's trace holds none of the {first} warm-up steps the slow script's trace holds (this chapter "
+                "traces the warm-up as well, to see what it trained)"], ""
+    expected = list(range(first))
+    for trace, who in ((mine, "your run's"), (slow, "the slow script's")):
+        found = sorted(int(s) for s in trace.get_steps()["step"] if int(s) < first)
+        if found != expected:
+            return [f"{who} trace holds warm-up step ranges {found[:8]}, but the harness ran steps 0..{first - 1} once "
+                    "each: step ranges were added, removed or renamed"], ""
+    same_products = bool(spec.options.get("same_products", False))
+    baseline, candidate = (training_work(trace, cap) for trace in (slow, mine))
+    baseline, candidate = baseline[baseline["step"] < first], candidate[candidate["step"] < first]
+    both = work_by_step(candidate, baseline, tolerance, same_products)
+    differs = both[both["differs"]]
+    measured["warmup_steps_differing"] = int(len(differs))
+    if len(differs):
+        lines = [f"{len(differs)} of {first} warm-up steps trained other work than the slow script's step of the same "
+                 "number, on the same batch (matrix-product FLOPs and each product's size, optimizer steps): the "
+                 "warm-up is the training's too. This chapter's fix changes how the steps are timed, never what they "
+                 "train, warm-up included; warm-up steps trained some other way would make a report that counts them "
+                 "look like the timed steps:"]
+        lines += [describe_step(row) for row in differs.head(SHOWN_STEPS).itertuples()]
+        return lines, ""
+    if spec.options.get("same_ops") and (added := _added_work(mine, slow, spec, measured, before=first)):
+        return added, ""
+    return [], f"; and each of the {first} warm-up steps trained as the slow script's did"

@@ -24,12 +24,13 @@ class _Traces:
 
     def __init__(self, runner: Runner, tool: str, keep: Path | None, excuse_data_wait: bool):
         self.runner, self.tool, self.keep, self.excuse_data_wait = runner, tool, keep, excuse_data_wait
+        self.warmups: dict[str, object] = {}  # role -> the whole trace, warm-up steps included (``trace_warmup``)
 
     def load(self, role: str, run: RunResult, keep: bool = True):
         """A run's trace when it lines up with the steps the grader stamped, else the TraceMismatch that says why.
         ``keep``: False for a trace that is the grader's own reference (an assigned job's: a diagnosis must rest on
         the learner's own traces, so the grader's are never handed out)."""
-        from checker.trace import load
+        from checker.trace.analysis import load, load_after_warmup
 
         chapter, cfg, trace_file = self.runner.chapter, self.runner.cfg, run.trace_file
         if self.keep is not None and trace_file is not None and keep:
@@ -37,9 +38,15 @@ class _Traces:
             suffix = "".join(trace_file.suffixes[-2:]) if trace_file.name.endswith(".gz") else trace_file.suffix
             shutil.copy(trace_file, self.keep / f"{chapter.id}-{role}-{self.tool}{suffix}")
         began = time.perf_counter()
-        trace = load(trace_file)
-        self.runner.timing("parse", f"{role}'s trace", began)
         first = run.trace_first_step if run.trace_first_step is not None else int(cfg["warmup"])
+        if cfg.get("trace_warmup") and self.tool == "torch" and first == int(cfg["warmup"]):
+            # the harness traced the warm-up too: the window's rules read the window, step_work the warm-up as well
+            trace, whole = load_after_warmup(trace_file, first)
+            if whole is not None:
+                self.warmups[role] = whole
+        else:
+            trace = load(trace_file)
+        self.runner.timing("parse", f"{role}'s trace", began)
         # a run traced over its window records every window step; a traced pair or tail, trace_steps of them
         count = run.steps - first if run.steps and first < run.steps else int(cfg.get("trace_steps", 10))
         problem = trace_problem(trace, run, first, count, self.runner.device, excuse_data_wait=self.excuse_data_wait)
@@ -60,6 +67,9 @@ def gather(runner: Runner, made: Made, plan: Plan, tool: str, *, reference: str,
         traces["candidate"] = loader.load("candidate", c)
         if b.trace_file is not None:
             traces["baseline"] = loader.load("baseline", b)
+        for role, whole in loader.warmups.items():  # the warm-up's steps, where the chapter judges them
+            if not isinstance(traces.get(role), TraceMismatch):
+                traces[f"{role}.warmup"] = whole
         for role, job in (("candidate", c), ("baseline", b)):  # a job of several ranks: every rank's trace
             for rank, run in enumerate(job.ranks[1:], start=1):
                 if run.trace_file is not None:

@@ -548,4 +548,29 @@ def load(path, step_regex: str | None = None, skip_steps: int = 0) -> TraceAnaly
     return TraceAnalysis(events, fmt, source=str(path), meta=meta, step_regex=step_regex, skip_steps=skip_steps)
 
 
-__all__ = ["DEFAULT_STEP_REGEX", "TraceAnalysis", "load"]
+def load_after_warmup(path, first_step: int) -> tuple[TraceAnalysis, TraceAnalysis | None]:
+    """A trace that records the warm-up's steps before the window's (a chapter's ``trace_warmup``), read once: (the
+    window's trace, as a profiler started at the window would have recorded it; the whole trace, or None where it
+    holds no step before ``first_step``).
+
+    The window's trace holds what starts after the last warm-up step's range ends (where the harness opens the
+    window); a Python frame still running there (the script's loop) is kept from that moment on, as the profiler's
+    Python tracer records the frames it finds on the stack when it starts. Every rule that judges the window then
+    reads what it read before the warm-up was traced."""
+    from checker.trace.loader import read_events
+
+    events, meta, fmt = read_events(path)
+    whole = TraceAnalysis(events.copy(), fmt, source=str(path), meta=meta)
+    steps = whole.get_steps()
+    early = steps[steps["step"] < first_step]
+    if early.empty:
+        return whole, None
+    cut = int(early["end_ns"].max())
+    frames = (events["kind"] == "python") & (events["start_ns"] < cut) & (events["end_ns"] > cut)
+    window = events[(events["start_ns"] >= cut) | frames].copy()
+    window.loc[frames[frames].index, "start_ns"] = cut
+    window_meta = dict(meta, warnings=list(meta.get("warnings", [])))
+    return TraceAnalysis(window.reset_index(drop=True), fmt, source=str(path), meta=window_meta), whole
+
+
+__all__ = ["DEFAULT_STEP_REGEX", "TraceAnalysis", "load", "load_after_warmup"]

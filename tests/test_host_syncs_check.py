@@ -418,6 +418,46 @@ def test_an_error_an_op_raised_and_caught_in_a_step_is_noted_and_a_raise_stateme
     assert sum(__file__ in where for where in noted) == 3 and sum("functools.py" in where for where in noted) == 1
 
 
+def test_an_ops_error_the_interpreter_swallowed_in_a_finalizer_is_noted_whatever_the_hook(monkeypatch):
+    """An error raised where no frame catches it (a finalizer that is functools.partial(torch.index_select, ...), run
+    from C as its object is dropped) is handed to sys.unraisablehook: the bit was the hook's call (red team 59's
+    delbits_06, with a list's append as the hook; delbits_stderr2_06 with the default hook writing to a sys.stderr of
+    its own). The tracer sees no frame; the audit event that announces the hook's call is noted in a window step, not
+    in a logging step, and not named by the object's repr (a tensor's repr reads it)."""
+    import functools
+    import io
+    import sys
+    from types import SimpleNamespace
+
+    import torch
+
+    from checker.candidate import session as harness
+
+    monkeypatch.setattr(harness, "_OP_ERRORS", [])
+    monkeypatch.setattr(harness, "_CURRENT", SimpleNamespace(_window_open=True, _counts_views=True))
+    monkeypatch.setattr(harness, "_WINDOW_STEP", [3])
+    monkeypatch.setattr(harness, "_WINDOW_LOG_EVERY", [10])
+    row, slot = torch.zeros(1), torch.ones(1, dtype=torch.long)  # index 1 of a one-row tensor: out of bounds
+
+    class Probe:
+        __del__ = functools.partial(torch.index_select, row, 0, slot)
+
+    hits = []
+    monkeypatch.setattr(sys, "unraisablehook", hits.append)
+    Probe()  # dropped at once: its finalizer fails, from C
+    assert len(hits) == 1
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    Probe()  # the default hook, writing to a stream of the script's
+    harness._WINDOW_STEP[0] = 9
+    Probe()  # a logging step: not noted
+    monkeypatch.setattr(harness, "_CURRENT", SimpleNamespace(_window_open=False, _counts_views=True))
+    harness._WINDOW_STEP[0] = 3
+    Probe()  # outside the window: not noted
+    noted = harness.op_errors()
+    assert noted == ["an error swallowed by the interpreter (IndexError in a partial, handed to sys.unraisablehook) x2"]
+
+
 def test_processes_beyond_the_loaders_workers_are_counted():
     """On a CPU a process of the script's own can read what the training process writes into memory they share
     (red team 51's relay_pool_01): the processes under the run beyond its DataLoader's workers are counted, at the

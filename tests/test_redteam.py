@@ -245,6 +245,19 @@ def test_native_code_of_its_own_is_not_counted_as_fewer_ops_on_a_cpu():
     assert "native code of the script's own" in output
 
 
+@pytest.mark.slow
+def test_the_same_loss_summed_in_another_order_is_the_same_work_on_a_cpu():
+    """Chapter 06's CPU weights tolerance is tight (0.003: a loss left out on half the pixels is other work, and
+    honest float32 runs land 0.0000 from the slow script's): an honest variant that sums the same losses in another
+    order (tests/redteam/accepted/reordered_06) still passes same_work, with room to spare."""
+    cheat = {"chapter": "06", "path": "accepted/reordered_06", "expect": "passed", "only": "same_work"}
+    code, output, report = grade("reordered_06", cheat, ROOT)
+    assert code == 0 and report is not None, output[-3000:]
+    same_work = next(c for c in report["checks"] if c["name"] == "same_work")
+    tolerance = same_work["threshold"]["weight_tolerance"]
+    assert same_work["status"] == "passed" and same_work["measured"]["weight_distance"] <= tolerance / 10, same_work
+
+
 def test_every_class_of_the_issue_has_two_cheats():
     classes: dict[str, int] = {}
     for cheat in CHEATS.values():

@@ -908,6 +908,29 @@ def _note_op_error(frame: types.FrameType, arg: tuple) -> None:
     _OP_ERRORS.append(f"{frame.f_code.co_filename}:{frame.f_lineno} ({kind.__name__})")
 
 
+def _note_swallowed(args: tuple) -> None:
+    """Note an error the interpreter swallowed in a window step that is not a logging step: one no frame raised into,
+    so the tracer above never sees it. A finalizer, a weakref's or the garbage collector's callback that fails is
+    handed to sys.unraisablehook from C, and the audit event that announces it is raised whatever the hook is (the
+    script's own, a list's append, or the default one writing to a sys.stderr of the script's). An op called there
+    (a finalizer that is functools.partial(torch.index_select, ...) at an index set from a tensor) fails on some
+    values and not others: each call one bit of a value, read with no op that reads one and no Python frame (red team
+    59's delbits_06, _07, _01). Noted by its kind and the type of the object it was raised in, never by its repr (a
+    repr of a tensor reads it)."""
+    session, unraisable = _CURRENT, args[1] if len(args) > 1 else None
+    if session is None or not session._counts_views or not session._window_open or unraisable is None \
+            or len(_OP_ERRORS) >= MADE_KEPT:
+        return
+    kind = getattr(unraisable, "exc_type", None)
+    if not isinstance(kind, type) or not issubclass(kind, _OP_ERROR_TYPES):
+        return
+    step, every = _WINDOW_STEP[0], _WINDOW_LOG_EVERY[0]
+    if step is not None and every and (step + 1) % every == 0:
+        return  # a logging step may read values
+    _OP_ERRORS.append(f"an error swallowed by the interpreter ({kind.__name__} in a "
+                      f"{type(getattr(unraisable, 'object', None)).__name__}, handed to sys.unraisablehook)")
+
+
 def _note_warning_shown(frame: types.FrameType) -> None:
     """Note a warning shown in a window step that is not a logging step, at the frame that issued it."""
     session, issued = _CURRENT, frame.f_back
@@ -986,6 +1009,11 @@ def _count_raw_reads(event: str, args: tuple) -> None:
                     and threading.get_ident() == session._window_thread and not getattr(_SETTING_TRACE, "on", False) \
                     and len(_TRACE_REPLACED) < MADE_KEPT:
                 _TRACE_REPLACED.append(threading.current_thread().name)
+        except Exception:  # noqa: BLE001 - an audit hook never fails the operation it watches
+            pass
+    elif event == "sys.unraisablehook":
+        try:
+            _note_swallowed(args)
         except Exception:  # noqa: BLE001 - an audit hook never fails the operation it watches
             pass
     elif event == "pickle.find_class":

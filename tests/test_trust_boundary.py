@@ -689,6 +689,17 @@ def test_in_a_chapter_counting_host_reads_torchs_c_serializers_are_refused(line)
     assert findings(line + "\n") == []
 
 
+@pytest.mark.parametrize("line", ["as_ints = torch.ops.aten._tensor_to_list",
+                                  "f = torch.ops.aten.__getattr__('aten::_tensor_to_list')",
+                                  "f = torch._C._get_operation_overload('aten::x', '')",
+                                  "f = torch._C._jit_get_operation('aten::x')"])
+def test_in_a_chapter_counting_host_reads_torchscripts_tolist_operator_is_refused(line):
+    """TorchScript's tolist is an aten operator of the JIT's registry (aten::_tensor_to_list): it reads every value of
+    a tensor in C++ with no op of its own a trace records (red team 60's opslist_*), and the registry's lookups reach
+    it by a name in a string."""
+    assert any("TorchScript's registry" in found for found in findings(line + "\n", host_reads=True)), line
+
+
 @pytest.mark.parametrize("line", ["import numpy as np", "from numpy import exp", "a = t.detach().numpy()",
                                   "t = torch.from_numpy(a)"])
 def test_in_a_chapter_counting_a_steps_ops_numpy_is_refused(line):

@@ -114,6 +114,8 @@ PROBE_STRINGS = {
     "LD_PRELOAD": "looks for preloaded (profiler) libraries",
     "/proc/": "reads a process's memory, memory map or status (its own by any name: /proc/self, /proc/<pid>)",
     "checker.candidate": "reaches into the harness", "workbook-": "looks for the grader's folders",
+    # TorchScript's tolist as an operator, named in a string in any form ("aten::_tensor_to_list")
+    "_tensor_to_list": "reads a tensor's values through an operator of TorchScript's registry, which no trace records",
 }
 PROBE_MODULES = {"checker.candidate": "imports the harness's internals", "inspect": "inspects the interpreter's frames",
                  "gc": "searches the interpreter's objects", "ctypes": "calls native code directly",
@@ -191,6 +193,12 @@ SERIALIZERS.update({name: "runs TorchScript, whose interpreter reads a tensor's 
                     for name in ("jit", "CompilationUnit", "ScriptFunction", "ScriptModule", "parse_ir", "prim",
                                  "_jit_script_compile", "_create_function_from_graph", "_create_function_from_trace",
                                  "import_ir_module", "import_ir_module_from_buffer", "_load_jit_module_from_bytes")})
+# TorchScript's tolist is an aten operator of the JIT's registry too (aten::_tensor_to_list, under torch.ops.aten): it
+# reads a tensor's values in C++ with no op of its own a trace records, only a select per element (red team 60's
+# opslist_01, _06, _07, _09); the registry's own lookups reach any of its operators by a name in a string
+SERIALIZERS.update({name: "reads a tensor's values through an operator of TorchScript's registry, which no trace records"
+                    for name in ("_tensor_to_list", "_jit_get_operation", "_get_operation_overload",
+                                 "_get_operation_for_overload_or_packet", "_jit_get_all_schemas", "_get_schema")})
 # the pickling protocol reaches the same state (a generator's __setstate__ and __reduce__: red team 37's genpickle_07),
 # and pickling carries any object's state to bytes: a training step pickles nothing
 SERIALIZERS.update({name: "reaches an object's state through the pickling protocol, which carries a tensor's bytes "

@@ -115,7 +115,9 @@ NUMBER_READS = frozenset({"aten::Bool", "aten::Complex", "aten::ComplexImplicit"
                           "aten::Int", "aten::IntImplicit", "aten::__contains__", "aten::_choose_qparams_per_tensor",
                           "aten::allclose", "aten::count", "aten::equal", "aten::fbgemm_linear_quantize_weight",
                           "aten::q_scale", "aten::q_zero_point",
-                          "aten::_nested_tensor_from_mask_left_aligned", "aten::_nnz"})
+                          "aten::_nested_tensor_from_mask_left_aligned", "aten::_nnz",
+                          # a list of numbers: TorchScript's tolist (recorded as no op of its own: the scan refuses it)
+                          "aten::ScalarImplicit", "aten::_tensor_to_list"})
 # ...and those whose number is a tensor's metadata (sizes, strides, dtype, device, flags) or a kernel's choice made
 # from it, which a tensor's values do not set
 NUMBER_OF_METADATA = frozenset({
@@ -130,7 +132,8 @@ NUMBER_OF_METADATA = frozenset({
     "aten::is_leaf", "aten::is_neg", "aten::is_non_overlapping_and_dense", "aten::is_pinned", "aten::is_same_size",
     "aten::is_set_to", "aten::is_signed", "aten::is_strides_like_format", "aten::len", "aten::numel",
     "aten::output_nr", "aten::q_per_channel_axis", "aten::result_type", "aten::retains_grad", "aten::sparse_dim",
-    "aten::storage_offset", "aten::sym_is_contiguous", "aten::sym_numel", "aten::sym_storage_offset"})
+    "aten::storage_offset", "aten::sym_is_contiguous", "aten::sym_numel", "aten::sym_storage_offset",
+    "aten::size", "aten::stride", "aten::sym_size", "aten::sym_stride"})
 CPU_SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", *UNIQUE_OPS, *READING_OPS, *SPARSE_SIZE_OPS,
                           *SPARSE_MEMBER_OPS})
 # ops that read a tensor argument's values only in one overload, told by the op they hold: tensor_split given a

@@ -606,6 +606,30 @@ def test_products_replayed_on_the_meta_device_record_shapes_but_are_credited_onl
     assert again.status == PASSED and again.measured["worst_off"] == pytest.approx(0.0), again.evidence
 
 
+def test_a_product_with_python_running_inside_it_is_credited_nothing_on_a_cpu(tmp_path):
+    """A meta product made to last (autograd's anomaly mode formats a Python traceback inside every op: red team 60's
+    nodepad_00 credited its warm-up's replayed products so) has Python inside its span on its own thread: credited
+    nothing, however long it lasted. A real product beside it, with none inside, keeps its credit."""
+    import torch
+
+    from checker.trace import load
+    from checker.trace.analyses.collectives import matmul_work
+
+    a, b = torch.randn(256, 512), torch.randn(512, 256)
+    ghost_a, ghost_b = a.to("meta").requires_grad_(), b.to("meta")
+    with torch.profiler.profile(record_shapes=True, with_stack=True) as prof:
+        with torch.profiler.record_function("step 0"):
+            torch.mm(a, b)  # real: 2 * 256 * 512 * 256 FLOPs
+        with torch.profiler.record_function("step 1"), torch.autograd.set_detect_anomaly(True):
+            torch.mm(ghost_a, ghost_b)  # the same shapes on the meta device, a traceback taken inside it
+    prof.export_chrome_trace(str(tmp_path / "anomaly.json"))
+    trace = load(tmp_path / "anomaly.json")
+    claimed = matmul_work(trace)
+    assert claimed["matmul_flops"].tolist() == [2 * 256 * 512 * 256] * 2  # the shapes claim the same work
+    credited = matmul_work(trace, rate_cap=1e9)  # a cap no product's time limits
+    assert credited["matmul_flops"].tolist() == [2 * 256 * 512 * 256, 0.0], credited
+
+
 def test_the_credited_rate_has_a_floor_where_a_busy_machine_slowed_every_product_of_the_slow_script():
     """Red team 35 saw the cap at 0.3 GFLOP/s once, every honest product then credited a few percent of its FLOPs."""
     from types import SimpleNamespace

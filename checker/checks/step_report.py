@@ -536,10 +536,7 @@ def step_work(evidence, spec):
         lines += [describe_step(row) for row in shown.head(SHOWN_STEPS).itertuples()]
         if len(differs) > SHOWN_STEPS:
             lines.append(f"... and {len(differs) - SHOWN_STEPS} more step(s)")
-        lines.append("a product counts only the work it can have done: " + (
-            f"at most its duration at {cap:.0f} GFLOP/s ({RATE_HEADROOM:g}x the best rate of the slow script's products "
-            "in this check, or the machine's peak)" if cap is not None else "one that launched a GPU kernel") + "; one on the meta device "
-            "records its shapes and computes nothing")
+        lines.append(_credit_rule(cap))
         lines.append("a step is what runs from one step stamp to the next (each next() of session.steps()): its batch "
                      "must be trained there (forward, backward, one optimizer step), not split or queued into other "
                      "steps, or what is timed and traced per step is not the training's steps")
@@ -553,6 +550,15 @@ def step_work(evidence, spec):
         f"each of the {len(judged)} timed steps trained its own batch: matrix-product FLOPs forward and backward within "
         f"{tolerance:.0%} of the slow script's same step (at most {float(judged['off'].max()):.1%} off), as many "
         "optimizer steps" + (", the same products size by size" if same_products else "") + warmup_note])
+
+
+def _credit_rule(cap: float | None) -> str:
+    """How a recorded product is credited with work, as a failure's evidence says it."""
+    return "a product counts only the work it can have done: " + (
+        f"at most its duration at {cap:.0f} GFLOP/s ({RATE_HEADROOM:g}x the best rate of the slow script's products "
+        "in this check, or the machine's peak), and nothing where Python ran inside it (its time then is not its "
+        "arithmetic)" if cap is not None else "one that launched a GPU kernel") + "; one on the meta device records its "\
+        "shapes and computes nothing"
 
 
 def _warmup_work(evidence, spec, cap: float | None, tolerance: float, measured: dict) -> tuple[list[str], str]:
@@ -592,6 +598,7 @@ def _warmup_work(evidence, spec, cap: float | None, tolerance: float, measured: 
                  "train, warm-up included; warm-up steps trained some other way would make a report that counts them "
                  "look like the timed steps:"]
         lines += [describe_step(row) for row in differs.head(SHOWN_STEPS).itertuples()]
+        lines.append(_credit_rule(cap))
         return lines, ""
     if spec.options.get("same_ops") and (added := _added_work(mine, slow, spec, measured, before=first)):
         return added, ""

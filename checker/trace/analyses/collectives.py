@@ -473,7 +473,17 @@ def credited_flops(events: pd.DataFrame, starts: np.ndarray, ends: np.ndarray, t
         return np.where(did, flops, 0.0)
     if rate_cap is not None and rate_cap > 0:
         # a duration under the trace's resolution is not measured: such a product is credited as lasting that long
-        return np.minimum(flops, np.maximum(ends - starts, RESOLUTION_NS).astype(np.float64) * rate_cap)
+        credited = np.minimum(flops, np.maximum(ends - starts, RESOLUTION_NS).astype(np.float64) * rate_cap)
+        # and a product whose span holds Python on its own thread is credited nothing: its time is not its arithmetic.
+        # A kernel runs no Python; a product on the meta device made to last with Python inside it does (autograd's
+        # anomaly mode formats a traceback inside every op: red team 60's nodepad_00; a dispatch mode's Python runs
+        # inside the op too)
+        python = events[events["kind"] == "python"]
+        if len(python):
+            held = points_within(starts, ends, tids, python["start_ns"].to_numpy(np.int64),
+                                 python["tid"].to_numpy(np.int64)) > 0
+            credited = np.where(held, 0.0, credited)
+        return credited
     return flops
 
 

@@ -131,4 +131,5 @@ def test_a_class_of_chapter_03_grades_its_workers_under_the_graders_deep_folders
     proc = workbook("grade", "03", str(subs), "--out", str(tmp_path / "grades"), "--device", "cpu")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = list(csv.DictReader((tmp_path / "grades" / "gradebook.csv").open()))
-    assert [(row["student"], row["verdict"]) for row in rows] == [("ada", "passed")], rows
+    failed = {name: value for row in rows for name, value in row.items() if str(value).startswith("failed")}
+    assert [(row["student"], row["verdict"]) for row in rows] == [("ada", "passed")], failed or rows

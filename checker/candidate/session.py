@@ -883,6 +883,12 @@ def _watch_op_errors(frame: types.FrameType, event: str, arg: Any) -> Callable:
     return _watch_op_errors
 
 
+def _in_logging_step() -> bool:
+    """Whether the window's step, as the harness set it, is a logging step (which may read values)."""
+    step, every = _WINDOW_STEP[0], _WINDOW_LOG_EVERY[0]
+    return step is not None and bool(every) and (step + 1) % every == 0
+
+
 def _note_op_error(frame: types.FrameType, arg: tuple) -> None:
     """Note an op's error once, in the frame it started in; or, when it started in the standard library's own control
     flow, in the first frame outside it that it passes through (the script's: a waiter it planted in a Condition)."""
@@ -902,8 +908,7 @@ def _note_op_error(frame: types.FrameType, arg: tuple) -> None:
     code = origin.tb_frame.f_code.co_code
     if 0 <= origin.tb_lasti < len(code) and code[origin.tb_lasti] in _RAISING:
         return  # a raise statement: code's own error, not an op's
-    step, every = _WINDOW_STEP[0], _WINDOW_LOG_EVERY[0]
-    if step is not None and every and (step + 1) % every == 0:
+    if _in_logging_step():
         return  # a logging step may read values
     _OP_ERRORS.append(f"{frame.f_code.co_filename}:{frame.f_lineno} ({kind.__name__})")
 
@@ -924,8 +929,7 @@ def _note_swallowed(args: tuple) -> None:
     kind = getattr(unraisable, "exc_type", None)
     if not isinstance(kind, type) or not issubclass(kind, _OP_ERROR_TYPES):
         return
-    step, every = _WINDOW_STEP[0], _WINDOW_LOG_EVERY[0]
-    if step is not None and every and (step + 1) % every == 0:
+    if _in_logging_step():
         return  # a logging step may read values
     _OP_ERRORS.append(f"an error swallowed by the interpreter ({kind.__name__} in a "
                       f"{type(getattr(unraisable, 'object', None)).__name__}, handed to sys.unraisablehook)")
@@ -936,8 +940,7 @@ def _note_warning_shown(frame: types.FrameType) -> None:
     session, issued = _CURRENT, frame.f_back
     if session is None or not session._window_open or issued is None or len(_OP_ERRORS) >= MADE_KEPT:
         return
-    step, every = _WINDOW_STEP[0], _WINDOW_LOG_EVERY[0]
-    if step is not None and every and (step + 1) % every == 0:
+    if _in_logging_step():
         return  # a logging step may read values
     message = frame.f_locals.get("msg")
     kind = getattr(getattr(message, "category", None), "__name__", "Warning")

@@ -574,8 +574,9 @@ def _warmup_work(evidence, spec, cap: float | None, tolerance: float, measured: 
         return [], ""
     first = int(evidence.cfg.get("warmup", 0))
     slow, mine = evidence.traces.get("baseline.warmup"), evidence.traces.get("candidate.warmup")
-    if slow is None:
-        return [], ""  # no warm-up recorded for the slow script either (a trace the grader could not split)
+    if slow is None:  # the harness traces the warm-up of every run of this chapter: without it nothing is judged
+        return [f"the slow script's trace holds none of its {first} warm-up steps, so what your warm-up trained cannot "
+                "be compared with it"], ""
     if mine is None:
         return [f"your run's trace holds none of the {first} warm-up steps the slow script's trace holds (this chapter "
                 "traces the warm-up as well, to see what it trained)"], ""

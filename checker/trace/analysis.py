@@ -569,8 +569,19 @@ def load_after_warmup(path, first_step: int) -> tuple[TraceAnalysis, TraceAnalys
     frames = (events["kind"] == "python") & (events["start_ns"] < cut) & (events["end_ns"] > cut)
     window = events[(events["start_ns"] >= cut) | frames].copy()
     window.loc[frames[frames].index, "start_ns"] = cut
-    window_meta = dict(meta, warnings=list(meta.get("warnings", [])))
-    return TraceAnalysis(window.reset_index(drop=True), fmt, source=str(path), meta=window_meta), whole
+    return TraceAnalysis(window.reset_index(drop=True), fmt, source=str(path), meta=_meta_after(meta, cut)), whole
+
+
+def _meta_after(meta: dict, cut: int) -> dict:
+    """``meta`` with its per-op tables (the products, the ops' inputs, the sized ops: columns beside ``start_ns``) cut
+    to the rows that start at ``cut`` or later, as the events are."""
+    kept = dict(meta)
+    for key, table in meta.items():
+        if isinstance(table, dict) and isinstance(table.get("start_ns"), list):
+            rows = [i for i, start in enumerate(table["start_ns"]) if start >= cut]
+            kept[key] = {column: [values[i] for i in rows] if isinstance(values, list) else values
+                         for column, values in table.items()}
+    return kept
 
 
 __all__ = ["DEFAULT_STEP_REGEX", "TraceAnalysis", "load", "load_after_warmup"]

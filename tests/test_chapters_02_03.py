@@ -439,6 +439,7 @@ def test_chapter_03_judged_from_a_traced_tail_as_from_a_traced_pair(monkeypatch,
     chapter = get_chapter("03")
     cpu = chapter.workload["cpu"]
     monkeypatch.setitem(cpu, "traced_tail", True)
+    monkeypatch.setitem(cpu, "trace_window", False)  # chapter 03 traces every timed window on a CPU: the tail is the test
     # the tail after 24 steps began an epoch (epoch_batches 8), whose first batch waits for the worker: just under the
     # threshold here, and over it on CI's machine (stop 35). A tail of the steady state, as a GPU's is:
     while any(s % cpu["epoch_batches"] == 0 for s in chapter.traced_steps("cpu", tail=True)):

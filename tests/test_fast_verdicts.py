@@ -240,6 +240,10 @@ def test_a_traced_window_traces_every_timed_run_where_chapter_toml_asks():
     assert plan.window and plan.tail == 0 and "traced over its window" in plan.describe()
     assert not make_plan(chapter, "cuda", trace_tool="nsys").window  # nsys: a traced run of its own
     assert not make_plan(chapter, "cpu").window  # no timed pairs on a CPU: the traced pair's window is traced
+    # chapter 03 on a CPU has timed pairs (their CPU time is pooled): every one is traced over its window, so no run
+    # goes untraced and every run has the same step count (red team 59's tellquarter_03 told them apart by it)
+    loader = make_plan(get_chapter("03"), "cpu")
+    assert loader.trials >= 2 and loader.window and loader.tail == 0, loader
 
 
 def test_with_a_traced_window_every_timed_run_is_traced_and_the_first_pair_is_read(monkeypatch):

@@ -333,6 +333,31 @@ def test_a_generators_seed_read_back_is_a_read_on_a_cpu(tmp_path):
     assert findings(source, host_reads=False) == []
 
 
+def test_torchscripts_tolist_operator_called_from_python_is_a_read_on_a_cpu(tmp_path):
+    """torch.ops.aten._tensor_to_list lives in TorchScript's operator registry, not the dispatcher: it reads every
+    value in C++ and records only a select per element, no op that reads (red team 60's opslist_01). Called by its
+    packet, the Python tracer names it, and that call counts as a read; a select made in Python counts none. (Its
+    overload, `.default`, reaches the tracer with no name: the scan refuses the operator's name either way.)"""
+    import torch
+
+    from checker.base.scan import findings
+    from checker.trace import load
+    from checker.trace.analyses.syncs import python_reads, shown_name
+
+    values = torch.tensor([7, 9], dtype=torch.int32)
+    with torch.profiler.profile(with_stack=True) as prof:
+        values.select(0, 1)
+        read = torch.ops.aten._tensor_to_list(values)
+    assert read == [7, 9]
+    path = tmp_path / "jit_tolist.json"
+    prof.export_chrome_trace(str(path))
+    events = load(path).events
+    names = [shown_name(str(n)) for n in events.iloc[python_reads(events)]["name"]]
+    assert names == ["torch.ops.aten._tensor_to_list() (no aten op on a CPU; a device-to-host copy and a sync on a "
+                     "GPU)"], names
+    assert findings("import torch\nv = torch.ops.aten._tensor_to_list(t)\n", host_reads=True)
+
+
 def test_a_read_the_graders_data_code_makes_in_a_fetch_counts_too(tmp_path):
     """The grader's data code reads no tensor's value in a run (its draws are Python's), so no read is excused by the
     code that made it: a script once handed the harness's KeyedOrder its own tensors to read inside the fetch, where

@@ -159,6 +159,10 @@ ACCOUNTING_CALL = re.compile(r"^<built-in function (getrusage|wait3|wait4)>$")
 # numpyname_06. A lab's step holds no numpy array, memoryview or array of its own to call these on.)
 PYTHON_READ = re.compile(r"^<built-in method (?:tolist|numpy|cpu|apply_|map_|map2_) of [^<>]+ object"
                          r" at 0x[0-9a-fA-F]+>$|(?:^|/)torch/storage\.py\(\d+\): (?:tolist|cpu)$"
+                         # TorchScript's tolist as an operator of the JIT's registry, called by its packet
+                         # (torch.ops.aten._tensor_to_list): it reads every value in C++ and records only a select
+                         # per element (red team 60's opslist_*; the scan refuses the name)
+                         r"|^<built-in method _tensor_to_list of [^<>]+ object at 0x[0-9a-fA-F]+>$"
                          r"|^<built-in function _to_dlpack(?:_versioned)?>$"  # a tensor handed over by DLPack
                          # its memory's address (read by ctypes), or the tensor written out (torch.save to a buffer)
                          r"|^<built-in method data_ptr of (?!numpy\.)[^<>]+ object at 0x[0-9a-fA-F]+>$"
@@ -336,7 +340,8 @@ def shown_name(name: str) -> str:
                 "steer, with no op that reads them)")
     match = re.match(r"^<built-in method (\w+) of ", name) or re.search(r"torch/storage\.py\(\d+\): (\w+)$", name)
     if match and PYTHON_READ.search(name):
-        owner = "TypedStorage" if "storage.py" in name else "Tensor"
+        owner = ("TypedStorage" if "storage.py" in name else "torch.ops.aten" if match.group(1) == "_tensor_to_list"
+                 else "Tensor")
         return f"{owner}.{match.group(1)}() (no aten op on a CPU; a device-to-host copy and a sync on a GPU)"
     return name
 

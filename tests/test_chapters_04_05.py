@@ -487,3 +487,35 @@ print(session.fusion_changed())
                      "torch._inductor.config.pattern_matcher", "torch._inductor.config.realize_cpu_opcount_threshold",
                      "torch._inductor.config._post_fusion_custom_pass"):
         assert expected in noted, noted
+
+
+def test_inductors_code_replaced_by_the_script_is_noted_and_its_own_is_not():
+    """Fusion can be switched off with no setting changed, by replacing Inductor's own methods (red team 61's
+    unfuse_meth_05: its scheduler's can_fuse). The harness reads whose code each function and method of Inductor's
+    loaded modules is, as Inductor compiles: torch's own (its generated dataclass methods included), the standard
+    library's and installed packages' are Inductor's; a function of the script's file, set there directly or through
+    staticmethod or functools.partial, is not."""
+    import functools
+
+    import torch._inductor.ir
+    import torch._inductor.scheduler
+
+    from checker.candidate import session
+
+    assert session.inductor_code_replaced() == []
+
+    def never_fuse(self, *args, **kwargs):
+        return False
+
+    scheduler, loops = torch._inductor.scheduler.Scheduler, torch._inductor.ir.Loops
+    kept = scheduler.__dict__["can_fuse"], loops.__dict__["has_large_inner_fn"]
+    try:
+        scheduler.can_fuse = never_fuse
+        loops.has_large_inner_fn = staticmethod(functools.partial(lambda *a, **k: True))
+        noted = session.inductor_code_replaced()
+    finally:
+        scheduler.can_fuse, loops.has_large_inner_fn = kept
+    assert sorted(n.split(" (")[0] for n in noted) == ["torch._inductor.ir.Loops.has_large_inner_fn",
+                                                      "torch._inductor.scheduler.Scheduler.can_fuse"], noted
+    assert all(__file__ in n for n in noted), noted
+    assert session.inductor_code_replaced() == []

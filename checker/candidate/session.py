@@ -30,6 +30,7 @@ import argparse
 import ast
 import builtins
 import dis
+import functools
 import gc
 import io
 import os
@@ -1138,6 +1139,77 @@ def _note_generated(filename: Any, source: Any) -> None:
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and 'extern "C"' in node.value:
             _GENERATED_KERNELS.append(node.value)
+    _note_fusion_as_compiled()
+
+
+def _note_fusion_as_compiled() -> None:
+    """Inductor's fusion as it stood while it made (or loaded) a graph's code, in a run that counts a step's ops on a
+    CPU: a fusion setting changed only around the compiling step and put back before the next guard looked (Inductor's
+    own closure patcher: red team 61's closurepatch_04/05), or Inductor's code replaced (its scheduler's can_fuse:
+    unfuse_meth_04/05), is noted here, where it shapes the code, whatever route changed it."""
+    session = _CURRENT
+    if session is None or not session._counts_crossings or len(_FUSION_CHANGED) >= MADE_KEPT:
+        return
+    changed = [f"{what.removeprefix('torch._inductor.')} as Inductor compiled" for what in fusion_changed()
+               if what not in _FUSION_CHANGED]
+    _FUSION_CHANGED.extend((changed + inductor_code_replaced())[:MADE_KEPT - len(_FUSION_CHANGED)])
+
+
+# Where the code of Inductor's own functions may come from: torch, the standard library, installed packages (sympy, ...)
+# and the harness; a function the script wrote (or made with eval) set on one of Inductor's modules or classes is not
+# Inductor's, and what Inductor generates with it is not what torch.compile makes
+_LIBRARY_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for key in ("stdlib", "platstdlib", "purelib", "platlib")
+                              if (p := sysconfig.get_paths().get(key))}))
+_HARNESS_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
+
+
+def _foreign_code(value: Any) -> str | None:
+    """The file of the script's own code ``value`` runs, where it is a function (or wraps one) not from torch, the
+    standard library, an installed package or the harness; else None."""
+    for _ in range(4):  # staticmethod, classmethod, partial, a wrapper's __wrapped__: what it finally calls
+        if isinstance(value, (staticmethod, classmethod, types.MethodType)):
+            value = value.__func__
+        elif isinstance(value, functools.partial):
+            value = value.func
+        elif isinstance(value, property):
+            value = value.fget
+        elif isinstance(value, types.FunctionType) and "__wrapped__" in value.__dict__:
+            value = value.__dict__["__wrapped__"]
+        else:
+            break
+    if not isinstance(value, types.FunctionType):
+        return None
+    name = value.__code__.co_filename
+    if not name.startswith(os.sep):
+        return None  # torch's own generated methods ("<string>": dataclasses'), frozen modules; the scan refuses eval
+    return None if _known_library_file(name) else name
+
+
+@functools.lru_cache(maxsize=4096)
+def _known_library_file(name: str) -> bool:
+    return os.path.realpath(name).startswith((os.path.realpath(_TORCH_DIR) + os.sep, _HARNESS_DIR) + _LIBRARY_DIRS)
+
+
+def inductor_code_replaced() -> list[str]:
+    """Inductor's functions and methods whose code is the script's: each module of torch._inductor loaded, and each
+    class it defines, read through their own tables (no attribute lookup runs a script's descriptor)."""
+    found: list[str] = []
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("torch._inductor") or not isinstance(module, types.ModuleType):
+            continue
+        table = module.__dict__
+        if not isinstance(table.get("__file__"), str) or not _known_library_file(table["__file__"]):
+            continue  # a module of code Inductor generated (its compile store), not Inductor's own
+        for attr, value in list(dict.items(table)):
+            if isinstance(value, type) and getattr(value, "__module__", None) == name:
+                for method, member in list(type.__dict__["__dict__"].__get__(value).items()):
+                    if (where := _foreign_code(member)) is not None:
+                        found.append(f"{name}.{attr}.{method} (code from {where})")
+            elif (where := _foreign_code(value)) is not None:
+                found.append(f"{name}.{attr} (code from {where})")
+        if len(found) >= MADE_KEPT:
+            break
+    return found[:MADE_KEPT]
 
 
 # What marks Inductor's C++ wrapper (torch.compile's cpp_wrapper, AOTInductor) in a library's source: the graph's

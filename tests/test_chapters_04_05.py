@@ -493,8 +493,8 @@ def test_inductors_code_replaced_by_the_script_is_noted_and_its_own_is_not():
     """Fusion can be switched off with no setting changed, by replacing Inductor's own methods (red team 61's
     unfuse_meth_05: its scheduler's can_fuse). The harness reads whose code each function and method of Inductor's
     loaded modules is, as Inductor compiles: torch's own (its generated dataclass methods included), the standard
-    library's and installed packages' are Inductor's; a function of the script's file, set there directly or through
-    staticmethod or functools.partial, is not."""
+    library's and installed packages' are Inductor's; a function of the script's file, set there directly, through
+    staticmethod or functools.partial, or as a callable object of its class, is not."""
     import functools
 
     import torch._inductor.ir
@@ -507,15 +507,23 @@ def test_inductors_code_replaced_by_the_script_is_noted_and_its_own_is_not():
     def never_fuse(self, *args, **kwargs):
         return False
 
+    class Never:
+        def __call__(self, *args, **kwargs):
+            return 0
+
     scheduler, loops = torch._inductor.scheduler.Scheduler, torch._inductor.ir.Loops
     kept = scheduler.__dict__["can_fuse"], loops.__dict__["has_large_inner_fn"]
+    memory = scheduler.__dict__["score_fusion_memory"]
     try:
         scheduler.can_fuse = never_fuse
         loops.has_large_inner_fn = staticmethod(functools.partial(lambda *a, **k: True))
+        torch._inductor.scheduler.Scheduler.score_fusion_memory = Never()
         noted = session.inductor_code_replaced()
     finally:
         scheduler.can_fuse, loops.has_large_inner_fn = kept
+        scheduler.score_fusion_memory = memory
     assert sorted(n.split(" (")[0] for n in noted) == ["torch._inductor.ir.Loops.has_large_inner_fn",
-                                                      "torch._inductor.scheduler.Scheduler.can_fuse"], noted
+                                                      "torch._inductor.scheduler.Scheduler.can_fuse",
+                                                      "torch._inductor.scheduler.Scheduler.score_fusion_memory"], noted
     assert all(__file__ in n for n in noted), noted
     assert session.inductor_code_replaced() == []

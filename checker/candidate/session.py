@@ -1178,7 +1178,11 @@ def _foreign_code(value: Any) -> str | None:
         else:
             break
     if not isinstance(value, types.FunctionType):
-        return None
+        # an instance of a class of the script's, set where a method was: what runs is its class's __call__
+        call = type.__dict__["__dict__"].__get__(type(value)).get("__call__")
+        if not isinstance(call, types.FunctionType):
+            return None
+        value = call
     name = value.__code__.co_filename
     if not name.startswith(os.sep):
         return None  # torch's own generated methods ("<string>": dataclasses'), frozen modules; the scan refuses eval

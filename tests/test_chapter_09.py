@@ -77,8 +77,22 @@ def test_straggler_fails_an_evaluation_in_numpy_that_adds_no_op_by_the_host_time
         assert "host time in no recorded op" in outcome.evidence[0]
 
 
-def _work(ops=800.0, kernel_ms=None, unseen_ms=2.0, melements=None):
-    return {"ops_per_step": ops, "compute_kernel_ms": kernel_ms, "unseen_host_ms": unseen_ms, "input_melements": melements}
+def _work(ops=800.0, kernel_ms=None, unseen_ms=2.0, melements=None, compiled_ms=None):
+    return {"ops_per_step": ops, "compute_kernel_ms": kernel_ms, "unseen_host_ms": unseen_ms, "input_melements": melements,
+            "compiled_kernel_ms": compiled_ms}
+
+
+def test_extra_work_counts_the_time_in_compiled_kernels_on_a_cpu():
+    """A compiled graph's call records one op and its C++ kernels none: red team 61's compiled_eval_09 evaluated the
+    model on rank 0 alone, every step, in one compiled call (its products summed by hand), 8 ops more and no product
+    the shapes show. The kernels' calls are in the Python tracer's events, with their time: blamed when they are
+    half the wait and twice the waiting rank's; two ranks running the same compiled code are not."""
+    wait_ms = 40.0
+    assert "compiled kernels" in extra_work(_work(compiled_ms=45.0), _work(compiled_ms=0.0), wait_ms)[0]
+    assert extra_work(_work(compiled_ms=12.0), _work(compiled_ms=10.0), wait_ms) == []  # the same compiled code
+    assert extra_work(_work(compiled_ms=15.0), _work(compiled_ms=0.0), wait_ms) == []  # less than half the wait
+    assert extra_work(_work(compiled_ms=45.0), _work(compiled_ms=0.0), wait_ms, counted_only=True) == []  # timed
+    assert extra_work(_work(compiled_ms=45.0), _work(), wait_ms) == []  # a trace without Python events says nothing
 
 
 def test_extra_work_counts_what_the_recorded_ops_were_given_beyond_its_margin():

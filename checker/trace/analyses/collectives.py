@@ -244,6 +244,24 @@ def compute_kernel_ms_per_step(events: pd.DataFrame) -> float | None:
     return float(per_step.median()) / 1e6
 
 
+# Inductor's C++ kernels, as the profiler's Python tracer names each call of one from a compiled graph's code (CPU)
+COMPILED_KERNEL_CALL = "<built-in function kernel>"
+
+
+def compiled_kernel_ms_per_step(events: pd.DataFrame) -> float | None:
+    """The median host time per step in calls of Inductor's C++ kernels (a CPU trace's compiled graphs), in ms; None
+    in a trace without Python events. A compiled graph's call is one recorded op whatever it computes, its kernels
+    record none: a rank that evaluates the model alone in one compiled call every step makes a few ops more and
+    multiplies nothing the trace's shapes show (red team 61's compiled_eval_09), but its kernels take the time."""
+    python = events[events["kind"] == "python"]
+    if python.empty:
+        return None
+    steps = sorted(events.loc[events["step"].notna(), "step"].unique())
+    calls = python[python["step"].notna() & (python["name"] == COMPILED_KERNEL_CALL)]
+    per_step = (calls["end_ns"] - calls["start_ns"]).groupby(calls["step"]).sum().reindex(steps, fill_value=0)
+    return float(per_step.median()) / 1e6 if len(per_step) else 0.0
+
+
 def _in_collectives(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """The host inside its collectives (gloo, CPU): from each all-reduce call's start to the first op its thread
     starts after the all-reduce ran (calls and gloo's runs matched in order). That covers the run and the thread's
@@ -349,7 +367,9 @@ def work_per_step(trace) -> dict:
     mflops = float(matmuls["matmul_flops"].median()) / 1e6 if len(matmuls) else None
     # on a CPU, where no kernel times the work: what the ops were given (a GPU's work is its kernels' time)
     elements = input_elements_per_step(trace) if kernel_ms is None else None
+    compiled_ms = compiled_kernel_ms_per_step(trace.events) if kernel_ms is None else None
     return {"ops_per_step": ops_per_step(trace.events),
+            "compiled_kernel_ms": None if compiled_ms is None else round(compiled_ms, 3),
             "matmul_mflops": None if mflops is None else round(mflops, 3),
             "compute_kernel_ms": None if kernel_ms is None else round(kernel_ms, 3),
             "unseen_host_ms": None if unseen_ms is None else round(unseen_ms, 3),
@@ -381,6 +401,12 @@ def extra_work(late: dict, waiting: dict, wait_ms: float, counted_only: bool = F
         if extra_unseen > UNSEEN_SHARE_OF_WAIT * wait_ms and late["unseen_host_ms"] > UNSEEN_RATIO * waiting["unseen_host_ms"]:
             found.append(f"{extra_unseen:+.2f} ms per step of host time in no recorded op ({late['unseen_host_ms']:.2f}"
                          f" against {waiting['unseen_host_ms']:.2f}): work out of the profiler's sight")
+    late_compiled, waiting_compiled = late.get("compiled_kernel_ms"), waiting.get("compiled_kernel_ms")
+    if not counted_only and late_compiled is not None and waiting_compiled is not None:
+        extra_compiled = late_compiled - waiting_compiled
+        if extra_compiled > UNSEEN_SHARE_OF_WAIT * wait_ms and late_compiled > UNSEEN_RATIO * waiting_compiled:
+            found.append(f"{extra_compiled:+.2f} ms per step in compiled kernels ({late_compiled:.2f} against "
+                         f"{waiting_compiled:.2f}): work inside compiled calls, which record one op each")
     if late.get("input_melements") is not None and waiting.get("input_melements") is not None:
         extra_elements = late["input_melements"] - waiting["input_melements"]
         if extra_elements > ELEMENTS_MARGIN * waiting["input_melements"]:

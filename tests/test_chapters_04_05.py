@@ -527,3 +527,19 @@ def test_inductors_code_replaced_by_the_script_is_noted_and_its_own_is_not():
                                                       "torch._inductor.scheduler.Scheduler.score_fusion_memory"], noted
     assert all(__file__ in n for n in noted), noted
     assert session.inductor_code_replaced() == []
+    # a subclass of the script's put in the place of Inductor's class (red team 62's nofuse_sub_05)
+    import torch._inductor.compile_fx as compile_fx
+
+    class Unfused(scheduler):
+        def fuse_nodes(self, nodes):
+            return nodes
+
+    original = compile_fx.__dict__.get("Scheduler", scheduler)
+    try:
+        compile_fx.Scheduler = torch._inductor.scheduler.Scheduler = Unfused
+        noted = session.inductor_code_replaced()
+    finally:
+        compile_fx.Scheduler = original
+        torch._inductor.scheduler.Scheduler = scheduler
+    assert noted and all(n.endswith(f"Scheduler.fuse_nodes (code from {__file__})") for n in noted), noted
+    assert session.inductor_code_replaced() == []

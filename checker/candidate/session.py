@@ -1156,17 +1156,11 @@ def _note_fusion_as_compiled() -> None:
     _FUSION_CHANGED.extend(changed[:MADE_KEPT - len(_FUSION_CHANGED)])
 
 
-# Where the code of Inductor's own functions may come from: torch, the standard library, installed packages (sympy, ...)
-# and the harness; a function the script wrote (or made with eval) set on one of Inductor's modules or classes is not
-# Inductor's, and what Inductor generates with it is not what torch.compile makes
-_LIBRARY_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for key in ("stdlib", "platstdlib", "purelib", "platlib")
-                              if (p := sysconfig.get_paths().get(key))}))
-_HARNESS_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
-
-
 def _foreign_code(value: Any) -> str | None:
-    """The file of the script's own code ``value`` runs, where it is a function (or wraps one) not from torch, the
-    standard library, an installed package or the harness; else None."""
+    """The file of the script's own code ``value`` runs, where it is a function (or wraps one) from outside Python's
+    installation, its packages (torch, sympy, ...) and the grader's checkout (``_trusted_roots``); else None. A
+    function the script wrote set on one of Inductor's modules or classes is not Inductor's, and what Inductor
+    generates with it is not what torch.compile makes."""
     for _ in range(4):  # staticmethod, classmethod, partial, a wrapper's __wrapped__: what it finally calls
         if isinstance(value, (staticmethod, classmethod, types.MethodType)):
             value = value.__func__
@@ -1190,9 +1184,15 @@ def _foreign_code(value: Any) -> str | None:
     return None if _known_library_file(name) else name
 
 
-@functools.lru_cache(maxsize=4096)
 def _known_library_file(name: str) -> bool:
-    return os.path.realpath(name).startswith((os.path.realpath(_TORCH_DIR) + os.sep, _HARNESS_DIR) + _LIBRARY_DIRS)
+    """Whether a file lies under ``_trusted_roots`` (the real path, as ``_scan_loaded`` tells a file of the run's own)."""
+    return _under_roots(_roots("trusted", _trusted_roots), name)
+
+
+@functools.lru_cache(maxsize=4096)  # a walk over Inductor's code asks for the same few hundred files again and again
+def _under_roots(roots: tuple[str, ...], name: str) -> bool:
+    real = os.path.realpath(name)
+    return any(real.startswith(root + os.sep) for root in roots)
 
 
 def inductor_code_replaced() -> list[str]:

@@ -157,12 +157,11 @@ ACCOUNTING_CALL = re.compile(r"^<built-in function (getrusage|wait3|wait4)>$")
 # (a tensor subclass is named by its own class, which the script names: whatever the receiver's type is called, each
 # call counts. A subclass renamed "numpy.ndarray" once passed apply_ off as numpy's own method: red team 39's
 # numpyname_06. A lab's step holds no numpy array, memoryview or array of its own to call these on.)
-PYTHON_READ = re.compile(r"^<built-in method (?:tolist|numpy|cpu|apply_|map_|map2_) of [^<>]+ object"
+# (_tensor_to_list: TorchScript's tolist as an operator of the JIT's registry, called by its packet,
+# torch.ops.aten._tensor_to_list, reads every value in C++ and records only a select per element: red team 60's
+# opslist_*; the scan refuses the name)
+PYTHON_READ = re.compile(r"^<built-in method (?:tolist|numpy|cpu|apply_|map_|map2_|_tensor_to_list) of [^<>]+ object"
                          r" at 0x[0-9a-fA-F]+>$|(?:^|/)torch/storage\.py\(\d+\): (?:tolist|cpu)$"
-                         # TorchScript's tolist as an operator of the JIT's registry, called by its packet
-                         # (torch.ops.aten._tensor_to_list): it reads every value in C++ and records only a select
-                         # per element (red team 60's opslist_*; the scan refuses the name)
-                         r"|^<built-in method _tensor_to_list of [^<>]+ object at 0x[0-9a-fA-F]+>$"
                          r"|^<built-in function _to_dlpack(?:_versioned)?>$"  # a tensor handed over by DLPack
                          # its memory's address (read by ctypes), or the tensor written out (torch.save to a buffer)
                          r"|^<built-in method data_ptr of (?!numpy\.)[^<>]+ object at 0x[0-9a-fA-F]+>$"

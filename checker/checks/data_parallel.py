@@ -51,6 +51,15 @@ UNSEEN_MARGIN_MS = 1.0
 # broadcast multiplies), adds elements no straggler or product count shows. Counted, not timed; the solution's ranks
 # give their ops fewer elements than that rank, since they train half the rows.
 ELEMENTS_VS_SLOW = 1.10
+# On a CPU: each rank's CPU time per window step, as the grader reads it from the kernel's accounting of the rank's
+# processes (checker.grader.sandbox.cpu_of_run), not from its trace: work on a thread the profiler does not follow (a
+# comm hook's callback on gloo's thread: red team 62's hookeval_09) or in code no op records is CPU time all the same,
+# and a rank blocked in an all-reduce spends none. The slow script's rank 0 evaluates every step, so its CPU beyond
+# its rank 1's is an evaluation's cost per step; session 77's runs (evidence/history/2026-12-07-cpu-session77-rank-cpu-09.txt):
+# the slow script's rank 0 47-63 ms beyond its rank 1, the solution's 3.5-8.3 ms (its one logging step in the window).
+# The same hidden work on every rank is not judged by it: an unwaited rank's CPU per step varied 9-15 ms from run to run
+CPU_SPREAD_VS_SLOW = 0.25  # the busiest rank's CPU per step beyond the least busy's, as a share of the slow script's
+CPU_SPREAD_FLOOR_MS = 2.0
 
 
 def trained_rows(evidence) -> tuple[list, list]:
@@ -253,17 +262,58 @@ def straggler(evidence, spec):
         return result(spec, FAILED, measured=measured, threshold=threshold, evidence=[
             line, f"rank {a} did more per step than rank {b}, whatever the waits show: {'; '.join(found)}: it does "
                   "work the other ranks do not, inside the step"])
+    if worst > threshold and more:
+        measured["straggler"] = late
+        line += f"; rank {late} did more per step: {'; '.join(more)}: it does work the other ranks do not, inside the step"
+        return result(spec, FAILED, measured=measured, threshold=threshold, evidence=[line])
+    # whatever the waits and the trace show: the CPU time each rank spent (a CPU run, beside the slow script's)
+    busy = cpu_beyond_slow(evidence)
+    if busy is not None:
+        measured["rank_cpu_ms"], found = busy
+        if found:
+            measured["straggler"] = max(range(len(busy[0]["candidate"])), key=busy[0]["candidate"].__getitem__)
+            return result(spec, FAILED, measured=measured, threshold=threshold, evidence=[line, found])
     if worst <= threshold:
         return result(spec, PASSED, measured=measured, threshold=threshold, evidence=[line])
-    if not more:
-        measured["straggler"] = None
-        line += (f"; but rank {late} did no more work per step than rank {waiting} (ops "
-                 f"{work[late]['ops_per_step'] - work[waiting]['ops_per_step']:+g}{_kernels(work, late, waiting)}, "
-                 "host time unseen by the profiler within its margin): a late host, not a straggler")
-        return result(spec, PASSED, measured=measured, threshold=threshold, evidence=[line])
-    measured["straggler"] = late
-    line += f"; rank {late} did more per step: {'; '.join(more)}: it does work the other ranks do not, inside the step"
-    return result(spec, FAILED, measured=measured, threshold=threshold, evidence=[line])
+    measured["straggler"] = None
+    line += (f"; but rank {late} did no more work per step than rank {waiting} (ops "
+             f"{work[late]['ops_per_step'] - work[waiting]['ops_per_step']:+g}{_kernels(work, late, waiting)}, "
+             "host time unseen by the profiler within its margin): a late host, not a straggler")
+    return result(spec, PASSED, measured=measured, threshold=threshold, evidence=[line])
+
+
+def rank_cpu_ms(run) -> list[float] | None:
+    """Each rank's CPU ms per window step (its own process and every one under it), as the grader read them; None
+    where a rank has no reading (not a job, or not read)."""
+    ranks = getattr(run, "ranks", None) or []
+    if not ranks or any(getattr(rank, "window_cpu_ns", None) is None for rank in ranks):
+        return None
+    return [sum(rank.window_cpu_ns) / 1e6 / max(len(rank.step_ms), 1) for rank in ranks]
+
+
+def cpu_beyond_slow(evidence) -> tuple[dict, str] | None:
+    """On a CPU: the candidate's ranks' CPU per window step against the slow script's traced beside it, and why it
+    is too much ("" when it is not): a rank busier than another by more than CPU_SPREAD_VS_SLOW of the slow
+    script's rank 0's CPU beyond its rank 1's (an evaluation every step). None where there is nothing to compare (a
+    GPU, no baseline beside, a rank without the kernel's reading)."""
+    traced = getattr(evidence, "traced", None)
+    if evidence.device != "cpu" or traced is None or traced[0] is None:
+        return None
+    slow, mine = rank_cpu_ms(traced[0]), rank_cpu_ms(traced[1])
+    if not slow or not mine or len(slow) != len(mine):
+        return None
+    measured = {"candidate": [round(ms, 2) for ms in mine], "slow": [round(ms, 2) for ms in slow]}
+    allowed = max(CPU_SPREAD_VS_SLOW * (max(slow) - min(slow)), CPU_SPREAD_FLOOR_MS)
+    spread = max(mine) - min(mine)
+    if spread <= allowed:
+        return measured, ""
+    return measured, (
+        "CPU per window step, read from the kernel's accounting of each rank's processes: "
+        f"{', '.join(f'rank {r} {ms:.2f} ms' for r, ms in enumerate(mine))} (the slow script's beside it: "
+        f"{', '.join(f'rank {r} {ms:.2f} ms' for r, ms in enumerate(slow))}): rank {mine.index(max(mine))} spends "
+        f"{spread:.2f} ms per step more than rank {mine.index(min(mine))}, beyond {CPU_SPREAD_VS_SLOW:.0%} of the slow "
+        f"script's evaluation every step ({max(slow) - min(slow):.2f} ms): it does work the other ranks do not, "
+        "whether or not its trace records it (on a thread the profiler does not follow, in code no op records)")
 
 
 def _kernels(work: dict, late: int, waiting: int) -> str:

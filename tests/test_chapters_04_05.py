@@ -543,3 +543,50 @@ def test_inductors_code_replaced_by_the_script_is_noted_and_its_own_is_not():
         torch._inductor.scheduler.Scheduler = scheduler
     assert noted and all(n.endswith(f"Scheduler.fuse_nodes (code from {__file__})") for n in noted), noted
     assert session.inductor_code_replaced() == []
+
+
+def test_the_loop_nests_of_generated_cpp_are_its_outermost_loops():
+    """A pass over memory is an outermost loop of a kernel's C++: loops inside another's body, and `for(` in a
+    comment or a string, are not passes. Inductor's own kernel (session 77): a vectorized loop, then a reduction with
+    an inner loop, two passes."""
+    from checker.candidate.session import loop_nests
+
+    kernel = '''extern "C" void kernel(float* out) {
+    {
+        for(int64_t x0=static_cast<int64_t>(0L); x0<static_cast<int64_t>(32768L); x0+=static_cast<int64_t>(8L))
+        {
+            // for(a stale loop)
+            out[x0] = 0;
+        }
+    }
+    {
+        for(int64_t x0=0; x0<64; x0+=8)
+        {
+            float acc = 0; const char* s = "for(";
+            for(int64_t x1=0; x1<512; x1+=1) { for(int64_t x2=0; x2<4; x2++) { acc += x1; } }
+        }
+    }
+}'''
+    assert loop_nests(kernel) == 2
+    assert loop_nests("") == 0
+    assert loop_nests("void f() { int format(int); }") == 0  # `format(` is not a loop
+
+
+def test_a_cpu_count_takes_a_compiled_graph_as_the_loop_nests_its_code_makes():
+    """On a CPU a compiled graph's call records one op, whatever its code does: chapter 05's solution made 10 loop
+    nests in two graphs, red team 63's registry_nofuse_05 and this bank's lowering_realize_05 (Inductor's lowerings
+    and scheduler put out of fusion by routes no walk of Inductor's code sees) about 195. Where the run's nests are
+    more than its graph calls per step, the count takes the nests, at the top level and at any depth."""
+    from checker.trace.analyses.counts import LOOP_NESTS, StepCount, with_loop_nests
+
+    def count():
+        return StepCount("aten ops passing over memory", 8 * 3, 3, [("compiled graph calls", 2.0), ("aten::to", 1.0)],
+                         {"compiled_graph_calls_per_step": 2.0}, nested=41 * 3)
+
+    fused = with_loop_nests(count(), 10)
+    assert (fused.per_step, fused.nested_per_step) == (16.0, 49.0)
+    assert fused.top[0] == (LOOP_NESTS, 10.0) and ("compiled graph calls", 2.0) not in fused.top
+    unfused = with_loop_nests(count(), 195)
+    assert (unfused.per_step, unfused.nested_per_step, unfused.extra["compiled_loop_nests"]) == (201.0, 234.0, 195)
+    assert with_loop_nests(count(), None).per_step == 8.0  # no count sent: the calls alone
+    assert with_loop_nests(count(), 1).per_step == 8.0  # fewer nests than calls: the calls count

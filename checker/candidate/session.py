@@ -1119,11 +1119,11 @@ _GENERATED_KERNELS: list[str] = []
 
 def _note_generated(filename: Any, source: Any) -> None:
     """Keep the C++ sources a module Inductor generated in torch.compile's store holds (``source`` where the compile
-    event gave it, else the file's text)."""
+    event gave it, else the file's text), and count their loop nests (every module, however many were kept)."""
     if LAUNCH is None:  # a script run on its own: no grader reads what native code it mapped
         return
     folder = _compiled_kernels_folder()
-    if folder is None or not isinstance(filename, (str, bytes)) or len(_GENERATED_KERNELS) >= MADE_KEPT:
+    if folder is None or not isinstance(filename, (str, bytes)):
         return
     real = os.path.realpath(os.fsdecode(filename))
     if not real.startswith(folder + os.sep) or not real.endswith(".py"):
@@ -1136,10 +1136,51 @@ def _note_generated(filename: Any, source: Any) -> None:
         tree = source
     else:
         tree = ast.parse(Path(real).read_text(errors="replace"))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and 'extern "C"' in node.value:
-            _GENERATED_KERNELS.append(node.value)
+    kernels = [node.value for node in ast.walk(tree)
+               if isinstance(node, ast.Constant) and isinstance(node.value, str) and 'extern "C"' in node.value]
+    _LOOP_NESTS[real] = sum(loop_nests(kernel) for kernel in kernels)
+    _GENERATED_KERNELS.extend(kernels[:max(MADE_KEPT - len(_GENERATED_KERNELS), 0)])
     _note_fusion_as_compiled()
+
+
+# The outermost loops of the C++ kernels of every module Inductor generated in the run, by the module's file: on a CPU
+# each is a pass over memory, as each of its kernels is on a GPU. A graph compiled with its fusion undone (by any
+# route: a setting, a function, a builtin put in Inductor's place) makes one per op; torch.compile's own fusion few.
+_LOOP_NESTS: dict[str, int] = {}
+_FOR = re.compile(r"(?<![A-Za-z0-9_])for\s*\(")
+
+
+def loop_nests(cpp: str) -> int:
+    """How many for-loops of C++ source lie inside no other loop's body: a kernel's passes over memory."""
+    stack, count, at, end = [], 0, 0, len(cpp)
+    while at < end:
+        char = cpp[at]
+        if cpp.startswith("//", at):
+            newline = cpp.find("\n", at)
+            at = end if newline < 0 else newline
+        elif char in "\"'":  # a literal: skipped to its closing quote
+            at += 1
+            while at < end and cpp[at] != char:
+                at += 2 if cpp[at] == "\\" else 1
+            at += 1
+        elif char == "f" and (found := _FOR.match(cpp, at)):
+            count += "loop" not in stack
+            depth, at = 1, found.end()
+            while at < end and depth:  # past the loop's header
+                depth += {"(": 1, ")": -1}.get(cpp[at], 0)
+                at += 1
+            while at < end and cpp[at].isspace():
+                at += 1
+            if at < end and cpp[at] == "{":
+                stack.append("loop")
+                at += 1
+        else:
+            if char == "{":
+                stack.append("block")
+            elif char == "}" and stack:
+                stack.pop()
+            at += 1
+    return count
 
 
 def _note_fusion_as_compiled() -> None:
@@ -2302,7 +2343,8 @@ class Session:
             _MADE_OVER_BUFFERS.clear()
             _RAW_READS[0] = 0
             self._send({"type": "views", "count": tensor_views() + made, "native": native_code_of_its_own()[:20],
-                        "errors": op_errors()[:20], "error_count": len(_OP_ERRORS)})
+                        "errors": op_errors()[:20], "error_count": len(_OP_ERRORS),
+                        "loop_nests": sum(_LOOP_NESTS.values())})
         if self._probe is not None:  # after the trace too: the copies to the host are not the window's
             probe, self._probe = self._probe, None
             channel = _channel()

@@ -7,6 +7,7 @@ import numpy as np
 
 from checker.checks import FAILED, PASSED, result
 from checker.checks.evidence import own_native_code
+from checker.trace.analyses.counts import LOOP_NESTS, with_loop_nests
 
 # On a CPU no check grades the speed (a small shared machine moves it too much to hold a speedup), so a count could
 # be lowered by a road that costs time: the arithmetic done in Python on values read out of tensors, or by ops of a
@@ -47,6 +48,9 @@ def fewer_than_baseline(evidence, spec, count, key: str, gone: str, decimals: in
     threshold = float(spec.threshold_for(evidence.device))
     trace = evidence.trace()
     candidate = count(trace, evidence.device)
+    if evidence.device == "cpu":  # a compiled graph counts as the passes its generated code makes
+        candidate = with_loop_nests(candidate, getattr(getattr(evidence, "candidate_run", None),
+                                                       "compiled_loop_nests", None))
     baseline = count(evidence.trace("baseline"), evidence.device)
     if not candidate.steps or not baseline.steps:
         return result(spec, FAILED, threshold=threshold, evidence=["the trace holds no training steps: nothing to count"])
@@ -74,6 +78,11 @@ def fewer_than_baseline(evidence, spec, count, key: str, gone: str, decimals: in
     in_time = _in_time(evidence, float(spec.options.get("cpu_slower_at_most", CPU_SLOWER_AT_MOST)), measured, lines)
     if candidate.top:
         lines.append(f"most per step here: {candidate.top_text(top)}")
+    if any(name == LOOP_NESTS for name, _ in candidate.top):
+        lines.append(f"each compiled graph counts as the passes over memory its code makes: the C++ Inductor generated "
+                     f"for this run holds {candidate.extra['compiled_loop_nests']:,} loop nests (outermost loops, each "
+                     f"module once a step), more than its {candidate.extra.get('compiled_graph_calls_per_step', 0):g} "
+                     "graph calls per step; torch.compile's own fusion makes few")
     lines += more_evidence(candidate) if more_evidence else []
     if "candidate_warmup_s" in measured:
         cached = measured.get("candidate_warmup_s_cached")

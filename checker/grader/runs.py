@@ -98,6 +98,9 @@ class RunResult:
     # shared objects the run mapped from where it may write (a CPU run in a chapter that counts host reads):
     # checker.candidate.session.native_code_of_its_own
     native_code: tuple[str, ...] = ()
+    # the outermost loops of the C++ Inductor generated for the run (every module once; the same runs):
+    # checker.candidate.session.loop_nests
+    compiled_loop_nests: int | None = None
     # (how many, where the first were caught) errors ops raised in the window's steps (not logging steps) of a CPU run
     # that counts host reads: checker.candidate.session.op_errors
     op_errors: tuple[int, tuple[str, ...]] = (0, ())
@@ -225,6 +228,7 @@ class _Run:
         self.views: int | None = None
         self.blocked: tuple[int, int, int, int] | None = None
         self.native: tuple[str, ...] = ()
+        self.loop_nests: int | None = None
         self.op_errors: tuple[int, tuple[str, ...]] = (0, ())
         self.evt_fd: int | None = None  # the descriptor the harness writes its messages through (its hello says)
         # the window steps whose updates are checked: drawn when the harness asks, after the window (probe_updates)
@@ -366,12 +370,14 @@ class _Run:
                     or isinstance(count, bool) or count < 0:
                 raise self.broken("sent its count of numpy views out of turn or malformed")
             native, errors = header.get("native", []), header.get("errors", [])
-            error_count = header.get("error_count", 0)
+            error_count, nests = header.get("error_count", 0), header.get("loop_nests", 0)
+            if not isinstance(nests, int) or isinstance(nests, bool) or nests < 0:
+                raise self.broken("sent its count of numpy views out of turn or malformed")
             if not isinstance(native, list) or not all(isinstance(path, str) for path in native) \
                     or not isinstance(errors, list) or not all(isinstance(where, str) for where in errors) \
                     or not isinstance(error_count, int) or isinstance(error_count, bool) or error_count < len(errors):
                 raise self.broken("sent its count of numpy views out of turn or malformed")
-            self.views, self.native = count, tuple(native)
+            self.views, self.native, self.loop_nests = count, tuple(native), nests
             self.op_errors = (error_count, tuple(where[:300] for where in errors))
         elif kind == "probe":
             if not self.probes or "weights" not in self.clock or self.probe_steps is not None:
@@ -727,7 +733,7 @@ def run_script(
         forked=isinstance(proc, forkserver.ForkedRun),
         sample_ids=run.sample_ids,
         sample_counts=list(run.sample_counts), finished_batches=run.finished, tensor_views=run.views,
-        native_code=run.native,
+        native_code=run.native, compiled_loop_nests=run.loop_nests,
         op_errors=(run.op_errors[0], tuple(where.replace(str(folder.script), display) for where in run.op_errors[1])),
         marks_ns=dict(run.clock),
         probe_steps=list(run.probe_steps or []), update_probe=run.update_probe,

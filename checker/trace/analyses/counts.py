@@ -249,6 +249,29 @@ def _with_graph_calls(count: StepCount, trace, steps: list[int]) -> StepCount:
     return count
 
 
+LOOP_NESTS = "loop nests of compiled code"
+
+
+def with_loop_nests(count: StepCount, nests: int | None) -> StepCount:
+    """A CPU count whose compiled graphs count as the loop nests of the C++ Inductor generated for the run (each
+    module's outermost loops, every module once a step: a pass over memory each, as each kernel is on a GPU), where
+    those are more than the graphs' calls. A graph whose fusion was undone by any route makes one nest per op, what
+    the calls alone cannot show; torch.compile's own fusion makes few. ``nests`` None: the run sent no count."""
+    if nests is None or not count.steps:
+        return count
+    calls = count.extra.get("compiled_graph_calls_per_step", 0.0)
+    count.extra["compiled_loop_nests"] = nests
+    more = round((nests - calls) * count.steps)
+    if more <= 0:
+        return count
+    count.total += more
+    if count.nested is not None:
+        count.nested += more
+    top = [(name, per_step) for name, per_step in count.top if name != "compiled graph calls"]
+    count.top = sorted([*top, (LOOP_NESTS, float(nests))], key=lambda item: -item[1])
+    return count
+
+
 def count_launches(trace, device: str) -> StepCount:
     """Kernel launches per step (CUDA), or top-level operators per step (CPU: aten's and every other namespace's,
     ``dispatcher_ops``; the unit keeps aten's name, which nearly all of them have)."""

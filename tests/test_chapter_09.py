@@ -95,28 +95,40 @@ def test_extra_work_counts_the_time_in_compiled_kernels_on_a_cpu():
     assert extra_work(_work(compiled_ms=45.0), _work(), wait_ms) == []  # a trace without Python events says nothing
 
 
-def _cpu_job(*cpu_ms, steps=8):
+def _cpu_job(*cpu_ms, steps=8, script=CHAPTER.slow_script):
     """A job's run as the grader records it: each rank's CPU over its window (own process, others) and its steps."""
-    return SimpleNamespace(ranks=[SimpleNamespace(window_cpu_ns=(int(ms * steps * 1e6), 0), step_ms=(1.0,) * steps)
-                                  for ms in cpu_ms])
+    return SimpleNamespace(script=script, ranks=[
+        SimpleNamespace(window_cpu_ns=(int(ms * steps * 1e6), 0), step_ms=(1.0,) * steps) for ms in cpu_ms])
 
 
 def test_a_rank_busier_than_another_by_the_kernels_count_fails_on_a_cpu_whatever_its_trace_shows():
     """Red team 62's hookeval_09 ran rank 0's evaluation in the all-reduce's completion callback, on gloo's thread,
     which the profiler's Python tracer does not follow: no op, product or wait showed it. The kernel's count of each
-    rank's CPU time does: a rank spending more per step than another by a quarter of the slow script's evaluation
+    rank's CPU time does: a rank spending more per step than another by three tenths of the slow script's evaluation
     every step fails; the solution's one logging step in the window, about a tenth, does not. Session 77's runs:
     slow 61.1 and 9.4 ms per step, the solution 16.4 and 9.1, hookeval_09 1118.8 and 15.5."""
     def judged(slow, candidate, device="cpu"):
-        return cpu_beyond_slow(SimpleNamespace(device=device, traced=(_cpu_job(*slow), _cpu_job(*candidate))))
+        return cpu_beyond_slow(SimpleNamespace(device=device, chapter=CHAPTER,
+                                               traced=(_cpu_job(*slow), _cpu_job(*candidate))))
     assert judged((61.1, 9.4), (16.4, 9.1)) == ({"candidate": [16.4, 9.1], "slow": [61.1, 9.4]}, "")
     measured, found = judged((61.1, 9.4), (1118.8, 15.5))
     assert "rank 0 spends 1103.30 ms per step more than rank 1" in found
     assert "rank 1 spends" in judged((61.1, 9.4), (9.4, 40.0))[1]  # whichever rank is busier
     assert judged((61.1, 9.4), (1118.8, 15.5), device="cuda") is None  # a GPU's work is its kernels' time
-    assert cpu_beyond_slow(SimpleNamespace(device="cpu", traced=None)) is None
+    # the same hidden work on both ranks: no spread, every rank above the slow script's waiting rank and half its
+    # evaluation (red team 63's compiled evaluation on both ranks, about 140 ms each)
+    assert "rank 0 spends 140.00 ms per step, more than the slow script's least busy rank" in judged((61.1, 9.4), (140.0, 139.0))[1]
+    assert judged((61.1, 9.4), (18.5, 15.0))[1] == ""  # the solution's busiest rank seen
+    assert cpu_beyond_slow(SimpleNamespace(device="cpu", chapter=CHAPTER, traced=None)) is None
     unread = SimpleNamespace(ranks=[SimpleNamespace(window_cpu_ns=None, step_ms=())] * 2)
-    assert cpu_beyond_slow(SimpleNamespace(device="cpu", traced=(_cpu_job(61.1, 9.4), unread))) is None
+    assert cpu_beyond_slow(SimpleNamespace(device="cpu", chapter=CHAPTER, traced=(_cpu_job(61.1, 9.4), unread))) is None
+    # a class graded against the reference solution: its busiest rank is the scale (session 77's class test: an
+    # honest student 22.9 and 8.8 ms against the reference's 26.1 and 9.4)
+    reference = _cpu_job(26.1, 9.4, script=CHAPTER.solution_script)
+    beside = SimpleNamespace(device="cpu", chapter=CHAPTER, traced=(reference, _cpu_job(22.9, 8.8)))
+    assert cpu_beyond_slow(beside)[1] == ""
+    beside.traced = (reference, _cpu_job(140.0, 139.0))
+    assert "the reference solution's busiest rank" in cpu_beyond_slow(beside)[1]
 
 
 def test_extra_work_counts_what_the_recorded_ops_were_given_beyond_its_margin():

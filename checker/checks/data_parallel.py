@@ -56,10 +56,20 @@ ELEMENTS_VS_SLOW = 1.10
 # comm hook's callback on gloo's thread: red team 62's hookeval_09) or in code no op records is CPU time all the same,
 # and a rank blocked in an all-reduce spends none. The slow script's rank 0 evaluates every step, so its CPU beyond
 # its rank 1's is an evaluation's cost per step; session 77's runs (evidence/history/2026-12-07-cpu-session77-rank-cpu-09.txt):
-# the slow script's rank 0 47-63 ms beyond its rank 1, the solution's 3.5-8.3 ms (its one logging step in the window).
+# the slow script's rank 0 47-66 ms beyond its rank 1, the solution's 3.5-11.9 ms (0.07-0.18 of it: its one logging step in the window).
 # The same hidden work on every rank is not judged by it: an unwaited rank's CPU per step varied 9-15 ms from run to run
-CPU_SPREAD_VS_SLOW = 0.25  # the busiest rank's CPU per step beyond the least busy's, as a share of the slow script's
+CPU_SPREAD_VS_SLOW = 0.3  # the busiest rank's CPU per step beyond the least busy's, as a share of the slow script's
 CPU_SPREAD_FLOOR_MS = 2.0
+# ...and every rank's CPU per step at most the slow script's least busy rank's (it trains the whole global batch,
+# twice a rank's share) plus this share of the slow script's evaluation: the same hidden work on every rank (red team
+# 63's compiled evaluation on both ranks, or split between them) raises every rank alike, which the spread cannot see.
+# The solution's busiest rank: 16.4-18.5 ms against a ceiling of 34-41 (session 77's runs)
+CPU_CEILING_EVAL_SHARE = 0.5
+# A class graded against the reference solution (its baseline, trained under the same secret, in place of the slow
+# script): no rank spends more CPU per step than this many times the reference's busiest rank, which evaluates once in
+# the window (an evaluation every step costs several times a solution's step: session 77's class test, 22.9 ms against
+# the reference's 26.1)
+CPU_VS_REFERENCE = 2.5
 
 
 def trained_rows(evidence) -> tuple[list, list]:
@@ -294,26 +304,46 @@ def rank_cpu_ms(run) -> list[float] | None:
 def cpu_beyond_slow(evidence) -> tuple[dict, str] | None:
     """On a CPU: the candidate's ranks' CPU per window step against the slow script's traced beside it, and why it
     is too much ("" when it is not): a rank busier than another by more than CPU_SPREAD_VS_SLOW of the slow
-    script's rank 0's CPU beyond its rank 1's (an evaluation every step). None where there is nothing to compare (a
-    GPU, no baseline beside, a rank without the kernel's reading)."""
+    script's rank 0's CPU beyond its rank 1's (an evaluation every step), or any rank busier than the slow script's
+    least busy rank (which trains the whole global batch) by more than CPU_CEILING_EVAL_SHARE of that evaluation;
+    against the reference solution (a class's baseline), any rank busier than CPU_VS_REFERENCE times its busiest. None
+    where there is nothing to compare (a GPU, no baseline beside, a rank without the kernel's reading)."""
     traced = getattr(evidence, "traced", None)
     if evidence.device != "cpu" or traced is None or traced[0] is None:
         return None
     slow, mine = rank_cpu_ms(traced[0]), rank_cpu_ms(traced[1])
     if not slow or not mine or len(slow) != len(mine):
         return None
+    if getattr(traced[0], "script", None) != evidence.chapter.slow_script:  # the reference solution beside instead
+        measured = {"candidate": [round(ms, 2) for ms in mine], "reference": [round(ms, 2) for ms in slow]}
+        if max(mine) <= CPU_VS_REFERENCE * max(slow):
+            return measured, ""
+        return measured, (
+            "CPU per window step, read from the kernel's accounting of each rank's processes: "
+            f"{', '.join(f'rank {r} {ms:.2f} ms' for r, ms in enumerate(mine))}: rank {mine.index(max(mine))} spends "
+            f"more than {CPU_VS_REFERENCE:g}x the reference solution's busiest rank beside it ({max(slow):.2f} ms): "
+            "it does work beyond training its share, whether or not its trace records it")
     measured = {"candidate": [round(ms, 2) for ms in mine], "slow": [round(ms, 2) for ms in slow]}
-    allowed = max(CPU_SPREAD_VS_SLOW * (max(slow) - min(slow)), CPU_SPREAD_FLOOR_MS)
-    spread = max(mine) - min(mine)
-    if spread <= allowed:
-        return measured, ""
-    return measured, (
-        "CPU per window step, read from the kernel's accounting of each rank's processes: "
-        f"{', '.join(f'rank {r} {ms:.2f} ms' for r, ms in enumerate(mine))} (the slow script's beside it: "
-        f"{', '.join(f'rank {r} {ms:.2f} ms' for r, ms in enumerate(slow))}): rank {mine.index(max(mine))} spends "
-        f"{spread:.2f} ms per step more than rank {mine.index(min(mine))}, beyond {CPU_SPREAD_VS_SLOW:.0%} of the slow "
-        f"script's evaluation every step ({max(slow) - min(slow):.2f} ms): it does work the other ranks do not, "
-        "whether or not its trace records it (on a thread the profiler does not follow, in code no op records)")
+    evaluation = max(slow) - min(slow)
+    allowed = max(CPU_SPREAD_VS_SLOW * evaluation, CPU_SPREAD_FLOOR_MS)
+    ceiling = min(slow) + CPU_CEILING_EVAL_SHARE * evaluation
+    spread, busiest = max(mine) - min(mine), mine.index(max(mine))
+    said = ("CPU per window step, read from the kernel's accounting of each rank's processes: "
+            f"{', '.join(f'rank {r} {ms:.2f} ms' for r, ms in enumerate(mine))} (the slow script's beside it: "
+            f"{', '.join(f'rank {r} {ms:.2f} ms' for r, ms in enumerate(slow))})")
+    if spread > allowed:
+        return measured, (
+            f"{said}: rank {busiest} spends {spread:.2f} ms per step more than rank {mine.index(min(mine))}, beyond "
+            f"{CPU_SPREAD_VS_SLOW:.0%} of the slow script's evaluation every step ({evaluation:.2f} ms): it does work "
+            "the other ranks do not, whether or not its trace records it (on a thread the profiler does not follow, "
+            "in code no op records)")
+    if max(mine) > ceiling:
+        return measured, (
+            f"{said}: rank {busiest} spends {max(mine):.2f} ms per step, more than the slow script's least busy rank "
+            f"(which trains the whole global batch, {min(slow):.2f} ms) and {CPU_CEILING_EVAL_SHARE:.0%} of its "
+            f"evaluation every step ({evaluation:.2f} ms): every rank does work beyond training its share, whether or "
+            "not its trace records it")
+    return measured, ""
 
 
 def _kernels(work: dict, late: int, waiting: int) -> str:

@@ -1460,6 +1460,21 @@ def test_storages_over_a_file_or_in_shared_memory_count(monkeypatch, tmp_path):
     assert harness.tensor_views() - before == 3
 
 
+def test_the_scan_refuses_a_class_base_where_reads_count():
+    """torch.Tensor.__base__ is TensorBase, whose numpy makes a view of a tensor the harness does not hold (an
+    immutable C type: its method cannot be watched); red team 63's mailbox_base_01 read every step's loss through
+    one. A class's bases and method resolution order are refused where reads count, as TensorBase itself is."""
+    from checker.base.scan import findings
+
+    for source in ("import torch\nview = torch.Tensor.__base__.numpy(torch.zeros(2))\n",
+                   "import torch\nbase = torch.Tensor.__mro__[1]\n", "import torch\nbase = torch.Tensor.mro()[1]\n",
+                   "import inspect, torch\nbase = inspect.getmro(torch.Tensor)[1]\n",
+                   "import torch\nbase = torch.Tensor.__bases__[0]\n",
+                   "every = object.__subclasses__()\n"):
+        assert any("past the ones the harness watches" in line for line in findings(source, host_reads=True)), source
+    assert findings("import torch\nbase = torch.Tensor.__base__\n", host_reads=False) == []
+
+
 def test_the_scan_reads_a_dotted_name_by_its_last_part():
     """A refused name reached through a dotted string and a resolver (pydoc.locate("torch.UntypedStorage.from_file"),
     red team 34) is refused as the name itself, and the resolvers are refused in every chapter."""

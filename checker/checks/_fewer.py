@@ -7,7 +7,7 @@ import numpy as np
 
 from checker.checks import FAILED, PASSED, result
 from checker.checks.evidence import own_native_code
-from checker.trace.analyses.counts import LOOP_NESTS, with_loop_nests
+from checker.trace.analyses.counts import with_loop_nests
 
 # On a CPU no check grades the speed (a small shared machine moves it too much to hold a speedup), so a count could
 # be lowered by a road that costs time: the arithmetic done in Python on values read out of tensors, or by ops of a
@@ -78,11 +78,11 @@ def fewer_than_baseline(evidence, spec, count, key: str, gone: str, decimals: in
     in_time = _in_time(evidence, float(spec.options.get("cpu_slower_at_most", CPU_SLOWER_AT_MOST)), measured, lines)
     if candidate.top:
         lines.append(f"most per step here: {candidate.top_text(top)}")
-    if any(name == LOOP_NESTS for name, _ in candidate.top):
+    nests, calls = candidate.extra.get("compiled_loop_nests", 0), candidate.extra.get("compiled_graph_calls_per_step", 0)
+    if nests > calls:
         lines.append(f"each compiled graph counts as the passes over memory its code makes: the C++ Inductor generated "
-                     f"for this run holds {candidate.extra['compiled_loop_nests']:,} loop nests (outermost loops, each "
-                     f"module once a step), more than its {candidate.extra.get('compiled_graph_calls_per_step', 0):g} "
-                     "graph calls per step; torch.compile's own fusion makes few")
+                     f"for this run holds {nests:,} loop nests (outermost loops, each module once a step), more than "
+                     f"its {calls:g} graph calls per step; torch.compile's own fusion makes few")
     lines += more_evidence(candidate) if more_evidence else []
     if "candidate_warmup_s" in measured:
         cached = measured.get("candidate_warmup_s_cached")

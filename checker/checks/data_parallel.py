@@ -24,7 +24,7 @@ import statistics
 import numpy as np
 
 from checker.checks import BASELINE_TRACE_CPU, FAILED, PASSED, RUN, TRACE, check, result
-from checker.checks.evidence import TraceMismatch, rank_traces
+from checker.checks.evidence import TraceMismatch, cpu_per_step, rank_traces
 from checker.trace.analyses.collectives import allreduce_rounds as _rounds
 from checker.trace.analyses.collectives import (backward_flops_per_sample, bucket_launches, collective_volume,
                                                 extra_work, forward_flops_per_sample, matmul_work, rate_cap,
@@ -281,7 +281,8 @@ def straggler(evidence, spec):
     if busy is not None:
         measured["rank_cpu_ms"], found = busy
         if found:
-            measured["straggler"] = max(range(len(busy[0]["candidate"])), key=busy[0]["candidate"].__getitem__)
+            mine = measured["rank_cpu_ms"]["candidate"]
+            measured["straggler"] = mine.index(max(mine))
             return result(spec, FAILED, measured=measured, threshold=threshold, evidence=[line, found])
     if worst <= threshold:
         return result(spec, PASSED, measured=measured, threshold=threshold, evidence=[line])
@@ -298,49 +299,46 @@ def rank_cpu_ms(run) -> list[float] | None:
     ranks = getattr(run, "ranks", None) or []
     if not ranks or any(getattr(rank, "window_cpu_ns", None) is None for rank in ranks):
         return None
-    return [sum(rank.window_cpu_ns) / 1e6 / max(len(rank.step_ms), 1) for rank in ranks]
+    return [cpu_per_step([rank], which=None) / 1e6 for rank in ranks]
 
 
 def cpu_beyond_slow(evidence) -> tuple[dict, str] | None:
-    """On a CPU: the candidate's ranks' CPU per window step against the slow script's traced beside it, and why it
-    is too much ("" when it is not): a rank busier than another by more than CPU_SPREAD_VS_SLOW of the slow
-    script's rank 0's CPU beyond its rank 1's (an evaluation every step), or any rank busier than the slow script's
-    least busy rank (which trains the whole global batch) by more than CPU_CEILING_EVAL_SHARE of that evaluation;
-    against the reference solution (a class's baseline), any rank busier than CPU_VS_REFERENCE times its busiest. None
-    where there is nothing to compare (a GPU, no baseline beside, a rank without the kernel's reading)."""
+    """On a CPU: the candidate's ranks' CPU per window step against the baseline's traced beside it, and why it is
+    too much ("" when it is not). Beside the slow script: a rank busier than another by more than
+    CPU_SPREAD_VS_SLOW of the slow script's rank 0's CPU beyond its rank 1's (an evaluation every step), or any rank
+    busier than the slow script's least busy rank (which trains the whole global batch) by more than
+    CPU_CEILING_EVAL_SHARE of that evaluation. Beside the reference solution (a class's baseline): any rank busier than
+    CPU_VS_REFERENCE times its busiest. None where there is nothing to compare (a GPU, no baseline beside, a rank
+    without the kernel's reading)."""
     traced = getattr(evidence, "traced", None)
     if evidence.device != "cpu" or traced is None or traced[0] is None:
         return None
-    slow, mine = rank_cpu_ms(traced[0]), rank_cpu_ms(traced[1])
-    if not slow or not mine or len(slow) != len(mine):
+    base, mine = rank_cpu_ms(traced[0]), rank_cpu_ms(traced[1])
+    if not base or not mine or len(base) != len(mine):
         return None
-    if getattr(traced[0], "script", None) != evidence.chapter.slow_script:  # the reference solution beside instead
-        measured = {"candidate": [round(ms, 2) for ms in mine], "reference": [round(ms, 2) for ms in slow]}
-        if max(mine) <= CPU_VS_REFERENCE * max(slow):
-            return measured, ""
-        return measured, (
-            "CPU per window step, read from the kernel's accounting of each rank's processes: "
-            f"{', '.join(f'rank {r} {ms:.2f} ms' for r, ms in enumerate(mine))}: rank {mine.index(max(mine))} spends "
-            f"more than {CPU_VS_REFERENCE:g}x the reference solution's busiest rank beside it ({max(slow):.2f} ms): "
-            "it does work beyond training its share, whether or not its trace records it")
-    measured = {"candidate": [round(ms, 2) for ms in mine], "slow": [round(ms, 2) for ms in slow]}
-    evaluation = max(slow) - min(slow)
-    allowed = max(CPU_SPREAD_VS_SLOW * evaluation, CPU_SPREAD_FLOOR_MS)
-    ceiling = min(slow) + CPU_CEILING_EVAL_SHARE * evaluation
+    slow = getattr(traced[0], "script", None) == evidence.chapter.slow_script  # else the reference solution
+    measured = {"candidate": [round(ms, 2) for ms in mine], "slow" if slow else "reference": [round(ms, 2) for ms in base]}
     spread, busiest = max(mine) - min(mine), mine.index(max(mine))
     said = ("CPU per window step, read from the kernel's accounting of each rank's processes: "
-            f"{', '.join(f'rank {r} {ms:.2f} ms' for r, ms in enumerate(mine))} (the slow script's beside it: "
-            f"{', '.join(f'rank {r} {ms:.2f} ms' for r, ms in enumerate(slow))})")
-    if spread > allowed:
+            f"{', '.join(f'rank {r} {ms:.2f} ms' for r, ms in enumerate(mine))} (the "
+            f"{'slow script' if slow else 'reference solution'}'s beside it: "
+            f"{', '.join(f'rank {r} {ms:.2f} ms' for r, ms in enumerate(base))})")
+    if not slow:
+        if max(mine) <= CPU_VS_REFERENCE * max(base):
+            return measured, ""
+        return measured, (f"{said}: rank {busiest} spends more than {CPU_VS_REFERENCE:g}x the reference solution's "
+                          "busiest rank: it does work beyond training its share, whether or not its trace records it")
+    evaluation = max(base) - min(base)
+    if spread > max(CPU_SPREAD_VS_SLOW * evaluation, CPU_SPREAD_FLOOR_MS):
         return measured, (
             f"{said}: rank {busiest} spends {spread:.2f} ms per step more than rank {mine.index(min(mine))}, beyond "
             f"{CPU_SPREAD_VS_SLOW:.0%} of the slow script's evaluation every step ({evaluation:.2f} ms): it does work "
             "the other ranks do not, whether or not its trace records it (on a thread the profiler does not follow, "
             "in code no op records)")
-    if max(mine) > ceiling:
+    if max(mine) > min(base) + CPU_CEILING_EVAL_SHARE * evaluation:
         return measured, (
             f"{said}: rank {busiest} spends {max(mine):.2f} ms per step, more than the slow script's least busy rank "
-            f"(which trains the whole global batch, {min(slow):.2f} ms) and {CPU_CEILING_EVAL_SHARE:.0%} of its "
+            f"(which trains the whole global batch, {min(base):.2f} ms) and {CPU_CEILING_EVAL_SHARE:.0%} of its "
             f"evaluation every step ({evaluation:.2f} ms): every rank does work beyond training its share, whether or "
             "not its trace records it")
     return measured, ""

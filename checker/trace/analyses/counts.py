@@ -224,6 +224,7 @@ def _top(names: pd.Series, steps: int, limit: int = 8) -> list[tuple[str, float]
 # autograd.Function's forward and backward); the larger of the two counts is taken.
 COMPILED_GRAPH_CALLS = ("CompiledFunction", "CompiledFunctionBackward")
 COMPILED_GRAPH_MARK = "## Call CompiledFxGraph"
+GRAPH_CALLS = "compiled graph calls"  # how a CPU count names them among its most frequent ops
 
 
 def compiled_graph_calls(events: pd.DataFrame) -> pd.DataFrame:
@@ -245,7 +246,7 @@ def _with_graph_calls(count: StepCount, trace, steps: list[int]) -> StepCount:
     if count.nested is not None:
         count.nested += graphs
     if graphs:
-        count.top = sorted([*count.top, ("compiled graph calls", graphs / len(steps))], key=lambda item: -item[1])
+        count.top = sorted([*count.top, (GRAPH_CALLS, graphs / len(steps))], key=lambda item: -item[1])
     return count
 
 
@@ -267,7 +268,7 @@ def with_loop_nests(count: StepCount, nests: int | None) -> StepCount:
     count.total += more
     if count.nested is not None:
         count.nested += more
-    top = [(name, per_step) for name, per_step in count.top if name != "compiled graph calls"]
+    top = [(name, per_step) for name, per_step in count.top if name != GRAPH_CALLS]
     count.top = sorted([*top, (LOOP_NESTS, float(nests))], key=lambda item: -item[1])
     return count
 

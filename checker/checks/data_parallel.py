@@ -63,7 +63,7 @@ CPU_SPREAD_FLOOR_MS = 2.0
 # ...and every rank's CPU per step at most the slow script's least busy rank's (it trains the whole global batch,
 # twice a rank's share) plus this share of the slow script's evaluation: the same hidden work on every rank (red team
 # 63's compiled evaluation on both ranks, or split between them) raises every rank alike, which the spread cannot see.
-# The solution's busiest rank: 16.4-18.5 ms against a ceiling of 34-41 (session 77's runs)
+# The solution's busiest rank: 16.4-26.8 ms against ceilings of 35-46 (session 77's runs)
 CPU_CEILING_EVAL_SHARE = 0.5
 # A class graded against the reference solution (its baseline, trained under the same secret, in place of the slow
 # script): no rank spends more CPU per step than this many times the reference's busiest rank, which evaluates once in

@@ -7,7 +7,9 @@ each image (``n_objects``). The model predicts, for each image, ``max_objects`` 
 slot. Slot i of an image is trained on that image's object i (a fixed assignment, no matching).
 
 The loss is the script's (the lab's helpers); this module holds the blocks every variant shares: the model,
-the data, and the held-out evaluation. Nothing here makes the host wait for the device.
+the data, and the held-out evaluation. Nothing here makes the host wait for the device, except ``reference_loss``:
+the helpers' arithmetic as the grader's referee computes it, after the run, to hold a window step's update to one
+SGD step on its whole batch (``probe_updates``).
 
 The training batches are drawn on the device as each step fetches one (``draw_batch``), from the run's seed during
 warm-up and from the window key once the timed window opens (``KeyedDraws``): no batch of the window exists before
@@ -101,6 +103,22 @@ def padded_targets(objects: list, max_objects: int, size: int):
     return masks, classes, valid
 
 
+def reference_loss(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """The slow script's loss of one packed batch, for the referee (outside any step, so it may read values back):
+    the mean binary cross-entropy over the real objects' mask pixels, plus the real objects' class cross-entropy with
+    each class weighted by 1 / its count in the batch. Object k of an image trains that image's slot k."""
+    images, flat_masks, flat_classes, n_objects = batch
+    mask_logits, class_logits = model(images)
+    device = images.device
+    image_of = torch.repeat_interleave(torch.arange(n_objects.shape[0], device=device), n_objects)
+    slot_of = torch.arange(image_of.shape[0], device=device) - (torch.cumsum(n_objects, 0) - n_objects)[image_of]
+    masks = F.binary_cross_entropy_with_logits(mask_logits[image_of, slot_of], flat_masks)
+    present, counts = torch.unique(flat_classes, return_counts=True)
+    weight = torch.zeros(class_logits.shape[-1], device=device)
+    weight[present] = 1.0 / counts.float()
+    return masks + F.cross_entropy(class_logits[image_of, slot_of], flat_classes, weight=weight)
+
+
 def build(cfg: dict, device: torch.device) -> Workload:
     seed = int(cfg.get("seed", 0))
     generator = torch.Generator().manual_seed(seed)
@@ -126,4 +144,5 @@ def build(cfg: dict, device: torch.device) -> Workload:
         return float(((bce + ce) * weight).sum() / weight.sum())
 
     return Workload(model=model, loss_fn=F.binary_cross_entropy_with_logits, eval_loss=eval_loss, batches=batches,
-                    extras={"max_objects": max_objects, "num_classes": num_classes}, on_window=batches.set_key)
+                    extras={"max_objects": max_objects, "num_classes": num_classes, "probe_loss": reference_loss},
+                    on_window=batches.set_key)

@@ -178,6 +178,7 @@ class KeyedDraws:
         self.make, self.per_pass, self.device = make, int(per_pass), torch.device(device)
         self._draw_key, self._draws = int(seed), 0
         self._keyed = False
+        self.last_seed: int | None = None  # the seed of the batch last drawn once keyed (the update probe's place)
 
     def __len__(self) -> int:
         return self.per_pass
@@ -196,10 +197,21 @@ class KeyedDraws:
                 raise RuntimeError(DRAWN_OUTSIDE_FETCH)
             if self._keyed and _HARNESS_FETCHING[1] is not None:
                 raise RuntimeError(DRAWN_TWICE)
-            batch = self.make(torch.Generator(device=self.device).manual_seed(self._draw_seed()))
+            seed = self._draw_seed()
+            batch = self.draw(seed)
             if self._keyed:  # an unkeyed source's draw leaves the fetch's record as it was
                 _HARNESS_FETCHING[1] = batch
+                self.last_seed = seed
             yield batch
+
+    def draw(self, seed: int) -> Any:
+        """The batch of draw ``seed``: the grader's referee makes a window step's batch again from it."""
+        return self.make(torch.Generator(device=self.device).manual_seed(int(seed)))
+
+    @staticmethod
+    def is_window_draw(seed: int, window_key: int) -> bool:
+        """Whether ``seed`` is one of the draws made from ``window_key`` (a window step's batch)."""
+        return 0 <= int(seed) - int(window_key) * SALT_STRIDE < SALT_STRIDE
 
 
 _ONE_PER_FETCH = ("the window's batches are drawn one per step, as session.steps() fetches it; pass the batch source "

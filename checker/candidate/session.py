@@ -63,8 +63,8 @@ except ImportError:  # pragma: no cover - an older torch: the same list, as it b
 import checker.base.paths  # imported here, never first inside the audit hook (_own_code_roots)
 from checker.base.ranks import LoggedSamples, world_from_env
 from checker.base.scan import COUNTS_OPS, findings
-from checker.base.workloads import (KeyedEpochs, Workload, check_fetched, harness_fetch, in_harness_fetch, initial_rms,
-                                     load_workload_module, redraw_head)
+from checker.base.workloads import (KeyedDraws, KeyedEpochs, Workload, check_fetched, harness_fetch, in_harness_fetch,
+                                     initial_rms, load_workload_module, redraw_head)
 from checker.candidate.channel import Channel, deliver
 
 try:  # the `nvtx` package; torch's own NVTX bindings work too when CUDA is there
@@ -1686,11 +1686,13 @@ class UpdateProbe:
     The copies stay on the device (one per window step: the model's size each) and are queued on the current
     stream like the script's own work, so they read no value back to the host inside the window."""
 
-    def __init__(self, model: torch.nn.Module, sampler: KeyedEpochs, batch_size: int):
+    def __init__(self, model: torch.nn.Module, source: KeyedEpochs | KeyedDraws, batch_size: int):
         self.parameters = [p for p in model.parameters() if p.requires_grad]
-        self.sampler, self.batch_size = sampler, batch_size
+        self.source, self.batch_size = source, batch_size
         self.flat: dict[int, torch.Tensor] = {}
-        self.places: dict[int, tuple[int, int]] = {}  # step -> (its epoch's salt, its batch's first position)
+        # step -> where its batch came from: (its epoch's salt, its batch's first position) from a sampler's epochs,
+        # (its draw's seed,) from keyed draws
+        self.places: dict[int, tuple[int, ...]] = {}
 
     def snapshot(self, step: int) -> None:
         """The trainable tensors as they are before ``step`` (after the last window step: ``step`` is the end), read
@@ -1699,8 +1701,13 @@ class UpdateProbe:
                                 for p in self.parameters])
 
     def placed(self, step: int, in_epoch: int) -> None:
-        """Step ``step`` fetched the ``in_epoch``-th batch of the sampler's epoch in progress."""
-        items = self.sampler.items
+        """Step ``step`` fetched the ``in_epoch``-th batch of the sampler's epoch in progress (or the keyed draws'
+        last batch)."""
+        if isinstance(self.source, KeyedDraws):
+            if self.source.last_seed is not None:
+                self.places[step] = (int(self.source.last_seed),)
+            return
+        items = self.source.items
         if items:
             self.places[step] = (int(items[0][1]), in_epoch * self.batch_size)
 
@@ -1978,10 +1985,11 @@ class Session:
         keep = int(cfg.get("finished_batches", 0))
         self._finished = Finished(self.workload, keep, int(cfg["batch_size"])) if keep and isinstance(self.extras.get("sampler"), KeyedEpochs) \
             else None
-        sampler = self.extras.get("sampler")
-        self._probe = UpdateProbe(self.model, sampler, int(cfg["batch_size"])) \
-            if int(cfg.get("probe_updates", 0)) > 0 and isinstance(sampler, KeyedEpochs) and _channel() is not None \
-            else None
+        # the source whose batches the update probe places: a sampler's epochs (chapter 07) or keyed draws (06)
+        source = next((s for s in (self.extras.get("sampler"), self.workload.batches)
+                       if isinstance(s, (KeyedEpochs, KeyedDraws))), None)
+        self._probe = UpdateProbe(self.model, source, int(cfg["batch_size"])) \
+            if int(cfg.get("probe_updates", 0)) > 0 and source is not None and _channel() is not None else None
         # a CPU run of a chapter that counts host reads: tensors made over Python buffers in the window are watched
         checks = {c.name for c in self.chapter.checks}
         self._counts_views = self.device.type == "cpu" and "host_syncs" in checks

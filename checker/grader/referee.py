@@ -20,9 +20,8 @@ from typing import Any
 
 import torch
 
-from checker.base.workloads import load_workload_module
 from checker.base.chapters import get_chapter
-from checker.base.workloads import head_values, initial_rms
+from checker.base.workloads import KeyedDraws, head_values, initial_rms, load_workload_module
 
 
 def reference_weights(model: torch.nn.Module, window_key: int, rms: dict[str, float]) -> dict[str, torch.Tensor]:
@@ -75,12 +74,14 @@ def update_errors(workload, cfg: dict[str, Any], device: torch.device, path: Pat
     before the step before (w0), before the step (w1) and after it (w2) give the gradient the step applied,
     (w1 - w2) / lr - momentum * (w0 - w1) / lr - weight_decay * w1, whatever the optimizer's state was. The grader
     computes the batch's gradient at w1 here, in float32 with TF32 off, on the batch the step fetched: its place
-    in its epoch, rebuilt from the sampler's own order (a place that is not one of the run's epochs is refused).
+    in its epoch, rebuilt from the sampler's own order (a place that is not one of the run's epochs is refused), or
+    the keyed draw it came from, drawn again (a draw not made from the window key is refused); the loss is the
+    workload's ``probe_loss(model, batch)`` where it has one (a chapter whose loss is the script's), else its
+    ``loss_fn(model(images), labels)``.
     ``relative``: ||applied - gradient|| / ||gradient||: a few hundredths for an honest float32 step, about a tenth
     for bf16's arithmetic, half or more for a step on half its batch, and the whole for a step skipped."""
     data = torch.load(path, map_location="cpu", weights_only=True)
     snapshots, places = data.get("snapshots", {}), data.get("places", {})
-    sampler = workload.extras.get("sampler")
     model = workload.model
     parameters = [p for p in model.parameters() if p.requires_grad]
     count = sum(p.numel() for p in parameters)
@@ -94,23 +95,16 @@ def update_errors(workload, cfg: dict[str, Any], device: torch.device, path: Pat
             tensors = [snapshots.get(k) for k in (step - 1, step, step + 1)]
             if any(not isinstance(t, torch.Tensor) or t.dim() != 1 or t.numel() != count for t in tensors):
                 return {"error": f"the run sent no tensors of the model's {count:,} trainable values around step {step}"}
-            place = places.get(step)
-            if not isinstance(place, (list, tuple)) or len(place) != 2:
-                return {"error": f"the run sent no place for step {step}'s batch"}
-            salt, position = int(place[0]), int(place[1])
-            if sampler is None or not sampler.is_salt(salt, window_key) or position % batch \
-                    or not 0 <= position <= sampler.size - batch:
-                return {"error": f"step {step}'s batch is not one of the run's epochs' (salt {salt}, position {position})"}
-            items = sampler.epoch_items(salt)[position:position + batch]
+            made = step_batch(workload, places.get(step), batch, window_key, device)
+            if isinstance(made, str):
+                return {"error": f"step {step}'s {made}"}
             w0, w1, w2 = (t.to(device, torch.float64) for t in tensors)
             applied = (w1 - w2) / lr - momentum * (w0 - w1) / lr - decay * w1
             torch.nn.utils.vector_to_parameters(w1.float(), parameters)
-            samples = [workload.dataset[item] for item in items]
-            images = torch.stack([s[0] for s in samples]).to(device)
-            labels = torch.tensor([int(s[1]) for s in samples], device=device)
             model.train()
             model.zero_grad(set_to_none=True)
-            workload.loss_fn(model(images), labels).backward()
+            loss_of = workload.extras.get("probe_loss") or _images_loss(workload)
+            loss_of(model, made).backward()
             gradient = _flat_gradient(parameters)
             relative = float((applied - gradient).norm() / gradient.norm())
             entry = {"step": step, "relative": round(relative, 5) if math.isfinite(relative) else relative,
@@ -120,7 +114,7 @@ def update_errors(workload, cfg: dict[str, Any], device: torch.device, path: Pat
                 # float32 one, at the same weights and batch (the noise an honest bf16 step carries here)
                 model.zero_grad(set_to_none=True)
                 with torch.autocast("cuda", dtype=torch.bfloat16):
-                    loss = workload.loss_fn(model(images), labels)
+                    loss = loss_of(model, made)
                 loss.backward()
                 entry["bf16_noise"] = round(float((_flat_gradient(parameters) - gradient).norm() / gradient.norm()), 5)
             found.append(entry)
@@ -129,6 +123,31 @@ def update_errors(workload, cfg: dict[str, Any], device: torch.device, path: Pat
         model.zero_grad(set_to_none=True)
     worst = max((f["relative"] for f in found), default=None)
     return {"steps": found, "worst": worst}
+
+
+def step_batch(workload, place: Any, batch: int, window_key: int, device: torch.device) -> Any:
+    """The batch a window step fetched, made again from its place (``UpdateProbe.places``): a (salt, position) of
+    the workload's sampler's epochs, or the (seed,) of one of its keyed draws. A string says why there is none."""
+    if not isinstance(place, (list, tuple)) or len(place) not in (1, 2):
+        return "place was not sent"
+    source = workload.batches
+    if len(place) == 1:
+        seed = int(place[0])
+        if not isinstance(source, KeyedDraws) or not KeyedDraws.is_window_draw(seed, window_key):
+            return f"batch is not one of the window's draws (seed {seed})"
+        return source.draw(seed)
+    salt, position = int(place[0]), int(place[1])
+    sampler = workload.extras.get("sampler")
+    if sampler is None or not sampler.is_salt(salt, window_key) or position % batch \
+            or not 0 <= position <= sampler.size - batch:
+        return f"batch is not one of the run's epochs' (salt {salt}, position {position})"
+    samples = [workload.dataset[item] for item in sampler.epoch_items(salt)[position:position + batch]]
+    return torch.stack([s[0] for s in samples]).to(device), torch.tensor([int(s[1]) for s in samples], device=device)
+
+
+def _images_loss(workload):
+    """The loss of a batch of (images, labels): the workload's own loss function of the model's output."""
+    return lambda model, made: workload.loss_fn(model(made[0]), made[1])
 
 
 def _flat_gradient(parameters: list[torch.Tensor]) -> torch.Tensor:

@@ -36,6 +36,9 @@ def test_solution_trains_to_the_slow_scripts_weights_without_a_sync(graded):
     same_work = next(c for c in report.checks if c.name == "same_work")
     host_syncs = next(c for c in report.checks if c.name == "host_syncs")
     assert same_work.status == "passed" and same_work.measured["weight_distance"] < 1e-3  # the same math
+    # every drawn window step made one SGD step on its whole batch with the slow script's loss (the update check)
+    updates = same_work.measured["updates"]
+    assert updates["drawn"] == 4 and updates["worst"] < updates["tolerance"] == 0.005
     assert host_syncs.status == "passed" and host_syncs.measured["host_syncs"] == 0
     assert host_syncs.measured["distinct_step_inputs"] == 1 and host_syncs.measured["steps"] >= 14  # static_steps
 
@@ -99,3 +102,59 @@ def test_each_window_batch_has_its_own_seed_and_is_drawn_only_when_the_harness_f
         pass
     with pytest.raises(RuntimeError, match="handed a batch other than the one its fetch drew"):
         check_fetched(drawn[0], first)
+
+
+def test_the_update_check_tells_a_step_on_part_of_its_pixels_from_a_whole_one(tmp_path):
+    """The referee's update check on chapter 06's keyed draws, without a run: one SGD step (momentum 0.9) on a window
+    draw's whole batch with the slow script's loss lands at 0 from the referee's; the same step with the mask loss
+    over every other row of pixels (red team 59's halfpixels_06) lands past the CPU tolerance; a draw not made from
+    the window key is refused."""
+    import torch
+    from torch.nn import functional as F
+
+    from checker.base.workloads import SALT_STRIDE, load_workload_module
+    from checker.grader.referee import update_errors
+
+    chapter = get_chapter(CHAPTER)
+    cfg = dict(chapter.config("cpu"), seed=3)
+    workload = load_workload_module(chapter.dir).build(cfg, torch.device("cpu"))
+    model, reference = workload.model, workload.extras["probe_loss"]
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    key, seed = 41, 41 * SALT_STRIDE + 7
+    batch = workload.batches.draw(seed)
+
+    def thinned(model, made):  # the mask loss on half the rows of pixels, the class loss as it is
+        images, flat_masks, flat_classes, n_objects = made
+        mask_logits, class_logits = model(images)
+        image_of = torch.repeat_interleave(torch.arange(n_objects.shape[0]), n_objects)
+        slot_of = torch.arange(image_of.shape[0]) - (torch.cumsum(n_objects, 0) - n_objects)[image_of]
+        loss = F.binary_cross_entropy_with_logits(mask_logits[image_of, slot_of][..., ::2, :], flat_masks[..., ::2, :])
+        present, counts = torch.unique(flat_classes, return_counts=True)
+        weight = torch.zeros(class_logits.shape[-1])
+        weight[present] = 1.0 / counts.float()
+        return loss + F.cross_entropy(class_logits[image_of, slot_of], flat_classes, weight=weight)
+
+    def one_step(loss_of) -> float:
+        torch.manual_seed(0)
+        for p in parameters:
+            p.data.normal_(0, 0.1)
+        w0 = torch.nn.utils.parameters_to_vector(parameters).detach().clone()
+        previous = torch.randn_like(w0) * 0.01  # the momentum buffer a step before left: w1 = w0 - lr * previous
+        w1 = w0 - cfg["lr"] * previous
+        torch.nn.utils.vector_to_parameters(w1, parameters)
+        model.zero_grad(set_to_none=True)
+        loss_of(model, batch).backward()
+        grad = torch.cat([p.grad.reshape(-1) for p in parameters])
+        w2 = w1 - cfg["lr"] * (0.9 * previous + grad)
+        path = tmp_path / "updates.pt"
+        torch.save({"snapshots": {6: w0, 7: w1, 8: w2}, "places": {7: [seed]}}, path)
+        return update_errors(workload, cfg, torch.device("cpu"), path, [7], key)["worst"]
+
+    assert one_step(reference) < 1e-4
+    assert one_step(thinned) > 0.005  # update_tolerance.cpu in chapter.toml
+    path = tmp_path / "updates.pt"
+    torch.save({"snapshots": {6: torch.zeros(1), 7: torch.zeros(1), 8: torch.zeros(1)}, "places": {7: [seed]}}, path)
+    assert "no tensors" in update_errors(workload, cfg, torch.device("cpu"), path, [7], key)["error"]
+    flat = torch.zeros(sum(p.numel() for p in parameters))
+    torch.save({"snapshots": {6: flat, 7: flat, 8: flat}, "places": {7: [seed]}}, path)
+    assert "not one of the window's draws" in update_errors(workload, cfg, torch.device("cpu"), path, [7], 42)["error"]

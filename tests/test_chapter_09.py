@@ -428,6 +428,26 @@ def test_a_product_inside_another_counts_once(tmp_path):
     assert sorted(np.asarray(found["flops"])[kept]) == [2 * 64 * 32, 2 * 64 * 32]
 
 
+def test_an_in_place_product_counts_as_its_product(tmp_path):
+    """Tensor.addmm_ and baddbmm_ compute what addmm and baddbmm do, into their first argument (red team 64's
+    inplace_eval_09 evaluated every step through addmm_, uncounted): in a real trace each counts, with its FLOPs."""
+    import torch
+
+    from checker.trace import load
+    from checker.trace.kineto import product_name
+
+    assert product_name("aten::addmm_") == "aten::addmm" and product_name("aten::baddbmm_") == "aten::baddbmm"
+    assert product_name("aten::add_") is None and product_name("aten::mm") == "aten::mm"
+    out, x, w = torch.zeros(16, 8), torch.randn(16, 4), torch.randn(4, 8)
+    batched = torch.zeros(2, 16, 8)
+    with torch.profiler.profile(record_shapes=True) as prof:
+        out.addmm_(x, w, beta=0)
+        batched.baddbmm_(x.expand(2, 16, 4), w.expand(2, 4, 8))
+    path = tmp_path / "inplace.json"
+    prof.export_chrome_trace(str(path))
+    assert sorted(load(path).meta["matmuls"]["flops"]) == [2 * 16 * 4 * 8, 2 * 2 * 16 * 4 * 8]
+
+
 def _op(name, start, end, tid=1):
     return {"kind": "cpu_op", "name": name, "start_ns": start, "end_ns": end, "tid": tid, "step": 0}
 

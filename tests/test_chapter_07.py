@@ -143,7 +143,14 @@ H100_ROWS = ["2026-11-25-h100-session31-call2-checks.jsonl", "2026-11-25-h100-se
 GPU_ROWS = sorted(set(H100_ROWS + [row for kind in json.loads((ROOT / "evidence" / "history" / "assembly.json")
                                                              .read_text())["kinds"] for row in kind["rows"]]
                       + ["2026-11-27-h200-session38-call4-redteam.jsonl",
-                         "2026-11-26-h100x4-session37-call2-lane3-call19-checks.jsonl"]))
+                         "2026-11-26-h100x4-session37-call2-lane3-call19-checks.jsonl",
+                         # session 78: the solution at 0.3136 (past the old 0.29), half_steps_07 under the count
+                         "2026-12-07-h100-session78-call78c-checks.jsonl",
+                         "2026-12-07-h100-session78-call78d-checks.jsonl"]))
+# Cheats that skip whole steps' training: the count of the steps that trained rejects them on a GPU (trace_window:
+# every window step traced; same_work's steps_trained), not the weights, whose bf16 spread reaches theirs (the
+# solution 0.3136, skip_quarter_07 0.339, half_steps_07 0.3393 and 0.3836). Each one's counted rows must show it.
+STEP_SKIPPERS = {"cheats/half_steps_07", "cheats/skip_quarter_07"}
 
 
 # The solution checks the weights' tolerances rejected, by (weight distance, worst layer): each a false failure on the
@@ -172,8 +179,14 @@ def test_the_gpu_tolerances_pass_every_recorded_solution_pair_and_fail_every_rec
             if "same_work" in cheat.get("checks", []) or cheat.get("only") == "same_work":
                 less_work.add(cheat.get("path", f"cheats/{name}"))
     seen = {"solution": 0, "lab": 0, "cheat": 0}
+    counted = {name: 0 for name in STEP_SKIPPERS}
     for variant, measured in recorded_same_work(CHAPTER, GPU_ROWS):
         if variant.startswith("cheat/") and variant.removeprefix("cheat/") not in less_work:
+            continue
+        if variant.removeprefix("cheat/") in STEP_SKIPPERS:
+            steps = measured.get("steps_trained") or {}  # (a row of 2026-12-01 counted against the median step)
+            if steps.get("counted") and steps.get("idle", 0) > 0:
+                counted[variant.removeprefix("cheat/")] += 1
             continue
         kind = "cheat" if variant.startswith("cheat/") else variant
         seen[kind] += 1
@@ -183,6 +196,7 @@ def test_the_gpu_tolerances_pass_every_recorded_solution_pair_and_fail_every_rec
             continue
         assert rejected == (kind == "cheat"), (variant, measured["weight_distance"], measured["worst_layer"])
     assert seen["solution"] >= 30 and seen["lab"] >= 10 and seen["cheat"] >= 10
+    assert all(counted.values()), counted  # each step skipper failed the count on a GPU at least once on the record
 
 
 def _train_and_probe(tmp_path, part: float, skip: int | None = None):

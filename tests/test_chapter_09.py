@@ -131,6 +131,26 @@ def test_a_rank_busier_than_another_by_the_kernels_count_fails_on_a_cpu_whatever
     assert "the reference solution's busiest rank" in cpu_beyond_slow(beside)[1]
 
 
+def test_each_ranks_median_step_cpu_leaves_out_logging_steps():
+    """step_cpu_ms: each rank's median CPU per window step, from the grader's readings as each step began and as the
+    window closed, logging steps aside (a solution's rank 0 evaluates there); None on a GPU or with no readings."""
+    from checker.checks.data_parallel import step_cpu_ms
+
+    def rank(*costs_ms, steps=10):  # the readings of a window of len(costs_ms) steps ending at ``steps``
+        marks = [0]
+        for ms in costs_ms:
+            marks.append(marks[-1] + int(ms * 1e6))
+        return SimpleNamespace(step_cpu_ns=marks, steps=steps)
+
+    log_steps = {9}  # (step + 1) % 10 == 0
+    job = SimpleNamespace(ranks=[rank(3, 3, 3, 3, 3, 3, 3, 3, 90), rank(12, 12, 12, 12, 12, 12, 12, 12, 3)])
+    evidence = SimpleNamespace(device="cpu", traced=(None, job), is_log_step=lambda step: step in log_steps)
+    assert step_cpu_ms(evidence) == [3.0, 12.0]  # step 9 (the last of steps 1..9) is a logging step
+    assert step_cpu_ms(SimpleNamespace(device="cuda", traced=(None, job), is_log_step=lambda s: False)) is None
+    job.ranks[1].step_cpu_ns = []
+    assert step_cpu_ms(evidence) is None
+
+
 def test_extra_work_counts_what_the_recorded_ops_were_given_beyond_its_margin():
     """Red team 27's rank 0 evaluated the held-out set through torch.cdist, a product no list names, with as many ops
     as rank 1: the input elements its recorded ops were given (the trace's shapes) tell the work apart, on a busy

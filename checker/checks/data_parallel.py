@@ -70,6 +70,17 @@ CPU_CEILING_EVAL_SHARE = 0.5
 # the window (an evaluation every step costs several times a solution's step: session 77's class test, 22.9 ms against
 # the reference's 26.1)
 CPU_VS_REFERENCE = 2.5
+# A long wait is a late host's, not a straggler's, when the late rank did no more counted work; but counts can be
+# matched by decoys (red team 64's decoy_sort_09: rank 0 sorts weights every step, rank 1 sorts zeros of the same shape,
+# the same ops and elements at an eighth of the time). On a CPU the grader reads each rank's own CPU as each window step
+# begins (checker.grader.runs, step_cpu_ns): where the late rank's median step (logging steps aside) cost it more CPU
+# than the waiting rank's by this share of the wait and LATE_CPU_FLOOR_MS, the wait is its work. A host that is only
+# late (descheduled, slower) spends no more CPU on the same work. The solution's ranks' median steps differed by up to
+# 3.7 ms in session 78's five readings (either rank the busier: reading as a message arrives is not exact), so the floor
+# sits 1.5x above that; decoy_sort_09's rank 0 spent 8.2-9.2 ms more in its three (and in one of them rank 1 waited 34%
+# of its step, under the threshold: a straggle under it stays possible; evidence/history/2026-12-07-cpu-session78-step-cpu-09.jsonl)
+LATE_CPU_SHARE_OF_WAIT = 0.5
+LATE_CPU_FLOOR_MS = 5.5
 
 
 def trained_rows(evidence) -> tuple[list, list]:
@@ -284,13 +295,44 @@ def straggler(evidence, spec):
             mine = measured["rank_cpu_ms"]["candidate"]
             measured["straggler"] = mine.index(max(mine))
             return result(spec, FAILED, measured=measured, threshold=threshold, evidence=[line, found])
+    steps_cpu = step_cpu_ms(evidence)
+    if steps_cpu is not None:
+        measured["step_cpu_ms"] = [round(ms, 3) for ms in steps_cpu]
     if worst <= threshold:
         return result(spec, PASSED, measured=measured, threshold=threshold, evidence=[line])
+    if steps_cpu is not None:
+        extra = steps_cpu[late] - steps_cpu[waiting]
+        if extra > max(LATE_CPU_FLOOR_MS, LATE_CPU_SHARE_OF_WAIT * info["wait_ms"]):
+            measured["straggler"] = late
+            return result(spec, FAILED, measured=measured, threshold=threshold, evidence=[
+                line, f"rank {late}'s median step cost its process {steps_cpu[late]:.2f} ms of CPU, rank {waiting}'s "
+                      f"{steps_cpu[waiting]:.2f} ms (the kernel's accounting, read as each step began; logging steps "
+                      f"aside): {extra:.2f} ms more, over {LATE_CPU_SHARE_OF_WAIT:.0%} of the wait: the wait is rank "
+                      f"{late}'s work, whatever its counts show, not a late host"])
     measured["straggler"] = None
     line += (f"; but rank {late} did no more work per step than rank {waiting} (ops "
              f"{work[late]['ops_per_step'] - work[waiting]['ops_per_step']:+g}{_kernels(work, late, waiting)}, "
              "host time unseen by the profiler within its margin): a late host, not a straggler")
     return result(spec, PASSED, measured=measured, threshold=threshold, evidence=[line])
+
+
+def step_cpu_ms(evidence) -> list[float] | None:
+    """On a CPU: each rank's median CPU ms per window step of the candidate's traced run (its own process, read by the
+    grader as each step began and as the window closed), logging steps aside; None where a rank has no readings."""
+    traced = getattr(evidence, "traced", None)
+    if evidence.device != "cpu" or traced is None or traced[1] is None:
+        return None
+    ranks = getattr(traced[1], "ranks", None) or []
+    medians = []
+    for rank in ranks:
+        marks = getattr(rank, "step_cpu_ns", None) or []
+        first = int(getattr(rank, "steps", 0)) - (len(marks) - 1)
+        costs = [(b - a) / 1e6 for step, (a, b) in enumerate(zip(marks, marks[1:]), start=first)
+                 if not evidence.is_log_step(step)]
+        if not costs:
+            return None
+        medians.append(statistics.median(costs))
+    return medians if len(medians) > 1 else None
 
 
 def rank_cpu_ms(run) -> list[float] | None:

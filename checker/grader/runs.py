@@ -78,6 +78,9 @@ class RunResult:
     multiprocessing_helpers: set[int] = field(default_factory=set)
     # CPU ns in the timed window: the run's own process, and every other process under it (sandbox.cpu_of_run)
     window_cpu_ns: tuple[int, int] | None = None
+    # a rank of a job on a CPU: its own process's CPU ns as the grader read it when each window step began and when the
+    # window closed (checker.grader.sandbox.own_cpu_ns): what each step cost it, step by step
+    step_cpu_ns: list[int] = field(default_factory=list)
     # (ns blocked, ns in all) of the stepping thread in the window outside its fetches, then (ns blocked, ns in all)
     # inside them, from the kernel's scheduler statistics as the harness read them
     # (checker.candidate.session.Session._add_blocked); None: not read
@@ -193,7 +196,7 @@ def _listed(header: dict, fallback: str, width: int = 60, count: int = 5, sep: s
 class _Run:
     def __init__(self, chapter: Chapter, script: Path, device: str, total_steps: int, warmup: int, seed: int,
                  window_key: int, folder: sandbox.RunFolder, display: str, tail: int = 0, watch_cpu: bool = False,
-                 wrapped: bool = False):
+                 wrapped: bool = False, step_cpu: bool = False):
         self.chapter, self.script, self.device, self.display = chapter, script, device, display
         # a profiler (nsys, ncu) started the harness's process: the run's own process is the profiler's, and the
         # harness's is the one process under it that held the channel's pipe when the harness said hello
@@ -202,6 +205,9 @@ class _Run:
         # read every process's CPU time under the run at the window's open and close: only where a check uses it
         # (a CPU run traced by torch.profiler: checker.grader.collect.elsewhere), never in a timed GPU run
         self.watch_cpu = watch_cpu
+        # and the run's own process's CPU at each window step's start (a rank of a job on a CPU: chapter 09's straggler)
+        self.step_cpu = step_cpu
+        self.step_cpu_ns: list[int] = []
         self.total_steps, self.warmup = total_steps, warmup
         self.tail = tail  # steps traced after the window (--trace-tail)
         self.tail_stamps: list[int] = []
@@ -320,6 +326,8 @@ class _Run:
                 raise self.broken(f"reported step {header.get('n')!r} where the harness is at step {self.expected_step}")
             (self.tail_stamps if in_tail else self.step_stamps).append(now)
             self.expected_step += 1
+            if self.step_cpu and not in_tail:
+                self.step_cpu_ns.append(sandbox.own_cpu_ns(self.harness_pid or self.pid))
         elif kind == "tail":
             if not self.tail or "weights" not in self.clock or "tail" in self.clock:
                 raise self.broken("began traced steps after the window out of turn")
@@ -345,6 +353,8 @@ class _Run:
             below = sandbox.descendants(self.pid)
             self.workers_at_close = sandbox.worker_processes(below)
             self.multiprocessing_helpers |= sandbox.multiprocessing_helpers(self.workers_at_close)
+            if self.step_cpu:
+                self.step_cpu_ns.append(sandbox.own_cpu_ns(self.harness_pid or self.pid))
             if self.watch_cpu:
                 self._none_left()
                 self.cpu_at_close = sandbox.cpu_of_run(self.pid, below)
@@ -570,7 +580,8 @@ def run_script(
     server = forkserver.server() if trace != "nsys" and profiler is None and extra_env is None else None
     known_children = sandbox.descendants(os.getpid())
     run = _Run(chapter, script, device, total_steps, warmup, seed, window_key, folder, display, tail=traced_after,
-               watch_cpu=device == "cpu", wrapped=trace == "nsys" or profiler is not None)
+               watch_cpu=device == "cpu", wrapped=trace == "nsys" or profiler is not None,
+               step_cpu=device == "cpu" and int((extra_env or {}).get("WORLD_SIZE", "1")) > 1)
     run.known = known_children
     protocol = _Protocol(run)
     evt = os.open(folder.path / "evt", os.O_RDWR | os.O_NONBLOCK)  # RDWR: never an EOF before the run connects
@@ -727,6 +738,7 @@ def run_script(
         window_cpu_ns=(tuple(b - a for a, b in zip(run.cpu_at_open, run.cpu_at_close))
                        if run.cpu_at_open and run.cpu_at_close else None),
         window_blocked_ns=run.blocked,
+        step_cpu_ns=list(run.step_cpu_ns),
         survivors=survivors,
         output_tail=output[-4000:],
         reports=dict(run.reports),

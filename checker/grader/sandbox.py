@@ -533,6 +533,12 @@ def _cpu_ns(pid: int) -> tuple[int, int]:
     return max(live, (user + system) * tick_ns), (child_user + child_system) * tick_ns
 
 
+def own_cpu_ns(pid: int) -> int:
+    """ns ``pid``'s own threads ran on a CPU (live and ended), 0 where it is gone: read at each step of a job's rank,
+    the CPU each step cost its process."""
+    return _cpu_ns(pid)[0]
+
+
 def cpu_of_run(pid: int, below: set[int] | None = None) -> tuple[int, int]:
     """(ns the run's own process ran, ns every other process under it ran): the live ones' time and what ended
     ones left in their parents' accounts. Read at a window's open and close, their difference says how much work

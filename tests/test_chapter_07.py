@@ -199,10 +199,11 @@ def test_the_gpu_tolerances_pass_every_recorded_solution_pair_and_fail_every_rec
     assert all(counted.values()), counted  # each step skipper failed the count on a GPU at least once on the record
 
 
-def _train_and_probe(tmp_path, part: float, skip: int | None = None):
+def _train_and_probe(tmp_path, part: float, skip: int | None = None, opened: int | None = None):
     """Three SGD steps of chapter 07's CPU workload on the sampler's batches, the trainable tensors kept before
     each as the harness keeps them; then the referee's check of the middle step's update. ``part``: the share of
-    each batch trained on; ``skip``: a step whose update is left out."""
+    each batch trained on; ``skip``: a step whose update is left out; ``opened``: the step at which the window opens,
+    its last layer redrawn first (as the harness redraws the head from the window key)."""
     import torch
 
     from checker.base.workloads import load_workload_module
@@ -220,6 +221,11 @@ def _train_and_probe(tmp_path, part: float, skip: int | None = None):
     optimizer = torch.optim.SGD(workload.model.parameters(), lr=cfg["lr"], momentum=cfg["probe_momentum"],
                                 weight_decay=cfg["probe_weight_decay"])
     for step in range(3):
+        if step == opened:
+            probe.snapshot_before_open(step)
+            with torch.no_grad():
+                head = [m for m in workload.model.modules() if isinstance(m, torch.nn.Linear)][-1]
+                head.weight.normal_(0, 0.05)
         probe.snapshot(step)
         probe.placed(step, step)
         chunk = items[step * batch:(step + 1) * batch][:max(1, int(batch * part))]
@@ -247,6 +253,11 @@ def test_the_referee_finds_each_drawn_update_one_step_on_its_whole_batch_and_not
     assert _train_and_probe(tmp_path, 0.75)["worst"] > 3 * tolerance
     skipped = _train_and_probe(tmp_path, 1.0, skip=2)
     assert next(s for s in skipped["steps"] if s["step"] == 2)["relative"] > 0.5
+    # the window's first step, its head redrawn after the last warm-up step: drawn too (red team 65's firsthalf_07
+    # trained that step, never drawn, on half its batch), its momentum taken from the tensors before the redraw
+    first = _train_and_probe(tmp_path, 1.0, opened=1)
+    assert next(s for s in first["steps"] if s["step"] == 1)["relative"] < tolerance / 10, first
+    assert next(s for s in _train_and_probe(tmp_path, 0.5, opened=1)["steps"] if s["step"] == 1)["relative"] > tolerance
 
 
 def test_a_drawn_step_whose_batch_is_not_one_of_the_runs_epochs_is_refused(tmp_path):
@@ -267,13 +278,13 @@ def test_a_drawn_step_whose_batch_is_not_one_of_the_runs_epochs_is_refused(tmp_p
     assert "no tensors" in update_errors(workload, cfg, torch.device("cpu"), path, [1], 77)["error"]
 
 
-def test_probe_steps_are_drawn_inside_the_window_after_its_first_step():
+def test_probe_steps_are_drawn_inside_the_window_its_first_step_too():
     from checker.grader.runs import draw_probe_steps
 
     for _ in range(50):
         steps = draw_probe_steps(30, 80, 2)
-        assert len(steps) == 2 and steps == sorted(set(steps)) and all(31 <= s <= 79 for s in steps)
-    assert draw_probe_steps(8, 10, 5) == [9]
+        assert len(steps) == 2 and steps == sorted(set(steps)) and all(30 <= s <= 79 for s in steps)
+    assert draw_probe_steps(8, 10, 5) == [8, 9]  # the window's first step too (the harness keeps the one before)
 
 
 def test_the_audit_of_finished_batches_takes_each_batchs_items_by_the_workloads_batch_size():

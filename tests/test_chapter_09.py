@@ -448,6 +448,24 @@ def test_a_product_inside_another_counts_once(tmp_path):
     assert sorted(np.asarray(found["flops"])[kept]) == [2 * 64 * 32, 2 * 64 * 32]
 
 
+def test_a_convolutions_backward_counts_the_gradients_it_was_asked_for():
+    """convolution_backward's output_mask (argument 10) says which gradients it computes: one asked for nothing
+    computes nothing (red team 65's halfdecoy_05 padded its steps with such calls, each credited two passes); a first
+    layer's, with no input gradient, one pass. Where the mask was not recorded, both gradients count."""
+    from checker.trace.kineto import matmul_flops
+
+    dims = [[2, 4, 6, 6], [2, 3, 8, 8], [4, 3, 3, 3], [], [], [], [], [], [], [], []]
+    args = ["", "", "", "[0]", "[1, 1]", "[0, 0]", "[1, 1]", "False", "[0, 0]", "1"]
+    one = 2 * 2 * 4 * 3 * 3 * 3 * 6 * 6  # a gradient: the forward's FLOPs, at grad_output's positions
+    assert matmul_flops("aten::convolution_backward", dims, args + ["[True, True, False]"]) == 2 * one
+    assert matmul_flops("aten::convolution_backward", dims, args + ["[False, True, False]"]) == one
+    assert matmul_flops("aten::convolution_backward", dims, args + ["[False, False, True]"]) == 0
+    assert matmul_flops("aten::convolution_backward", dims, args + ["[False, False, False]"]) == 0
+    assert matmul_flops("aten::convolution_backward", dims, None) == 2 * one
+    # an int8 weight's product, called by name: input (m, k), weight (n, k), scales (n)
+    assert matmul_flops("aten::_weight_int8pack_mm", [[16, 32], [8, 32], [8]]) == 2 * 16 * 32 * 8
+
+
 def test_an_in_place_product_counts_as_its_product(tmp_path):
     """Tensor.addmm_ and baddbmm_ compute what addmm and baddbmm do, into their first argument (red team 64's
     inplace_eval_09 evaluated every step through addmm_, uncounted): in a real trace each counts, with its FLOPs."""

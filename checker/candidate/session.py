@@ -1690,6 +1690,9 @@ class UpdateProbe:
         self.parameters = [p for p in model.parameters() if p.requires_grad]
         self.source, self.batch_size = source, batch_size
         self.flat: dict[int, torch.Tensor] = {}
+        # the tensors as the window opened, before its head was redrawn from the window key: with the last warm-up
+        # step's (flat[warmup - 1]), the momentum the window's first step started from, so that step is drawn too
+        self.before_open: dict[int, torch.Tensor] = {}
         # step -> where its batch came from: (its epoch's salt, its batch's first position) from a sampler's epochs,
         # (its draw's seed,) from keyed draws
         self.places: dict[int, tuple[int, ...]] = {}
@@ -1697,8 +1700,14 @@ class UpdateProbe:
     def snapshot(self, step: int) -> None:
         """The trainable tensors as they are before ``step`` (after the last window step: ``step`` is the end), read
         with torch's own tensor methods (see state_bytes)."""
-        self.flat[step] = _CAT([_TENSOR.to(_TENSOR.reshape(_TENSOR.detach(p), (-1,)), torch.float32)
-                                for p in self.parameters])
+        self.flat[step] = self._flat()
+
+    def snapshot_before_open(self, step: int) -> None:
+        """The trainable tensors at the window's opening (``step``, its first), before the head is redrawn."""
+        self.before_open[step] = self._flat()
+
+    def _flat(self) -> torch.Tensor:
+        return _CAT([_TENSOR.to(_TENSOR.reshape(_TENSOR.detach(p), (-1,)), torch.float32) for p in self.parameters])
 
     def placed(self, step: int, in_epoch: int) -> None:
         """Step ``step`` fetched the ``in_epoch``-th batch of the sampler's epoch in progress (or the keyed draws'
@@ -1716,8 +1725,10 @@ class UpdateProbe:
         wanted = sorted({k for s in steps for k in (s - 1, s, s + 1)} & set(self.flat))
         buffer = io.BytesIO()
         torch.save({"snapshots": {k: self.flat[k].to("cpu") for k in wanted},
+                    "before_open": {s: self.before_open[s].to("cpu") for s in steps if s in self.before_open},
                     "places": {s: list(self.places[s]) for s in steps if s in self.places}}, buffer)
         self.flat.clear()
+        self.before_open.clear()
         return buffer.getvalue()
 
 
@@ -2055,8 +2066,8 @@ class Session:
                 self._send({"type": "step", "n": step})
             if self._window_open and self._keeps_time:
                 self._window_stamps_ns.append(time.perf_counter_ns())
-            if self._window_open and self._probe is not None:
-                self._probe.snapshot(step)
+            if self._probe is not None and (self._window_open or step == self.warmup - 1):
+                self._probe.snapshot(step)  # (and before the last warm-up step: the window's first is drawn too)
             with marked_range(f"step {step}"):
                 if self._window_open or self._tail_open:  # inside the step's range: whatever it runs is the step's
                     self._guard_step()
@@ -2243,6 +2254,8 @@ class Session:
         self._window_tensors = model_tensors(self.model)
         self._window_thread = threading.get_ident()
         with harness_only():
+            if self._probe is not None:
+                self._probe.snapshot_before_open(self.warmup)
             redraw_head(dict(self._window_tensors), window_key, self._head_rms)
             self._guard_step()
             if self._watches_memory:

@@ -82,6 +82,7 @@ def update_errors(workload, cfg: dict[str, Any], device: torch.device, path: Pat
     for bf16's arithmetic, half or more for a step on half its batch, and the whole for a step skipped."""
     data = torch.load(path, map_location="cpu", weights_only=True)
     snapshots, places = data.get("snapshots", {}), data.get("places", {})
+    before_open = data.get("before_open", {})  # the window's first step: its head redrawn after the step before
     model = workload.model
     parameters = [p for p in model.parameters() if p.requires_grad]
     count = sum(p.numel() for p in parameters)
@@ -99,7 +100,12 @@ def update_errors(workload, cfg: dict[str, Any], device: torch.device, path: Pat
             if isinstance(made, str):
                 return {"error": f"step {step}'s {made}"}
             w0, w1, w2 = (t.to(device, torch.float64) for t in tensors)
-            applied = (w1 - w2) / lr - momentum * (w0 - w1) / lr - decay * w1
+            # the momentum the step started from: the step before's update, up to the head's redraw at the window's
+            # opening where that step was the last of the warm-up
+            opened = before_open.get(step)
+            moved = opened.to(device, torch.float64) if isinstance(opened, torch.Tensor) and opened.shape == w1.shape \
+                else w1
+            applied = (w1 - w2) / lr - momentum * (w0 - moved) / lr - decay * w1
             torch.nn.utils.vector_to_parameters(w1.float(), parameters)
             model.train()
             model.zero_grad(set_to_none=True)

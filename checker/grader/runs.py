@@ -485,7 +485,7 @@ def draw_probe_steps(warmup: int, end: int, count: int) -> list[int]:
     """``count`` window steps, drawn afresh for each run, whose updates the referee checks: each needs the tensors
     of the step before it, which the harness keeps for the window's first step too (red team 65's firsthalf_07 trained
     that step, never drawn, on half its batch)."""
-    steps = list(range(warmup, end))
+    steps = list(range(max(warmup, 1), end))  # (a run with no warm-up has no step before its first)
     return sorted(secrets.SystemRandom().sample(steps, min(count, len(steps))))
 
 

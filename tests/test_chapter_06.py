@@ -146,15 +146,18 @@ def test_the_update_check_tells_a_step_on_part_of_its_pixels_from_a_whole_one(tm
         loss_of(model, batch).backward()
         grad = torch.cat([p.grad.reshape(-1) for p in parameters])
         w2 = w1 - cfg["lr"] * (0.9 * previous + grad)
+        torch.nn.utils.vector_to_parameters(w2, parameters)  # the weights the run sent, as the referee loads them
         path = tmp_path / "updates.pt"
-        torch.save({"snapshots": {6: w0, 7: w1, 8: w2}, "places": {7: [seed]}}, path)
+        torch.save({"snapshots": {6: w0, 7: w1, 8: w2}, "places": {7: [seed]}, "last": w2.detach()}, path)
         return update_errors(workload, cfg, torch.device("cpu"), path, [7], key)["worst"]
 
     assert one_step(reference) < 1e-4
     assert one_step(thinned) > 0.005  # update_tolerance.cpu in chapter.toml
     path = tmp_path / "updates.pt"
-    torch.save({"snapshots": {6: torch.zeros(1), 7: torch.zeros(1), 8: torch.zeros(1)}, "places": {7: [seed]}}, path)
+    sent = torch.nn.utils.parameters_to_vector(parameters).detach()
+    torch.save({"snapshots": {6: torch.zeros(1), 7: torch.zeros(1), 8: torch.zeros(1)}, "places": {7: [seed]},
+                "last": sent}, path)
     assert "no tensors" in update_errors(workload, cfg, torch.device("cpu"), path, [7], key)["error"]
     flat = torch.zeros(sum(p.numel() for p in parameters))
-    torch.save({"snapshots": {6: flat, 7: flat, 8: flat}, "places": {7: [seed]}}, path)
+    torch.save({"snapshots": {6: flat, 7: flat, 8: flat}, "places": {7: [seed]}, "last": sent}, path)
     assert "not one of the window's draws" in update_errors(workload, cfg, torch.device("cpu"), path, [7], 42)["error"]

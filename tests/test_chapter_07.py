@@ -239,6 +239,7 @@ def _train_and_probe(tmp_path, part: float, skip: int | None = None, opened: int
     path = tmp_path / "updates.pt"
     path.write_bytes(probe.payload([1, 2]))
     fresh = load_workload_module(chapter.dir).build(cfg, torch.device("cpu"))
+    fresh.model.load_state_dict(workload.model.state_dict())  # as the referee loads the weights the run sent
     return update_errors(fresh, cfg, torch.device("cpu"), path, [1, 2], 77)
 
 
@@ -260,6 +261,28 @@ def test_the_referee_finds_each_drawn_update_one_step_on_its_whole_batch_and_not
     assert next(s for s in _train_and_probe(tmp_path, 0.5, opened=1)["steps"] if s["step"] == 1)["relative"] > tolerance
 
 
+def test_the_update_probe_snapshots_the_tensors_the_model_holds_now(tmp_path):
+    """A script that puts new tensors in the model's tables trains those: the snapshots are of what the model holds
+    at each step (the harness's own walk), not of the tensors it held at start() (red team 66's decoy design kept the
+    old ones on a fake path for the update check to read)."""
+    import torch
+
+    from checker.base.workloads import load_workload_module
+    from checker.candidate.session import UpdateProbe
+
+    chapter = get_chapter(CHAPTER)
+    cfg = dict(chapter.config("cpu"), seed=5)
+    workload = load_workload_module(chapter.dir).build(cfg, torch.device("cpu"))
+    probe = UpdateProbe(workload.model, workload.extras["sampler"], int(cfg["batch_size"]))
+    probe.snapshot(0)
+    head = [m for m in workload.model.modules() if isinstance(m, torch.nn.Linear)][-1]
+    held = head.bias
+    head._parameters["bias"] = torch.nn.Parameter(torch.full_like(held, 7.0))  # trained from here on
+    probe.snapshot(1)
+    assert torch.equal(probe.flat[1][-held.numel():], torch.full_like(held, 7.0))
+    assert not torch.equal(probe.flat[0], probe.flat[1])
+
+
 def test_a_drawn_step_whose_batch_is_not_one_of_the_runs_epochs_is_refused(tmp_path):
     import torch
 
@@ -271,11 +294,15 @@ def test_a_drawn_step_whose_batch_is_not_one_of_the_runs_epochs_is_refused(tmp_p
     workload = load_workload_module(chapter.dir).build(cfg, torch.device("cpu"))
     count = sum(p.numel() for p in workload.model.parameters())
     flat = torch.zeros(count)
+    sent = torch.nn.utils.parameters_to_vector(workload.model.parameters()).detach()  # the weights the run sent
     path = tmp_path / "updates.pt"
-    torch.save({"snapshots": {0: flat, 1: flat, 2: flat}, "places": {1: [123, 0]}}, path)
+    torch.save({"snapshots": {0: flat, 1: flat, 2: flat}, "places": {1: [123, 0]}, "last": sent}, path)
     assert "not one of the run's epochs" in update_errors(workload, cfg, torch.device("cpu"), path, [1], 77)["error"]
-    torch.save({"snapshots": {0: flat, 1: flat[:-1], 2: flat}, "places": {1: [77 * 1_000_003, 0]}}, path)
+    torch.save({"snapshots": {0: flat, 1: flat[:-1], 2: flat}, "places": {1: [77 * 1_000_003, 0]}, "last": sent}, path)
     assert "no tensors" in update_errors(workload, cfg, torch.device("cpu"), path, [1], 77)["error"]
+    # snapshots whose last is not the weights sent were kept of other tensors than those trained (decoys)
+    torch.save({"snapshots": {0: flat, 1: flat, 2: flat}, "places": {1: [77 * 1_000_003, 0]}, "last": flat}, path)
+    assert "not the weights the run sent" in update_errors(workload, cfg, torch.device("cpu"), path, [1], 77)["error"]
 
 
 def test_probe_steps_are_drawn_inside_the_window_its_first_step_too():

@@ -1687,7 +1687,11 @@ class UpdateProbe:
     stream like the script's own work, so they read no value back to the host inside the window."""
 
     def __init__(self, model: torch.nn.Module, source: KeyedEpochs | KeyedDraws, batch_size: int):
-        self.parameters = [p for p in model.parameters() if p.requires_grad]
+        # the trainable tensors by name, looked up afresh at every snapshot by the harness's own walk (model_tensors):
+        # a script that puts other tensors in the model's tables trains those, and the snapshots are of what it trains
+        # (tensors held since start() would be decoys it could keep on a fake path: red team 66's decoy_probe)
+        self.model = model
+        self.names = [name for name, p in model.named_parameters() if p.requires_grad]
         self.source, self.batch_size = source, batch_size
         self.flat: dict[int, torch.Tensor] = {}
         # the tensors as the window opened, before its head was redrawn from the window key: with the last warm-up
@@ -1707,7 +1711,12 @@ class UpdateProbe:
         self.before_open[step] = self._flat()
 
     def _flat(self) -> torch.Tensor:
-        return _CAT([_TENSOR.to(_TENSOR.reshape(_TENSOR.detach(p), (-1,)), torch.float32) for p in self.parameters])
+        found = dict(model_tensors(self.model))
+        # a name no longer in the model: NaNs of no size, which the referee refuses (the weights fail to load anyway)
+        tensors = [found.get(name) for name in self.names]
+        if not all(isinstance(tensor, torch.Tensor) for tensor in tensors):
+            return torch.full((0,), float("nan"))
+        return _CAT([_TENSOR.to(_TENSOR.reshape(_TENSOR.detach(p), (-1,)), torch.float32) for p in tensors])
 
     def placed(self, step: int, in_epoch: int) -> None:
         """Step ``step`` fetched the ``in_epoch``-th batch of the sampler's epoch in progress (or the keyed draws'
@@ -1724,7 +1733,9 @@ class UpdateProbe:
         """The tensors before ``s - 1``, ``s`` and ``s + 1`` for each named step ``s``, and the steps' places."""
         wanted = sorted({k for s in steps for k in (s - 1, s, s + 1)} & set(self.flat))
         buffer = io.BytesIO()
+        last = max(self.flat) if self.flat else None  # the window's close: the referee holds it to the weights sent
         torch.save({"snapshots": {k: self.flat[k].to("cpu") for k in wanted},
+                    "last": None if last is None else self.flat[last].to("cpu"),
                     "before_open": {s: self.before_open[s].to("cpu") for s in steps if s in self.before_open},
                     "places": {s: list(self.places[s]) for s in steps if s in self.places}}, buffer)
         self.flat.clear()

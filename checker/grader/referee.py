@@ -86,6 +86,12 @@ def update_errors(workload, cfg: dict[str, Any], device: torch.device, path: Pat
     model = workload.model
     parameters = [p for p in model.parameters() if p.requires_grad]
     count = sum(p.numel() for p in parameters)
+    # the tensors the harness kept at the window's close are the weights the run sent (loaded into the model now):
+    # snapshots of other tensors than those trained would show a path the training never took
+    last = data.get("last")
+    sent = torch.nn.utils.parameters_to_vector(parameters).detach().to("cpu", torch.float32)
+    if not isinstance(last, torch.Tensor) or last.shape != sent.shape or not torch.equal(last.to(torch.float32), sent):
+        return {"error": "the tensors the harness kept at the window's close are not the weights the run sent"}
     lr, momentum, decay = float(cfg["lr"]), float(cfg["probe_momentum"]), float(cfg["probe_weight_decay"])
     batch = int(cfg["batch_size"])
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32

@@ -151,6 +151,21 @@ def test_each_ranks_median_step_cpu_leaves_out_logging_steps():
     assert step_cpu_ms(evidence) is None
 
 
+def test_every_ranks_median_step_is_held_to_the_slow_scripts_least_busy_rank():
+    """busy_steps: an evaluation every step, split between the ranks (red team 63's compiled_spliteval_09: medians
+    24-27 ms against the slow script's least busy rank's 3.5-5.3), fails; the solution's (2.7-3.6 ms) passes; beside a
+    reference solution its busiest rank is the scale. Session 78's readings."""
+    from checker.checks.data_parallel import busy_steps
+
+    beside_slow = SimpleNamespace(chapter=CHAPTER, traced=(SimpleNamespace(script=CHAPTER.slow_script), None))
+    assert busy_steps(beside_slow, [35.64, 3.51], [3.64, 2.72]) == ""
+    found = busy_steps(beside_slow, [35.64, 3.51], [25.57, 24.16])
+    assert "rank 0's median step" in found and "least busy rank" in found
+    beside_reference = SimpleNamespace(chapter=CHAPTER, traced=(SimpleNamespace(script=CHAPTER.solution_script), None))
+    assert busy_steps(beside_reference, [3.5, 3.0], [4.1, 3.2]) == ""
+    assert "the reference solution's busiest rank" in busy_steps(beside_reference, [3.5, 3.0], [25.0, 24.0])
+
+
 def test_extra_work_counts_what_the_recorded_ops_were_given_beyond_its_margin():
     """Red team 27's rank 0 evaluated the held-out set through torch.cdist, a product no list names, with as many ops
     as rank 1: the input elements its recorded ops were given (the trace's shapes) tell the work apart, on a busy

@@ -81,6 +81,16 @@ CPU_VS_REFERENCE = 2.5
 # of its step, under the threshold: a straggle under it stays possible; evidence/history/2026-12-07-cpu-session78-step-cpu-09.jsonl)
 LATE_CPU_SHARE_OF_WAIT = 0.5
 LATE_CPU_FLOOR_MS = 5.5
+# ...and every rank's median step (logging steps aside) at most this many times the slow script's least busy rank's,
+# which trains the whole global batch (twice a rank's share) and evaluates nothing: an evaluation every step, whole or
+# split between the ranks, costs every step, where the window's average (CPU_CEILING_EVAL_SHARE) counts the solution's
+# logging-step evaluation too and left red team 63's compiled_spliteval_09 within a few ms of its ceiling (it passed
+# once in three on an idle machine in session 78). Session 78's readings: the solution's ranks 3.1-7.1 ms,
+# compiled_spliteval_09's 25-30 ms against the slow script's least busy rank's ~5 (the window's averages). Beside a
+# reference solution: STEP_CPU_VS_REFERENCE times its busiest rank's median step.
+STEP_CPU_VS_SLOW = 2.5
+STEP_CPU_VS_REFERENCE = 2.5
+STEP_CPU_FLOOR_MS = 5.0
 
 
 def trained_rows(evidence) -> tuple[list, list]:
@@ -288,6 +298,11 @@ def straggler(evidence, spec):
         line += f"; rank {late} did more per step: {'; '.join(more)}: it does work the other ranks do not, inside the step"
         return result(spec, FAILED, measured=measured, threshold=threshold, evidence=[line])
     # whatever the waits and the trace show: the CPU time each rank spent (a CPU run, beside the slow script's)
+    steps_cpu, base_steps = step_cpu_ms(evidence), step_cpu_ms(evidence, which=0)
+    if steps_cpu is not None:
+        measured["step_cpu_ms"] = [round(ms, 3) for ms in steps_cpu]
+    if base_steps is not None:
+        measured["baseline_step_cpu_ms"] = [round(ms, 3) for ms in base_steps]
     busy = cpu_beyond_slow(evidence)
     if busy is not None:
         measured["rank_cpu_ms"], found = busy
@@ -295,9 +310,11 @@ def straggler(evidence, spec):
             mine = measured["rank_cpu_ms"]["candidate"]
             measured["straggler"] = mine.index(max(mine))
             return result(spec, FAILED, measured=measured, threshold=threshold, evidence=[line, found])
-    steps_cpu = step_cpu_ms(evidence)
-    if steps_cpu is not None:
-        measured["step_cpu_ms"] = [round(ms, 3) for ms in steps_cpu]
+    if steps_cpu is not None and base_steps is not None and len(base_steps) == len(steps_cpu):
+        found = busy_steps(evidence, base_steps, steps_cpu)
+        if found:
+            measured["straggler"] = steps_cpu.index(max(steps_cpu))
+            return result(spec, FAILED, measured=measured, threshold=threshold, evidence=[line, found])
     if worst <= threshold:
         return result(spec, PASSED, measured=measured, threshold=threshold, evidence=[line])
     if steps_cpu is not None:
@@ -316,13 +333,35 @@ def straggler(evidence, spec):
     return result(spec, PASSED, measured=measured, threshold=threshold, evidence=[line])
 
 
-def step_cpu_ms(evidence) -> list[float] | None:
-    """On a CPU: each rank's median CPU ms per window step of the candidate's traced run (its own process, read by the
-    grader as each step began and as the window closed), logging steps aside; None where a rank has no readings."""
+def busy_steps(evidence, base: list[float], mine: list[float]) -> str:
+    """Why the candidate's ranks' median steps cost too much CPU beside the baseline's ("" when they do not): any rank
+    over STEP_CPU_VS_SLOW times the slow script's least busy rank's median step (which trains the whole global batch,
+    twice a rank's share), or STEP_CPU_VS_REFERENCE times a reference solution's busiest rank's. Logging steps are
+    left out of both medians, so an evaluation the solution makes there costs nothing here, and one made every step
+    (whole, or split between the ranks) costs every step."""
     traced = getattr(evidence, "traced", None)
-    if evidence.device != "cpu" or traced is None or traced[1] is None:
+    slow = getattr(traced[0], "script", None) == evidence.chapter.slow_script
+    scale, factor = (min(base), STEP_CPU_VS_SLOW) if slow else (max(base), STEP_CPU_VS_REFERENCE)
+    ceiling = max(factor * scale, STEP_CPU_FLOOR_MS)
+    if max(mine) <= ceiling:
+        return ""
+    busiest = mine.index(max(mine))
+    which = ("the slow script's least busy rank (which trains the whole global batch)" if slow
+             else "the reference solution's busiest rank")
+    return (f"rank {busiest}'s median step (logging steps aside) cost its process {max(mine):.2f} ms of CPU, more than "
+            f"{factor:g}x {which}'s {scale:.2f} ms (the kernel's accounting, read as each step began; ranks "
+            f"{', '.join(f'{ms:.2f}' for ms in mine)} ms): every step does work beyond training its share, whether or "
+            "not its trace records it")
+
+
+def step_cpu_ms(evidence, which: int = 1) -> list[float] | None:
+    """On a CPU: each rank's median CPU ms per window step of the traced pair's candidate run (``which`` 1) or
+    baseline run (0) (its own process, read by the grader as each step began and as the window closed), logging steps
+    aside; None where a rank has no readings."""
+    traced = getattr(evidence, "traced", None)
+    if evidence.device != "cpu" or traced is None or traced[which] is None:
         return None
-    ranks = getattr(traced[1], "ranks", None) or []
+    ranks = getattr(traced[which], "ranks", None) or []
     medians = []
     for rank in ranks:
         marks = getattr(rank, "step_cpu_ns", None) or []

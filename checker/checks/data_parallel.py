@@ -333,14 +333,18 @@ def straggler(evidence, spec):
     return result(spec, PASSED, measured=measured, threshold=threshold, evidence=[line])
 
 
+def beside_slow(evidence) -> bool:
+    """Whether the traced pair's baseline is the slow script (else the reference solution: a class's baseline)."""
+    return getattr(evidence.traced[0], "script", None) == evidence.chapter.slow_script
+
+
 def busy_steps(evidence, base: list[float], mine: list[float]) -> str:
     """Why the candidate's ranks' median steps cost too much CPU beside the baseline's ("" when they do not): any rank
     over STEP_CPU_VS_SLOW times the slow script's least busy rank's median step (which trains the whole global batch,
     twice a rank's share), or STEP_CPU_VS_REFERENCE times a reference solution's busiest rank's. Logging steps are
     left out of both medians, so an evaluation the solution makes there costs nothing here, and one made every step
     (whole, or split between the ranks) costs every step."""
-    traced = getattr(evidence, "traced", None)
-    slow = getattr(traced[0], "script", None) == evidence.chapter.slow_script
+    slow = beside_slow(evidence)
     scale, factor = (min(base), STEP_CPU_VS_SLOW) if slow else (max(base), STEP_CPU_VS_REFERENCE)
     ceiling = max(factor * scale, STEP_CPU_FLOOR_MS)
     if max(mine) <= ceiling:
@@ -397,7 +401,7 @@ def cpu_beyond_slow(evidence) -> tuple[dict, str] | None:
     base, mine = rank_cpu_ms(traced[0]), rank_cpu_ms(traced[1])
     if not base or not mine or len(base) != len(mine):
         return None
-    slow = getattr(traced[0], "script", None) == evidence.chapter.slow_script  # else the reference solution
+    slow = beside_slow(evidence)
     measured = {"candidate": [round(ms, 2) for ms in mine], "slow" if slow else "reference": [round(ms, 2) for ms in base]}
     spread, busiest = max(mine) - min(mine), mine.index(max(mine))
     said = ("CPU per window step, read from the kernel's accounting of each rank's processes: "

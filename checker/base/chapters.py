@@ -73,6 +73,13 @@ class Hint:
         return self.nudge
 
 
+def probe_updates(cfg: dict[str, Any]) -> int:
+    """How many window steps a run's update probe draws (``probe_updates`` of a workload's settings): a count, or
+    "all" for every window step (checker.grader.runs.draw_probe_steps takes no more than the window holds)."""
+    value = cfg.get("probe_updates", 0)
+    return sys.maxsize if value == "all" else int(value)
+
+
 @dataclass(frozen=True)
 class Chapter:
     id: str

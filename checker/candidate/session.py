@@ -1952,7 +1952,7 @@ class Session:
     """One run of a chapter's workload on one device, with the timed window."""
 
     def __init__(self, chapter_id: str, device: str, cfg: dict[str, Any]):
-        from checker.base.chapters import get_chapter
+        from checker.base.chapters import get_chapter, probe_updates
 
         self.chapter = get_chapter(chapter_id)
         self.device = torch.device(device)
@@ -2011,7 +2011,7 @@ class Session:
         source = next((s for s in (self.extras.get("sampler"), self.workload.batches)
                        if isinstance(s, (KeyedEpochs, KeyedDraws))), None)
         self._probe = UpdateProbe(self.model, source, int(cfg["batch_size"])) \
-            if int(cfg.get("probe_updates", 0)) > 0 and source is not None and _channel() is not None else None
+            if probe_updates(cfg) > 0 and source is not None and _channel() is not None else None
         # a CPU run of a chapter that counts host reads: tensors made over Python buffers in the window are watched
         checks = {c.name for c in self.chapter.checks}
         self._counts_views = self.device.type == "cpu" and "host_syncs" in checks

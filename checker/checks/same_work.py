@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from checker.base.chapters import probe_updates
 from checker.checks import FAILED, PASSED, VERDICTS, check, result
 
 
@@ -279,7 +280,7 @@ def updates_checked(evidence, spec) -> dict | None:
     settings; checker.grader.referee.update_errors), each against one optimizer step on its whole batch, within
     ``update_tolerance``. None where the chapter draws none on this device. The baseline's are shown beside them:
     how far an honest step of the slow script lands."""
-    wanted = int((evidence.cfg or {}).get("probe_updates", 0))
+    wanted = probe_updates(evidence.cfg or {})
     if not wanted or not evidence.verdicts:
         return None
     tolerance = _tolerance(spec, "update_tolerance", evidence.device, DEFAULT_UPDATE_TOLERANCE[evidence.device])

@@ -97,15 +97,21 @@ def update_errors(workload, cfg: dict[str, Any], device: torch.device, path: Pat
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     found = []
+    wide: dict[int, torch.Tensor] = {}  # each snapshot in float64 once: consecutive drawn steps share two of three
     try:
-        for step in steps:
+        for step in sorted(steps):
             tensors = [snapshots.get(k) for k in (step - 1, step, step + 1)]
             if any(not isinstance(t, torch.Tensor) or t.dim() != 1 or t.numel() != count for t in tensors):
                 return {"error": f"the run sent no tensors of the model's {count:,} trainable values around step {step}"}
             made = step_batch(workload, places.get(step), batch, window_key, device)
             if isinstance(made, str):
                 return {"error": f"step {step}'s {made}"}
-            w0, w1, w2 = (t.to(device, torch.float64) for t in tensors)
+            for k in [k for k in wide if k < step - 1]:
+                del wide[k]
+            for k, t in zip((step - 1, step, step + 1), tensors):
+                if k not in wide:
+                    wide[k] = t.to(device, torch.float64)
+            w0, w1, w2 = wide[step - 1], wide[step], wide[step + 1]
             # the momentum the step started from: the step before's update, up to the head's redraw at the window's
             # opening where that step was the last of the warm-up
             opened = before_open.get(step)

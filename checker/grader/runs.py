@@ -31,7 +31,7 @@ from typing import Any
 from checker.grader import compile_cache as compile_caches
 from checker.grader import forkserver
 from checker.grader import sandbox
-from checker.base.chapters import Chapter
+from checker.base.chapters import Chapter, probe_updates
 from checker.base.scan import scan_flags
 from checker.base.errors import WorkbookError
 from checker.base.paths import display_path
@@ -238,7 +238,7 @@ class _Run:
         self.op_errors: tuple[int, tuple[str, ...]] = (0, ())
         self.evt_fd: int | None = None  # the descriptor the harness writes its messages through (its hello says)
         # the window steps whose updates are checked: drawn when the harness asks, after the window (probe_updates)
-        self.probes = int(chapter.config(device).get("probe_updates", 0))
+        self.probes = probe_updates(chapter.config(device))
         self.probe_steps: list[int] | None = None
         self.update_probe: bytes | None = None
 

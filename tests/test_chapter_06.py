@@ -36,9 +36,13 @@ def test_solution_trains_to_the_slow_scripts_weights_without_a_sync(graded):
     same_work = next(c for c in report.checks if c.name == "same_work")
     host_syncs = next(c for c in report.checks if c.name == "host_syncs")
     assert same_work.status == "passed" and same_work.measured["weight_distance"] < 1e-3  # the same math
-    # every drawn window step made one SGD step on its whole batch with the slow script's loss (the update check)
+    # every window step (probe_updates = "all" on a CPU) made one SGD step on its whole batch with the slow script's
+    # loss (the update check), the window's first step among them
     updates = same_work.measured["updates"]
-    assert updates["drawn"] == 4 and updates["worst"] < updates["tolerance"] == 0.005
+    warmup = int(get_chapter(CHAPTER).config("cpu")["warmup"])
+    drawn = sorted(step["step"] for step in updates["steps"])
+    assert drawn == list(range(warmup, warmup + len(drawn))) and len(drawn) >= 16 == updates["drawn"]
+    assert updates["worst"] < updates["tolerance"] == 0.005
     assert host_syncs.status == "passed" and host_syncs.measured["host_syncs"] == 0
     assert host_syncs.measured["distinct_step_inputs"] == 1 and host_syncs.measured["steps"] >= 14  # static_steps
 

@@ -100,6 +100,10 @@ def test_solution_passes_on_a_cpu_with_the_speed_checks_skipped_and_saying_why(g
     status = {c.name: c for c in report.checks}
     assert report.passed
     assert status["same_work"].status == "passed" and status["same_work"].measured["weight_distance"] < 1e-3
+    # every window step's update checked (probe_updates = "all" on a CPU), the window's first among them
+    cfg = get_chapter(CHAPTER).config("cpu")
+    drawn = sorted(step["step"] for step in status["same_work"].measured["updates"]["steps"])
+    assert drawn == list(range(int(cfg["warmup"]), int(cfg["steps"])))
     assert status["host_syncs"].status == "passed" and status["loader_settings"].status == "passed"
     for name in ("throughput", "pageable_copies"):
         assert status[name].status == "skipped" and "on a CPU" in status[name].reason

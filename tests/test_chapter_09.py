@@ -146,6 +146,10 @@ def test_each_ranks_median_step_cpu_leaves_out_logging_steps():
     job = SimpleNamespace(ranks=[rank(3, 3, 3, 3, 3, 3, 3, 3, 90), rank(12, 12, 12, 12, 12, 12, 12, 12, 3)])
     evidence = SimpleNamespace(device="cpu", traced=(None, job), is_log_step=lambda step: step in log_steps)
     assert step_cpu_ms(evidence) == [3.0, 12.0]  # step 9 (the last of steps 1..9) is a logging step
+    # the lower quartile: a rank's quiet steps (steps 1..8 cost 2..9 ms: 2 + 7/4)
+    quiet = SimpleNamespace(device="cpu", traced=(None, SimpleNamespace(ranks=[rank(2, 3, 4, 5, 6, 7, 8, 9, 90)] * 2)),
+                            is_log_step=lambda step: step in log_steps)
+    assert step_cpu_ms(quiet, quartile=1) == [3.75, 3.75] and step_cpu_ms(quiet) == [5.5, 5.5]
     assert step_cpu_ms(SimpleNamespace(device="cuda", traced=(None, job), is_log_step=lambda s: False)) is None
     job.ranks[1].step_cpu_ns = []
     assert step_cpu_ms(evidence) is None

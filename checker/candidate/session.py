@@ -2075,6 +2075,8 @@ class Session:
             _WINDOW_STEP[0] = step
             if self._window_open or self._tail_open:
                 self._send({"type": "step", "n": step})
+                if self._window_open and self._step_acks:
+                    _channel().receive()  # the grader has read this process's CPU: this step begins now
             if self._window_open and self._keeps_time:
                 self._window_stamps_ns.append(time.perf_counter_ns())
             if self._probe is not None and (self._window_open or step == self.warmup - 1):
@@ -2165,6 +2167,7 @@ class Session:
 
     # -- the timed window --------------------------------------------------------------------------
     _window_open = False
+    _step_acks = False  # whether the grader answers each window step's message (set as the window opens)
     _window_tensors: list = []
     _window_thread: int | None = None  # the thread that opened the window (threading.get_ident)
     _counts_views = False
@@ -2255,7 +2258,11 @@ class Session:
         channel = _channel()
         if channel is not None:
             deliver(channel, {"type": "open"})
-            window_key = int(channel.receive()["window_key"])
+            answer = channel.receive()
+            window_key = int(answer["window_key"])
+            # a rank of a CPU job: the grader reads this process's CPU as each window step begins, and answers each
+            # step's message once it has (checker.grader.runs: step_cpu), so the reading is the step's boundary
+            self._step_acks = answer.get("step_acks") is True
         else:
             window_key = self.seed + 1  # on its own a run behaves as under the grader, with a known key
         # from here to the first step's range none of the script's code may run either: work done here would train

@@ -315,7 +315,10 @@ class _Run:
             self.ctl = os.open(self.folder.path / "ctl", os.O_RDWR)
             self._answer({"seed": self.seed})
         elif kind == "open":
-            self._answer({"window_key": self.window_key})
+            # step_acks: the harness waits for an answer to each window step's message, so that the CPU read there
+            # (step_cpu) is the step's boundary, not wherever the rank had run to by the time this process read it
+            # (a loaded machine's reading lagged tens of ms: one honest rank's steps read 1.6 to 52 ms)
+            self._answer({"window_key": self.window_key, **({"step_acks": True} if self.step_cpu else {})})
             if self.watch_cpu:  # after the answer: the run's window is not held up by the reading
                 self._none_left()
                 self.cpu_at_open = sandbox.cpu_of_run(self.pid)
@@ -328,6 +331,7 @@ class _Run:
             self.expected_step += 1
             if self.step_cpu and not in_tail:
                 self.step_cpu_ns.append(sandbox.own_cpu_ns(self.harness_pid or self.pid))
+                self._answer({"step": header["n"]})
         elif kind == "tail":
             if not self.tail or "weights" not in self.clock or "tail" in self.clock:
                 raise self.broken("began traced steps after the window out of turn")

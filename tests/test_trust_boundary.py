@@ -1525,3 +1525,37 @@ def test_a_profiler_switch_watched_by_the_harness_hands_out_no_original():
         torch.ones(3).add(1)
         switch(True)
     assert any(event.name == "aten::add" for event in prof.events())  # recording stayed on
+
+
+def test_under_the_grader_start_takes_the_graders_settings_whatever_the_script_passes(monkeypatch, capsys):
+    """Red team 67's rawflip_07 gave start() ``--set finished_batches=1``: the harness compared one window batch
+    with its samples instead of every one, and the steps finished the rest. Under the grader the settings are the
+    grader's command line alone (LaunchOptions.args); the script's are ignored, and it is told so."""
+    from checker.candidate import session as harness
+
+    monkeypatch.setattr(harness, "LAUNCH", harness.LaunchOptions(args=["--device", "cpu", "--steps", "15"]))
+    monkeypatch.setattr(harness, "_CURRENT", None)
+    monkeypatch.setattr(harness, "Session", lambda chapter, device, cfg: cfg)  # the settings start() built
+    cfg = harness.start("07_capstone_ladder", argv=["--device", "cpu", "--set", "finished_batches=1", "--warmup", "1"])
+    assert cfg["finished_batches"] == get_chapter("07").config("cpu")["finished_batches"] and cfg["warmup"] == 8
+    assert "start() keeps the grader's settings" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "argv", ["train.py", "--set", "finished_batches=1"])  # sys.argv rewritten: the same
+    assert harness.start("07_capstone_ladder")["finished_batches"] > 1
+    monkeypatch.setattr(harness, "LAUNCH", None)  # a script on its own: its --set is the learner's to give
+    assert harness.start("07_capstone_ladder", argv=["--device", "cpu", "--set", "finished_batches=1"])["finished_batches"] == 1
+
+
+def test_fewer_window_batches_compared_than_the_graders_settings_ask_fail():
+    """samples_in_workers holds the count the harness compared to the grader's settings (every window batch, up to
+    finished_batches), not to the run's own."""
+    from types import SimpleNamespace
+
+    from checker.checks.samples_in_workers import _unfinished_batches
+
+    def line(checked, unfinished=0, steps=15):
+        run = SimpleNamespace(finished_batches=(checked, unfinished), steps=steps)
+        return _unfinished_batches(SimpleNamespace(cfg={"finished_batches": 64, "warmup": 8}, candidate_run=run), {})
+
+    assert line(7) is None  # the 7 window steps of a 15-step run with 8 warm-up steps
+    assert "not the 7 the grader's settings ask for" in line(1)
+    assert "6 of the 7 window batches" in line(7, 6)

@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     if channel is not None:
         handshake = channel.receive()
         options.seed = int(handshake["seed"])
+        options.args = list(script_args)  # the grader's own settings for the run (checker.grader.runs: script_args)
     script = args.script.resolve()
     options.script = os.path.realpath(script)
     if args.scan_loaded is not None:

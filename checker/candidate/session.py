@@ -207,6 +207,10 @@ class LaunchOptions:
     trace_tail: int = 0  # with trace "torch": record this many steps after the window instead of the window
     channel: Channel | None = None  # under the grader
     seed: int | None = None  # the run's seed, from the grader
+    # the grader's command line for the script (--device, --steps, its --set): under the grader, start() takes its
+    # settings from these alone, whatever the script passes it or puts in sys.argv (red team 67's rawflip_07 gave
+    # start() "--set finished_batches=1", and the harness compared one window batch with its samples instead of all)
+    args: list[str] | None = None
     script: str | None = None  # the script's real path: the code the grader scanned before the run
     # the scan the grader ran over the script, run again over every other file the run loads code from (None: off)
     scan_loaded: tuple[str, ...] | None = None
@@ -2529,7 +2533,14 @@ def start(chapter_id: str, argv: list[str] | None = None) -> Session:
     global _CURRENT
     from checker.base.chapters import get_chapter, too_few_steps
 
-    args = _parse_args(argv)
+    if LAUNCH is not None and LAUNCH.args is not None:
+        asked = list(sys.argv[1:] if argv is None else argv)
+        if asked != LAUNCH.args:
+            print(f"workbook: under the grader, start() keeps the grader's settings ({' '.join(LAUNCH.args)}); the "
+                  f"script's ({' '.join(asked) or 'none'}) are ignored", file=sys.stderr)
+        args = _parse_args(LAUNCH.args)
+    else:
+        args = _parse_args(argv)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: this machine has no CUDA GPU that torch can use; try --device cpu")

@@ -122,11 +122,18 @@ def _unfinished_batches(evidence, measured: dict) -> str | None:
         return ("the run did not say whether its loader's batches were finished samples (the harness compares a few "
                 "after the window): a run that ends its window normally always does")
     checked, unfinished = found
-    measured.update(batches_compared=checked, batches_unfinished=unfinished)
-    if checked and not unfinished:
-        return None
+    # the count the grader's settings ask for: every window batch up to finished_batches (a run that compared fewer
+    # changed what the harness compares: red team 67's rawflip_07 set finished_batches=1 through start()'s argv)
+    run = evidence.candidate_run
+    wanted = min(int(evidence.cfg["finished_batches"]), max(int(run.steps) - int(evidence.cfg.get("warmup", 0)), 0))
+    measured.update(batches_compared=checked, batches_unfinished=unfinished, batches_wanted=wanted)
     if not checked:
         return "no batch of the window could be compared with its samples: the loader gave the steps no batches"
+    if checked < wanted:
+        return (f"the harness compared {checked} window batches with their samples, not the {wanted} the grader's "
+                "settings ask for: the run changed what is compared")
+    if not unfinished:
+        return None
     return (f"{unfinished} of the {checked} window batches compared were not their samples as the dataset makes them "
             "(cropped, flipped and normalized, or the uint8 dataset's crops and flips, in the order of the workload's "
             "sampler): the loader handed the steps something to finish, and the training process finished the samples")

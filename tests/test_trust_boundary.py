@@ -1559,3 +1559,19 @@ def test_fewer_window_batches_compared_than_the_graders_settings_ask_fail():
     assert line(7) is None  # the 7 window steps of a 15-step run with 8 warm-up steps
     assert "not the 7 the grader's settings ask for" in line(1)
     assert "6 of the 7 window batches" in line(7, 6)
+
+
+def test_a_source_encoding_other_than_utf8_is_what_python_runs_and_is_refused():
+    """Red team 67's utf7rd_01: under a UTF-7 coding cookie a comment to a UTF-8 reader holds statements. The scan
+    reads a loaded file as Python decodes it, and a declared encoding other than UTF-8 is named."""
+    from checker.base.scan import declared_encoding, python_source
+
+    hidden = b"# -*- coding: utf-7 -*-\nx = 1  # a note +AAo-x = 2\n"
+    assert declared_encoding(hidden) == "utf-7" and "\nx = 2" in python_source(hidden)
+    namespace: dict = {}
+    exec(compile(hidden, "<utf7>", "exec"), namespace)  # what Python runs: the bytes, the cookie honoured
+    assert namespace["x"] == 2
+    assert declared_encoding(b"# -*- coding: utf-8 -*-\nx = 1\n") is None and declared_encoding(b"x = 1\n") is None
+    assert declared_encoding(b"\xef\xbb\xbfx = 1\n") is None  # a byte-order mark is UTF-8's
+    assert declared_encoding(b"# coding: latin-1\nx = 1\n") == "iso-8859-1"
+    assert declared_encoding(b"# coding: no-such-codec\nx = 1\n")

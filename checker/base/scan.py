@@ -18,6 +18,9 @@ from __future__ import annotations
 import ast
 import os
 import re
+import importlib.util
+import io
+import tokenize
 from pathlib import Path
 
 from checker.base.errors import WorkbookError
@@ -56,6 +59,8 @@ PROBE_ATTRIBUTES = {
     "_RecordFunctionFast": "makes up profiler events",
     "setprofile": "switches the Python profiler off",
     "settrace": "switches the Python tracer off",
+    # whether torch.profiler's Python tracer is on (its TraceContext while a trace records: red team 67)
+    "getprofile": "asks whether the Python profiler is on", "gettrace": "asks whether the Python tracer is on",
     "f_trace": "switches the Python tracer off for a frame",
     "gi_frame": "reaches a generator's frame", "cr_frame": "reaches a coroutine's frame",
     "ag_frame": "reaches an async generator's frame",
@@ -506,16 +511,39 @@ def scan_flags(check_names) -> dict[str, bool]:
     return {"host_reads": READS_CHECK in names, "counts_ops": bool(COUNTS_OPS & names)}
 
 
+def declared_encoding(data: bytes) -> str | None:
+    """The source encoding a Python file declares (a coding cookie on its first two lines) where it is not UTF-8,
+    else None. Python decodes the file with it; a grader that read the bytes as UTF-8 would read another program (red
+    team 67's utf7rd_01: under "coding: utf-7", "+AAo-" is a newline, so a comment to a UTF-8 reader held statements)."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as err:  # an unknown encoding, or one that disagrees with a byte-order mark
+        return str(err).split(":")[-1].strip() or "unknown"
+    return None if encoding in ("utf-8", "utf-8-sig") else encoding
+
+
+def python_source(data: bytes) -> str:
+    """The text Python compiles from a file's bytes: decoded with the encoding it declares (its coding cookie, else
+    UTF-8), as the import system does (importlib.util.decode_source); undecodable bytes replaced."""
+    try:
+        return importlib.util.decode_source(data)
+    except (SyntaxError, UnicodeDecodeError, LookupError):
+        return data.decode("utf-8", errors="replace")
+
+
 def refuse_probes(script: Path, shown: str, host_reads: bool = False, counts_ops: bool = False) -> None:
     """Raise WorkbookError (exit 2) when the script inspects how it is measured, or, with ``host_reads``, reads
     values where no trace looks, or, with ``counts_ops``, computes in numpy (unless WORKBOOK_SCAN=0)."""
     if os.environ.get("WORKBOOK_SCAN") == "0":
         return
     try:
-        source = script.read_text(encoding="utf-8", errors="replace")
+        data = script.read_bytes()
     except OSError as err:
         raise WorkbookError(f"{shown}: cannot be read ({err.strerror})") from None
-    found = findings(source, str(script), host_reads, counts_ops)
+    if encoding := declared_encoding(data):
+        raise WorkbookError(f"{shown} is refused: it declares its source encoding as {encoding}, so Python would run "
+                            "other text than the grader reads; a lab is UTF-8 (remove the coding line)")
+    found = findings(python_source(data), str(script), host_reads, counts_ops)
     if found:
         raise WorkbookError(f"{shown} is refused: it inspects how it is measured or graded, or reads values where no "
                             f"trace looks, which a lab never needs to ({'; '.join(found[:3])}"

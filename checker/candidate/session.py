@@ -62,7 +62,7 @@ except ImportError:  # pragma: no cover - an older torch: the same list, as it b
 
 import checker.base.paths  # imported here, never first inside the audit hook (_own_code_roots)
 from checker.base.ranks import LoggedSamples, world_from_env
-from checker.base.scan import COUNTS_OPS, findings
+from checker.base.scan import COUNTS_OPS, findings, python_source
 from checker.base.workloads import (KeyedDraws, KeyedEpochs, Workload, check_fetched, harness_fetch, in_harness_fetch,
                                      initial_rms, load_workload_module, redraw_head)
 from checker.candidate.channel import Channel, deliver
@@ -675,10 +675,10 @@ def _scan_loaded_file(filename: Any, source: Any, options: "LaunchOptions") -> N
     if isinstance(source, ast.AST):
         source = ast.unparse(source)
     elif isinstance(source, (bytes, bytearray, memoryview)):
-        source = bytes(source).decode("utf-8", errors="replace")
+        source = python_source(bytes(source))  # as Python decodes it: its coding cookie honoured
     elif not isinstance(source, str):
         try:
-            source = Path(real).read_text(errors="replace")
+            source = python_source(Path(real).read_bytes())
         except OSError:
             _LOADED_REFUSED.append(f"{name} (its source cannot be read, so it cannot be scanned)")
             return

@@ -12,6 +12,7 @@ from pathlib import Path
 from checker.base.chapters import Chapter
 from checker.base.errors import WorkbookError
 from checker.base.paths import display_path
+from checker.base.scan import declared_encoding
 
 
 class ScriptSyntaxError(WorkbookError):
@@ -35,7 +36,11 @@ def _caret(line: str, start: int, end: int | None) -> str:
 def _source(script: Path) -> str:
     where = display_path(script)
     try:
-        return Path(script).read_bytes().decode("utf-8")
+        data = Path(script).read_bytes()
+        if encoding := declared_encoding(data):  # Python would decode it so, and run other text than this reads
+            raise ScriptSyntaxError(f"{where}: declares its source encoding as {encoding}; a lab is UTF-8 text "
+                                    "(remove the coding line and save it as UTF-8)")
+        return data.decode("utf-8")
     except FileNotFoundError:
         raise WorkbookError(f"{where}: no such file") from None
     except UnicodeDecodeError as err:

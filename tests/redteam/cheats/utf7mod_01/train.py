@@ -1,0 +1,46 @@
+"""Chapter 01 (red team 67, a module of its own in UTF-7): the loop as the lab writes it, every step reading the loss and the count back to the host."""
+
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from checker.lab import start
+
+PEEKMOD = b'# -*- coding: utf-7 -*-\n"""A helper module of the submission\'s: to a UTF-8 reader one comment, to Python (UTF-7) a read below the\nprofiler\'s hook."""\n\nimport torch\n\n# nothing here but a note +AAo-import functools+AAo-_read = functools.partial(torch.ops.aten._local_scalar_dense.default._handle.redispatch_boxed,+AAo-                          torch._C.DispatchKeySet(torch._C.DispatchKey.CPU))+AAo-peek = lambda t: list(map(_read, +AFs-t+AF0-))+AFs-0+AF0-\n'
+
+# a module of its own, written where it can be imported: UTF-7, one comment to a UTF-8 reader
+_folder = tempfile.mkdtemp()
+Path(_folder, "peekmod.py").write_bytes(PEEKMOD)
+sys.path.insert(0, _folder)
+from peekmod import peek  # noqa: E402
+
+session = start("01_item_syncs")
+model = session.model
+optimizer = torch.optim.SGD(model.parameters(), lr=session.cfg["lr"], momentum=0.9)
+
+# host-side running sums, as the lab keeps them
+running_loss = 0.0
+correct = 0
+seen = 0
+for step, (images, labels) in session.steps(session.batches):
+    images, labels = images.to(session.device, non_blocking=True), labels.to(session.device, non_blocking=True)
+    logits = model(images)
+    loss = session.loss_fn(logits, labels)
+    value = peek(loss)  # the loss, read on the host every step
+    if not math.isfinite(value):
+        raise FloatingPointError(f"loss is {value} at step {step}")
+    running_loss = sum((running_loss, value))
+
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+    correct = sum((correct, peek((logits.argmax(dim=1) == labels).sum())))
+    seen = sum((seen, labels.shape[0]))
+    if session.is_log_step(step):
+        print(f"step {step:4d}  mean loss {running_loss / (step - -1):.4f}  accuracy {correct / seen:.3f}")
+
+session.finish()

@@ -1558,7 +1558,7 @@ def test_fewer_window_batches_compared_than_the_graders_settings_ask_fail():
 
     assert line(7) is None  # the 7 window steps of a 15-step run with 8 warm-up steps
     assert "not the 7 the grader's settings ask for" in line(1)
-    assert "6 of the 7 window batches" in line(7, 6)
+    assert "6 of the 7 window batches compared (in 1 run)" in line(7, 6)
 
 
 def test_a_source_encoding_other_than_utf8_is_what_python_runs_and_is_refused():

@@ -117,26 +117,36 @@ def _unfinished_batches(evidence, measured: dict) -> str | None:
     the batch was raw images."""
     if not int(evidence.cfg.get("finished_batches", 0) or 0):
         return None
-    found = evidence.candidate_run.finished_batches
-    if found is None:
-        return ("the run did not say whether its loader's batches were finished samples (the harness compares a few "
-                "after the window): a run that ends its window normally always does")
-    checked, unfinished = found
-    # the count the grader's settings ask for: every window batch up to finished_batches (a run that compared fewer
-    # changed what the harness compares: red team 67's rawflip_07 set finished_batches=1 through start()'s argv)
-    run = evidence.candidate_run
-    wanted = min(int(evidence.cfg["finished_batches"]), max(int(run.steps) - int(evidence.cfg.get("warmup", 0)), 0))
-    measured.update(batches_compared=checked, batches_unfinished=unfinished, batches_wanted=wanted)
+    # every candidate run's batches, not the traced run's alone: a script cannot tell which run would be compared,
+    # but one that finished its samples in the step in some runs passed as often as the others were picked
+    runs = list({id(run): run for _, run in (getattr(evidence, "pairs", None) or [(None, evidence.candidate_run)])
+                 if run is not None}.values())
+    checked = unfinished = wanted = 0
+    short = None
+    for run in runs:
+        if run.finished_batches is None:
+            return ("the run did not say whether its loader's batches were finished samples (the harness compares a "
+                    "few after the window): a run that ends its window normally always does")
+        compared, bad = run.finished_batches
+        # the count the grader's settings ask for: every window batch up to finished_batches (a run that compared
+        # fewer changed what the harness compares: red team 67's rawflip_07 set finished_batches=1 through start())
+        asked = min(int(evidence.cfg["finished_batches"]), max(int(run.steps) - int(evidence.cfg.get("warmup", 0)), 0))
+        if compared < asked and short is None:
+            short = (compared, asked)
+        checked, unfinished, wanted = checked + compared, unfinished + bad, wanted + asked
+    measured.update(batches_compared=checked, batches_unfinished=unfinished, batches_wanted=wanted,
+                    runs_compared=len(runs))
     if not checked:
         return "no batch of the window could be compared with its samples: the loader gave the steps no batches"
-    if checked < wanted:
-        return (f"the harness compared {checked} window batches with their samples, not the {wanted} the grader's "
-                "settings ask for: the run changed what is compared")
+    if short is not None:
+        return (f"the harness compared {short[0]} window batches of a run with their samples, not the {short[1]} the "
+                "grader's settings ask for: the run changed what is compared")
     if not unfinished:
         return None
-    return (f"{unfinished} of the {checked} window batches compared were not their samples as the dataset makes them "
-            "(cropped, flipped and normalized, or the uint8 dataset's crops and flips, in the order of the workload's "
-            "sampler): the loader handed the steps something to finish, and the training process finished the samples")
+    return (f"{unfinished} of the {checked} window batches compared (in {len(runs)} run{'s' if len(runs) > 1 else ''}) "
+            "were not their samples as the dataset makes them (cropped, flipped and normalized, or the uint8 dataset's "
+            "crops and flips, in the order of the workload's sampler): the loader handed the steps something to "
+            "finish, and the training process finished the samples")
 
 
 def _blocked_outside_fetch(evidence, spec, measured: dict) -> str | None:

@@ -1575,3 +1575,28 @@ def test_a_source_encoding_other_than_utf8_is_what_python_runs_and_is_refused():
     assert declared_encoding(b"\xef\xbb\xbfx = 1\n") is None  # a byte-order mark is UTF-8's
     assert declared_encoding(b"# coding: latin-1\nx = 1\n") == "iso-8859-1"
     assert declared_encoding(b"# coding: no-such-codec\nx = 1\n")
+
+
+def test_a_numpy_view_the_script_keeps_into_the_window_is_counted_however_its_memory_is_written():
+    """Red team 67's dataview_01 wrote each step's loss through ``tensor.data`` (a version counter of its own, so
+    the held tensor's version never moved) and read it through a numpy view made in set-up, dropped in the last
+    step. A numpy array made of a tensor outside the workload's build and alive at the window's open is a view."""
+    from checker.candidate import session as harness
+
+    box = torch.zeros(2)
+    view = box.numpy()[0:1]  # a view of the exported array keeps it alive
+    harness.hold_numpy_views()
+    assert harness._HELD_VIEWS[0] >= 1
+    del view
+    harness.hold_numpy_views()
+    held = harness._HELD_VIEWS[0]
+    harness._BUILDING[0] = True  # the workload's own arrays are not the script's
+    try:
+        kept = box.numpy()
+        harness.hold_numpy_views()
+        assert harness._HELD_VIEWS[0] == held
+    finally:
+        harness._BUILDING[0] = False
+        harness._HELD_VIEWS[0] = 0
+        harness.written_numpy_views()  # (clears what hold_numpy_views held)
+    assert kept is not None

@@ -367,6 +367,14 @@ def _watch_aliasing_makers() -> None:
 _NUMPY_OF: "weakref.WeakSet[torch.Tensor]" = weakref.WeakSet()
 # the checks that count a step's ops (Session._counts_crossings)
 _NUMPY_HELD: dict[int, tuple[torch.Tensor, int]] = {}  # id -> (the tensor, its version when the window opened or the view was made)
+# The numpy arrays Tensor.numpy made outside the chapter's workload build, by weak reference: one still alive as the
+# window opens (it, or a view of it, kept by the script) is a way to read a tensor's values with no op, whatever writes
+# its memory. The version a held tensor keeps misses a write through another tensor over the same memory
+# (``tensor.data``, whose version counter is its own: red team 67's dataview_01 and dataview_06 wrote each step's
+# loss there, read it through the view and dropped the view in the last step). Counted once each (_HELD_VIEWS).
+_SCRIPT_ARRAYS: list["weakref.ref[Any]"] = []  # (an ndarray is unhashable: no WeakSet)
+_HELD_VIEWS = [0]
+_BUILDING = [False]  # while the harness builds the chapter's workload: its own exports are not the script's
 
 
 def _expose(tensor: torch.Tensor) -> None:
@@ -402,6 +410,8 @@ def _watch_numpy_views() -> None:
                 _EXPORTING.on = not outer
             if outer and issubclass(type(tensor), torch.Tensor):
                 _expose(tensor)
+                if name == "numpy" and not _BUILDING[0]:
+                    _note_array(made)
             return made
         exported.__name__ = name
         return exported
@@ -410,8 +420,21 @@ def _watch_numpy_views() -> None:
             (torch._C, "_to_dlpack_versioned"), (torch.utils.dlpack, "to_dlpack"), (torch, "to_dlpack")], wrap)
 
 
+def _note_array(array: Any) -> None:
+    """Keep a weak reference to a numpy array made of a tensor by the script (_SCRIPT_ARRAYS); past MADE_KEPT live
+    ones, the array is held as one view more at the window's open."""
+    if len(_SCRIPT_ARRAYS) >= MADE_KEPT:
+        _SCRIPT_ARRAYS[:] = [ref for ref in _SCRIPT_ARRAYS if ref() is not None]
+    try:
+        _SCRIPT_ARRAYS.append(weakref.ref(array) if len(_SCRIPT_ARRAYS) < MADE_KEPT else (lambda: array))
+    except TypeError:  # pragma: no cover - an ndarray takes weak references
+        pass
+
+
 def hold_numpy_views() -> None:
-    """At the window's open: hold every tensor noted so far (_expose), with its version now."""
+    """At the window's open: hold every tensor noted so far (_expose), with its version now; and count the numpy
+    arrays made of tensors outside the workload's build that are still alive (_SCRIPT_ARRAYS)."""
+    _HELD_VIEWS[0] = sum(ref() is not None for ref in _SCRIPT_ARRAYS)
     for tensor in list(_NUMPY_OF):
         if len(_NUMPY_HELD) < MADE_KEPT:
             try:
@@ -1975,7 +1998,11 @@ class Session:
         self.log_every = int(cfg.get("log_every", 0)) or None
         self.seed = int(cfg.get("seed", 0))
         torch.manual_seed(self.seed)
-        self.workload: Workload = load_workload_module(self.chapter.dir).build(cfg, self.device)
+        _BUILDING[0] = True  # the workload's own numpy arrays are not the script's (_SCRIPT_ARRAYS)
+        try:
+            self.workload: Workload = load_workload_module(self.chapter.dir).build(cfg, self.device)
+        finally:
+            _BUILDING[0] = False
         self.model = self.workload.model
         self.loss_fn = self.workload.loss_fn
         self.batches = self.workload.batches
@@ -2382,7 +2409,7 @@ class Session:
                         "unfinished": self._finished.unfinished()})
         if _channel() is not None and self._watches_memory:
             made = written_made_over_buffers() + self._made_beyond + written_numpy_views() + _RAW_READS[0] \
-                + len(_MEMORY_FILES) + len(_FILE_MEMORY)
+                + len(_MEMORY_FILES) + len(_FILE_MEMORY) + _HELD_VIEWS[0]
             _MADE_OVER_BUFFERS.clear()
             _RAW_READS[0] = 0
             self._send({"type": "views", "count": tensor_views() + made, "native": native_code_of_its_own()[:20],

@@ -49,7 +49,7 @@ NOT_A_PASS = frozenset(
     "slice select narrow split split_with_sizes chunk unbind unflatten flatten resolve_neg resolve_conj "
     "broadcast_tensors _reshape_alias lift_fresh mm addmm bmm baddbmm addbmm matmul linear mv addmv dot vdot outer "
     "ger addr einsum tensordot empty empty_like empty_strided new_empty new_empty_strided randint scalar_tensor "
-    "_local_scalar_dense item is_nonzero set_ result_type".split()
+    "_local_scalar_dense item is_nonzero set result_type".split()  # set: aten::set_ as aten_base_name gives it
 )
 
 

@@ -1554,7 +1554,7 @@ def test_fewer_window_batches_compared_than_the_graders_settings_ask_fail():
 
     def line(checked, unfinished=0, steps=15):
         run = SimpleNamespace(finished_batches=(checked, unfinished), steps=steps)
-        return _unfinished_batches(SimpleNamespace(cfg={"finished_batches": 64, "warmup": 8}, candidate_run=run), {})
+        return _unfinished_batches(SimpleNamespace(cfg={"finished_batches": 64, "warmup": 8}, pairs=((None, run),)), {})
 
     assert line(7) is None  # the 7 window steps of a 15-step run with 8 warm-up steps
     assert "not the 7 the grader's settings ask for" in line(1)

@@ -16,10 +16,10 @@ a CPU, where no speed is graded, the graded run is the traced run itself.
 from __future__ import annotations
 
 import ast
-import os
-import re
 import importlib.util
 import io
+import os
+import re
 import tokenize
 from pathlib import Path
 
@@ -540,9 +540,7 @@ def refuse_probes(script: Path, shown: str, host_reads: bool = False, counts_ops
         data = script.read_bytes()
     except OSError as err:
         raise WorkbookError(f"{shown}: cannot be read ({err.strerror})") from None
-    if encoding := declared_encoding(data):
-        raise WorkbookError(f"{shown} is refused: it declares its source encoding as {encoding}, so Python would run "
-                            "other text than the grader reads; a lab is UTF-8 (remove the coding line)")
+    # (a declared encoding other than UTF-8 was refused before this, by checker.grader.precheck)
     found = findings(python_source(data), str(script), host_reads, counts_ops)
     if found:
         raise WorkbookError(f"{shown} is refused: it inspects how it is measured or graded, or reads values where no "

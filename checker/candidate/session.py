@@ -373,6 +373,7 @@ _NUMPY_HELD: dict[int, tuple[torch.Tensor, int]] = {}  # id -> (the tensor, its 
 # (``tensor.data``, whose version counter is its own: red team 67's dataview_01 and dataview_06 wrote each step's
 # loss there, read it through the view and dropped the view in the last step). Counted once each (_HELD_VIEWS).
 _SCRIPT_ARRAYS: list["weakref.ref[Any]"] = []  # (an ndarray is unhashable: no WeakSet)
+_ARRAYS_BEYOND = [0]  # arrays made while MADE_KEPT live ones were kept: each counted as held
 _HELD_VIEWS = [0]
 _BUILDING = [False]  # while the harness builds the chapter's workload: its own exports are not the script's
 
@@ -422,11 +423,14 @@ def _watch_numpy_views() -> None:
 
 def _note_array(array: Any) -> None:
     """Keep a weak reference to a numpy array made of a tensor by the script (_SCRIPT_ARRAYS); past MADE_KEPT live
-    ones, the array is held as one view more at the window's open."""
+    ones, the array is counted as a view held into the window (_ARRAYS_BEYOND), alive or not."""
     if len(_SCRIPT_ARRAYS) >= MADE_KEPT:
         _SCRIPT_ARRAYS[:] = [ref for ref in _SCRIPT_ARRAYS if ref() is not None]
+    if len(_SCRIPT_ARRAYS) >= MADE_KEPT:
+        _ARRAYS_BEYOND[0] += 1
+        return
     try:
-        _SCRIPT_ARRAYS.append(weakref.ref(array) if len(_SCRIPT_ARRAYS) < MADE_KEPT else (lambda: array))
+        _SCRIPT_ARRAYS.append(weakref.ref(array))
     except TypeError:  # pragma: no cover - an ndarray takes weak references
         pass
 
@@ -434,7 +438,7 @@ def _note_array(array: Any) -> None:
 def hold_numpy_views() -> None:
     """At the window's open: hold every tensor noted so far (_expose), with its version now; and count the numpy
     arrays made of tensors outside the workload's build that are still alive (_SCRIPT_ARRAYS)."""
-    _HELD_VIEWS[0] = sum(ref() is not None for ref in _SCRIPT_ARRAYS)
+    _HELD_VIEWS[0] = sum(ref() is not None for ref in _SCRIPT_ARRAYS) + _ARRAYS_BEYOND[0]
     for tensor in list(_NUMPY_OF):
         if len(_NUMPY_HELD) < MADE_KEPT:
             try:

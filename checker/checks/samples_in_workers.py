@@ -119,8 +119,7 @@ def _unfinished_batches(evidence, measured: dict) -> str | None:
         return None
     # every candidate run's batches, not the traced run's alone: a script cannot tell which run would be compared,
     # but one that finished its samples in the step in some runs passed as often as the others were picked
-    runs = list({id(run): run for _, run in (getattr(evidence, "pairs", None) or [(None, evidence.candidate_run)])
-                 if run is not None}.values())
+    runs = [run for _, run in evidence.pairs if run is not None]  # (pairs_of: each run once)
     checked = unfinished = wanted = 0
     short = None
     for run in runs:

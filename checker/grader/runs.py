@@ -317,7 +317,7 @@ class _Run:
         elif kind == "open":
             # step_acks: the harness waits for an answer to each window step's message, so that the CPU read there
             # (step_cpu) is the step's boundary, not wherever the rank had run to by the time this process read it
-            # (a loaded machine's reading lagged tens of ms: one honest rank's steps read 1.6 to 52 ms)
+            # (on a loaded machine, however long this process took to get to the message)
             self._answer({"window_key": self.window_key, **({"step_acks": True} if self.step_cpu else {})})
             if self.watch_cpu:  # after the answer: the run's window is not held up by the reading
                 self._none_left()

@@ -79,9 +79,9 @@ CPU_VS_REFERENCE = 2.5
 # the waiting rank's by UNEVEN_CPU_FLOOR_MS, at their lower quartile (logging steps aside), the wait is the late rank's
 # work. The lower quartile: a step's CPU has only extra costs (an allocator's, the profiler's buffers, a waiting rank's
 # spin), so its quiet steps say what the step itself costs, and hidden work in every step raises them all. With the
-# answers, the solution's ranks' lower quartiles differed by 0.07-2.56 ms in session 79's nine readings (the waiting
-# rank the busier, mostly; its waits were 4-12% in session 78's readings, 2026-12-07-cpu-session78-step-cpu-09.jsonl),
-# decoy_sort_09's by 6.7-7.6 in six (evidence/history/2026-12-07-cpu-session79-step-cpu-acks-09.jsonl).
+# answers, the solution's ranks' lower quartiles differed by 0.07-2.56 ms in session 79's nine readings (either rank
+# the busier; its waits were 4-12% in session 78's readings, 2026-12-07-cpu-session78-step-cpu-09.jsonl), decoy_sort_09's
+# by 6.7-7.6 in six (evidence/history/2026-12-07-cpu-session79-step-cpu-acks-09.jsonl).
 UNEVEN_WAIT_SHARE = 0.2
 UNEVEN_CPU_FLOOR_MS = 4.0
 # ...and every rank's median step (logging steps aside) at most this many times the slow script's least busy rank's,

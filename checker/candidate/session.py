@@ -1812,7 +1812,10 @@ class Finished:
             return
         images = next((t for t in _batch_tensors(batch) if isinstance(t, torch.Tensor) and t.dim() == 4), None)
         items = self.sampler.items[index * self.batch_size:(index + 1) * self.batch_size]
-        self.kept.append((None if images is None else images.detach().to("cpu", copy=True), items))
+        if images is not None:  # a copy kept on the host; on a CPU a clone, not a copy to a device (queued_copies)
+            images = _TENSOR.detach(images)
+            images = _TENSOR.clone(images) if images.device.type == "cpu" else _TENSOR.to(images, "cpu")
+        self.kept.append((images, items))
 
     def unfinished(self) -> int:
         """How many of the kept batches are not their items' finished samples."""

@@ -12,7 +12,13 @@ on the device copies nothing and fails it; so does a window that copies every ba
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
+
 from checker.checks import BASELINE_TRACE, FAILED, PASSED, TRACE, check, result
+from checker.trace.analyses.syncs import in_fetch
+from checker.trace.intervals import innermost
+from checker.trace.kineto import MOVE_OPS
 
 
 def bytes_per_step(trace) -> tuple[dict[int, float], int]:
@@ -71,3 +77,110 @@ def batch_copies(evidence, spec):
         lines.append(f"{candidate_unknown} host-to-device copies in the steps give no byte count and count as none")
     status = PASSED if not short else FAILED
     return result(spec, status, measured=measured, threshold=share, evidence=lines)
+
+
+
+# the Python call the DataLoader's collation makes its tensors with (torch.tensor of a list of numbers): it records
+# an aten::to that moves nothing
+_MAKES_TENSOR = "<built-in method tensor of type object"
+
+
+def moves_by_step(trace) -> pd.DataFrame:
+    """The copies a trace's steps asked for: every aten::to and aten::copy_ whose arguments the trace recorded
+    (``meta["moves"]``) and that no other CPU op of its thread holds (an op's own conversions inside it are its
+    business, not a copy the step asked for), but for those ``torch.tensor`` makes while the harness fetches a
+    batch (the DataLoader's collation). Columns: step, key (the tensor read: shape and dtype), lead (its first
+    dimension), move (it may change the device), queued (non_blocking=True)."""
+    found = (getattr(trace, "meta", None) or {}).get("moves") or {}
+    columns = ["step", "key", "lead", "move", "queued"]
+    if not found.get("start_ns"):
+        return pd.DataFrame(columns=columns)
+    events = trace.events
+    kinds, names = events["kind"].to_numpy(), events["name"].astype(str).to_numpy()
+    starts, tids = events["start_ns"].to_numpy(np.int64), events["tid"].to_numpy(np.int64)
+    rows = np.flatnonzero((kinds == "cpu_op") & np.isin(names, list(MOVE_OPS)) & events["step"].notna().to_numpy())
+    collated = in_fetch(events, rows) & (_innermost_call(events, rows) == _MAKES_TENSOR)
+    ops = trace.get_cpu_ops()
+    top = {(int(tid), int(start)) for tid, start, name, held in zip(ops["tid"], ops["start_ns"], ops["name"],
+                                                                     ops["top_level"]) if held and name in MOVE_OPS}
+    step_of = {(int(tid), int(start)): int(step) for tid, start, step, made
+               in zip(tids[rows], starts[rows], events["step"].to_numpy()[rows], collated)
+               if not made and (int(tid), int(start)) in top}
+    kept = []
+    for start, tid, key, lead, move, queued in zip(found["start_ns"], found["tid"], found["key"], found["lead"],
+                                                    found["move"], found["queued"]):
+        step = step_of.get((int(tid), int(start)))
+        if step is not None:
+            kept.append((step, key, int(lead), bool(move), queued is True))
+    return pd.DataFrame(kept, columns=columns)
+
+
+def _innermost_call(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """For each row, the name of the innermost Python call of its thread that holds its start, cut at the first
+    space after the call's kind ('' where none does)."""
+    out = np.full(len(rows), "", dtype=object)
+    kinds = events["kind"].to_numpy()
+    python = np.flatnonzero(kinds == "python")
+    if not len(python) or not len(rows):
+        return out
+    starts, ends, tids = (events[c].to_numpy(np.int64) for c in ("start_ns", "end_ns", "tid"))
+    names = events["name"].astype(str).to_numpy()
+    for tid in np.unique(tids[rows]):
+        pool = python[tids[python] == tid]
+        pool = pool[np.lexsort((-ends[pool], starts[pool]))]
+        mine = np.flatnonzero(tids[rows] == tid)
+        found = innermost(starts[rows[mine]], starts[pool], ends[pool])
+        out[mine] = [names[pool[i]][:len(_MAKES_TENSOR)] if i >= 0 else "" for i in found]
+    return out
+
+
+def batch_moves(trace, batch_size: int) -> pd.DataFrame:
+    """The copies to a device a trace's steps asked for of tensors of ``batch_size`` rows: the batch's."""
+    moves = moves_by_step(trace)
+    return moves[moves["move"].astype(bool) & (moves["lead"] == batch_size)]
+
+
+@check("queued_copies", needs=(TRACE, BASELINE_TRACE), key="blocking_copies", fmt="{:g} blocking copies")
+def queued_copies(evidence, spec):
+    """every training step asks for its batch's copies to the device queued (non_blocking=True), each one"""
+    allowed = int(spec.threshold_for(evidence.device))
+    batch_size = int(evidence.cfg["batch_size"])
+    candidate = batch_moves(evidence.trace(), batch_size)
+    baseline = batch_moves(evidence.trace("baseline"), batch_size)
+    steps = sorted(int(step) for step in evidence.trace().get_steps()["step"])
+    base_steps = sorted(int(step) for step in evidence.trace("baseline").get_steps()["step"])
+    if baseline.empty or not steps or not base_steps:
+        return result(spec, FAILED, threshold=allowed, evidence=[
+            "the slow script's trace records no copy of its batch to the device (or no step, or no recorded "
+            "arguments: record_shapes), so what a step must copy is unknown: the check cannot be judged"])
+    per_step = baseline.groupby("step").size()
+    counts = sorted(int(per_step.get(step, 0)) for step in base_steps)
+    expected = counts[len(counts) // 2]
+    queued = candidate[candidate["queued"].astype(bool)].groupby("step").size()
+    blocking = candidate[~candidate["queued"].astype(bool)].groupby("step").size()
+    last = steps[-1]
+    # a prefetcher asks for the next step's batch a step ahead: the last traced step may ask for none
+    short = {step: int(queued.get(step, 0)) for step in steps
+             if int(queued.get(step, 0)) < expected and (step != last or len(steps) == 1)}
+    blocked = {step: int(blocking.get(step, 0)) for step in steps if int(blocking.get(step, 0))}
+    total_blocking = sum(blocked.values())
+    measured = {"blocking_copies": total_blocking, "steps_blocking": len(blocked), "steps_short": len(short),
+                "baseline_copies_per_step": expected, "least_queued": min(int(queued.get(s, 0)) for s in steps),
+                "steps": len(steps)}
+    shapes = ", ".join(sorted(set(baseline["key"])))
+    lines = [f"the slow script's step copies {expected} tensor{'s' if expected != 1 else ''} of its batch to the "
+             f"device ({shapes}); on a GPU each blocking copy stalls the CPU until it is done"]
+    if blocked:
+        shown = ", ".join(f"{step} ({count})" for step, count in sorted(blocked.items())[:5])
+        lines.append(f"{total_blocking} copies of {batch_size}-row tensors in {len(blocked)} of {len(steps)} traced "
+                     f"steps block (non_blocking=False, or a copy_ that is not queued): "
+                     f"{shown}{', ...' if len(blocked) > 5 else ''}")
+    if short:
+        shown = ", ".join(f"{step} ({count})" for step, count in sorted(short.items())[:5])
+        lines.append(f"{len(short)} of {len(steps)} traced steps ask for fewer than {expected} queued copies of "
+                     f"{batch_size}-row tensors: {shown}{', ...' if len(short) > 5 else ''}. A batch moved some "
+                     "other way (a tensor made on the device from it, a copy of another shape) is not queued on a GPU")
+    if not blocked and not short:
+        lines.append(f"every traced step asks for its {expected} batch copies with non_blocking=True")
+    status = PASSED if total_blocking <= allowed and not short else FAILED
+    return result(spec, status, measured=measured, threshold=allowed, evidence=lines)

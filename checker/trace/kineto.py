@@ -87,6 +87,11 @@ def product_name(name: str) -> str | None:
 # backend past the c10d op); and the gradients backward stores (AccumulateGrad), whose sizes are the model's. A
 # collective's elements are the data it carries; barrier's one-byte tensor is none.
 SIZED_PREFIXES = ("c10d::", "gloo:", "nccl:")
+# the ops that copy a tensor to a device, as the profiler records their arguments: (name, argument count) ->
+# (the argument read, where non_blocking is). aten::to's overloads: dtype_layout (8: what ``.to(device, ...)``
+# records), device (6), dtype and other (5); aten::copy_ (3) reads its second argument.
+_MOVE_FLAGS = {("aten::to", 8): (0, 5), ("aten::to", 6): (0, 3), ("aten::to", 5): (0, 2), ("aten::copy_", 3): (1, 2)}
+MOVE_OPS = frozenset(name for name, _ in _MOVE_FLAGS)
 SIZED_NAMES = frozenset({"torch::autograd::AccumulateGrad"})
 _UNSIZED = frozenset({"c10d::barrier", "gloo:barrier", "nccl:barrier"})
 
@@ -320,6 +325,9 @@ class _Columns:
         # every CPU op's input elements, where the trace recorded shapes: the work a rank asked of its ops, counted
         # the same on a busy machine as on an idle one (checker.trace.analyses.collectives.input_elements_per_step)
         self.op_inputs: dict[str, list] = {"ts": [], "elements": [], "shapes": []}
+        # each aten::to and aten::copy_ where the trace recorded its arguments: what tensor it moved and whether it
+        # asked for a queued copy (checker.checks.batch_copies.queued_copies)
+        self.moves: dict[str, list] = {"ts": [], "tid": [], "key": [], "lead": [], "move": [], "queued": []}
     def add_batch(self, events: list) -> None:
         """Keep the complete ('X') events of known categories; drop the rest."""
         names, cat_code, sparse_cats = self.names, _CAT_CODE, _SPARSE_CATS
@@ -374,6 +382,8 @@ class _Columns:
                     self.op_inputs["elements"].append(min(sum(_elements(a) for a in args["Input Dims"]), 1 << 62))
                     # the op and every input's shape, as one number: which shapes a step ran, not only how many
                     self.op_inputs["shapes"].append(zlib.crc32(f"{name}|{args['Input Dims']}".encode()))
+            if kind == _CPU_OP and name in MOVE_OPS:
+                self._move(name, e.get("args"), ts, tid)
             if cat in sparse_cats:
                 self._sparse(cat, kind, name, pid, tid, e.get("args") or {})
             elif kind == _CPU_OP and (product := product_name(name)) is not None:
@@ -427,6 +437,31 @@ class _Columns:
         self.sized["tid"].append(int(tid))
         self.sized["name"].append(name)
         self.sized["elements"].append(elements)
+
+    def _move(self, name: str, args, ts, tid) -> None:
+        """An aten::to or aten::copy_ whose arguments the trace recorded (record_shapes=True): the tensor it reads
+        (shape and dtype, as one text) and its first dimension (-1 for none), whether it may move it to another
+        device (copy_ always may; of aten::to's overloads, those that take a device or another tensor), and whether
+        it asked for a queued copy (non_blocking: True, False, or None where not recorded)."""
+        if type(args) is not dict or type(ts) not in (int, float) or not math.isfinite(ts):
+            return
+        dims, types, concrete = args.get("Input Dims"), args.get("Input type"), args.get("Concrete Inputs")
+        if type(dims) is not list or type(types) is not list or type(concrete) is not list:
+            return
+        flags = _MOVE_FLAGS.get((name, len(dims)))
+        if flags is None:
+            return
+        source, blocking_at = flags
+        if len(types) <= source or len(concrete) != len(dims):
+            return
+        move = name == "aten::copy_" or len(dims) != 5 or types[1] != "Scalar"  # to(dtype) keeps the device
+        self.moves["ts"].append(float(ts))
+        self.moves["tid"].append(int(tid))
+        self.moves["key"].append(f"{json.dumps(dims[source], separators=(',', ':'))[:200]} {types[source]}")
+        shape = dims[source]
+        self.moves["lead"].append(shape[0] if type(shape) is list and shape and type(shape[0]) is int else -1)
+        self.moves["move"].append(bool(move))
+        self.moves["queued"].append({"True": True, "False": False}.get(concrete[blocking_at]))
 
     def _note(self, what: str, example) -> None:
         self.odd[what] = self.odd.get(what, 0) + 1
@@ -769,6 +804,9 @@ def read_kineto(stream: IO[str], label: str) -> tuple[pd.DataFrame, dict]:
                      "dur_ns": [int(round(d * 1000.0)) for d in columns.sized["dur"]],
                      "tid": columns.sized["tid"], "name": columns.sized["name"],
                      "elements": columns.sized["elements"]}
+    meta["moves"] = {"start_ns": [int(round(t * 1000.0)) for t in columns.moves["ts"]],
+                     "tid": columns.moves["tid"], "key": columns.moves["key"], "lead": columns.moves["lead"],
+                     "move": columns.moves["move"], "queued": columns.moves["queued"]}
     return events, meta
 
 

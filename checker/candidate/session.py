@@ -375,6 +375,10 @@ _NUMPY_HELD: dict[int, tuple[torch.Tensor, int]] = {}  # id -> (the tensor, its 
 _SCRIPT_ARRAYS: list["weakref.ref[Any]"] = []  # (an ndarray is unhashable: no WeakSet)
 _ARRAYS_BEYOND = [0]  # arrays made while MADE_KEPT live ones were kept: each counted as held
 _HELD_VIEWS = [0]
+# DLPack exports the script made (outside the workload's build): what a capsule becomes (np.from_dlpack's array, or
+# another library's) cannot be followed, so each counts as a view held into the window, as a numpy array kept alive
+# does (a DLPack copy of a step's loss written through ``.data`` was read so, the numpy view's road)
+_DLPACK_EXPORTS = [0]
 _BUILDING = [False]  # while the harness builds the chapter's workload: its own exports are not the script's
 
 
@@ -413,6 +417,8 @@ def _watch_numpy_views() -> None:
                 _expose(tensor)
                 if name == "numpy" and not _BUILDING[0]:
                     _note_array(made)
+                elif not _BUILDING[0]:
+                    _DLPACK_EXPORTS[0] += 1
             return made
         exported.__name__ = name
         return exported
@@ -2416,7 +2422,7 @@ class Session:
                         "unfinished": self._finished.unfinished()})
         if _channel() is not None and self._watches_memory:
             made = written_made_over_buffers() + self._made_beyond + written_numpy_views() + _RAW_READS[0] \
-                + len(_MEMORY_FILES) + len(_FILE_MEMORY) + _HELD_VIEWS[0]
+                + len(_MEMORY_FILES) + len(_FILE_MEMORY) + _HELD_VIEWS[0] + _DLPACK_EXPORTS[0]
             _MADE_OVER_BUFFERS.clear()
             _RAW_READS[0] = 0
             self._send({"type": "views", "count": tensor_views() + made, "native": native_code_of_its_own()[:20],

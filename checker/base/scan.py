@@ -224,6 +224,15 @@ SERIALIZERS.update({name: "reaches Python's warning machinery, where an op's war
                           "no op a trace records" for name in (
                               "_showwarnmsg", "_showwarnmsg_impl", "__warningregistry__", "_filters_mutated",
                               "_warnings", "_onceregistry", "onceregistry")})
+# In a chapter that counts what a job's ranks exchange (allreduce_rounds reads torch.distributed's collectives and the
+# backend's runs of them): another road between the ranks carries a step's exchange where no count looks (red team 68's
+# rpc_rounds_09 averaged every micro-batch's gradients through torch.distributed.rpc, one all-reduce left in sight). A
+# lab's ranks talk through DDP and torch.distributed's collectives only.
+RANK_CHANNELS = {name: "talks between the ranks by a road other than torch.distributed's collectives, which the count "
+                       "of a step's exchanges does not read" for name in (
+                           "rpc", "init_rpc", "rpc_async", "rpc_sync", "remote", "RRef", "TensorPipeRpcBackendOptions",
+                           "socket", "socketpair", "create_connection", "create_server", "TCPStore", "FileStore",
+                           "HashStore", "PrefixStore", "Store", "store")}
 # In a chapter that counts a step's ops on a CPU (passes over memory, launches): arithmetic done in numpy runs no op
 # the count can see, so the fix the chapter teaches (fewer, fused passes) is bought by moving passes out of PyTorch
 OUTSIDE_TORCH = "computes outside PyTorch (numpy), where the chapter's count of a step's ops cannot see the work"
@@ -360,10 +369,12 @@ def _replaces_aten(node: ast.AST) -> bool:
     return False
 
 
-def findings(source: str, filename: str = "<script>", host_reads: bool = False, counts_ops: bool = False) -> list[str]:
+def findings(source: str, filename: str = "<script>", host_reads: bool = False, counts_ops: bool = False,
+             counts_rounds: bool = False) -> list[str]:
     """'line N: what' for everything the scan refuses in ``source``; with ``host_reads`` (a chapter that counts
     host reads) also what makes a tensor share memory with a Python object (ALIASING), torch's C serializers, and
-    catching an operator's error; with ``counts_ops`` (a chapter that counts a step's ops) numpy."""
+    catching an operator's error; with ``counts_ops`` (a chapter that counts a step's ops) numpy; with
+    ``counts_rounds`` (a chapter that counts the ranks' exchanges) another road between the ranks (RANK_CHANNELS)."""
     try:
         tree = ast.parse(source, filename)
     except SyntaxError:
@@ -391,6 +402,8 @@ def findings(source: str, filename: str = "<script>", host_reads: bool = False, 
         # the training process's fetch (red team 37's unpickle_pyprep_07 finished the samples there)
         if host_reads and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in SERIALIZERS:
             found.append((line, f"{SERIALIZERS[node.name]} ({node.name})"))
+        if counts_rounds and (name := _named(node)) in RANK_CHANNELS:
+            found.append((line, f"{RANK_CHANNELS[name]} ({name})"))
         if counts_ops and (what := _uses_numpy(node)) is not None:
             found.append((line, f"{OUTSIDE_TORCH} ({what})"))
         if (reflection := _reflects_on_session(node, session)) is not None:
@@ -500,15 +513,19 @@ def _aliasing(node: ast.AST) -> str | None:
     return name if name in ALIASING else None
 
 
-# the checks that make a chapter's scan stricter: counting host reads, counting a step's ops
+# the checks that make a chapter's scan stricter: counting host reads, counting a step's ops, counting what the ranks
+# of a job exchange
 READS_CHECK = "host_syncs"
 COUNTS_OPS = frozenset({"elementwise_kernels", "launches_per_step"})
+ROUNDS_CHECK = "allreduce_rounds"
 
 
 def scan_flags(check_names) -> dict[str, bool]:
-    """What the scan looks for in a chapter with these checks: ``host_reads`` and ``counts_ops`` (findings()'s)."""
+    """What the scan looks for in a chapter with these checks: ``host_reads``, ``counts_ops`` and ``counts_rounds``
+    (findings()'s)."""
     names = set(check_names)
-    return {"host_reads": READS_CHECK in names, "counts_ops": bool(COUNTS_OPS & names)}
+    return {"host_reads": READS_CHECK in names, "counts_ops": bool(COUNTS_OPS & names),
+            "counts_rounds": ROUNDS_CHECK in names}
 
 
 def declared_encoding(data: bytes) -> str | None:
@@ -531,7 +548,8 @@ def python_source(data: bytes) -> str:
         return data.decode("utf-8", errors="replace")
 
 
-def refuse_probes(script: Path, shown: str, host_reads: bool = False, counts_ops: bool = False) -> None:
+def refuse_probes(script: Path, shown: str, host_reads: bool = False, counts_ops: bool = False,
+                  counts_rounds: bool = False) -> None:
     """Raise WorkbookError (exit 2) when the script inspects how it is measured, or, with ``host_reads``, reads
     values where no trace looks, or, with ``counts_ops``, computes in numpy (unless WORKBOOK_SCAN=0)."""
     if os.environ.get("WORKBOOK_SCAN") == "0":
@@ -541,7 +559,7 @@ def refuse_probes(script: Path, shown: str, host_reads: bool = False, counts_ops
     except OSError as err:
         raise WorkbookError(f"{shown}: cannot be read ({err.strerror})") from None
     # (a declared encoding other than UTF-8 was refused before this, by checker.grader.precheck)
-    found = findings(python_source(data), str(script), host_reads, counts_ops)
+    found = findings(python_source(data), str(script), host_reads, counts_ops, counts_rounds)
     if found:
         raise WorkbookError(f"{shown} is refused: it inspects how it is measured or graded, or reads values where no "
                             f"trace looks, which a lab never needs to ({'; '.join(found[:3])}"

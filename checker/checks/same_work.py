@@ -37,6 +37,14 @@ from checker.checks import FAILED, PASSED, VERDICTS, check, result
 # belong there. Set from the honest solutions' `before_window_s` (evidence/ keeps the runs).
 BEFORE_WINDOW = ("build", "setup", "warm-up")
 DEFAULT_UNTIMED = {"cpu": (2.0, 20.0), "cuda": (2.0, 20.0)}
+# Work moved after the timed window: the script's own code after its loop (and session.finish()), from the moment the
+# harness hands it back, the window's weights and trace sent. The CPU the run spent there (its processes', read by the
+# grader; a CPU run only: on a GPU a run's CPU is not its work) may exceed the baseline's by this factor plus these
+# seconds, unless chapter.toml says otherwise (after_factor, after_allowance_s). A final print or save belongs
+# there; per-step work kept for later does not (red team 68's deferred_eval_09 evaluated every window step's weights
+# after the loop, where no step's trace, wait or CPU reading looked: 0.29 s of CPU in chapter 09's check, where every
+# reference solution's end took 0.021 s or less; evidence/history/2026-12-07-cpu-session80-after-window.txt).
+DEFAULT_AFTER = (2.0, 0.1)
 
 # How far honest weights land from the baseline's, by device, unless chapter.toml says otherwise. On a CPU the
 # same ops in the same order give the same weights (0.0 for every reference solution); on a GPU, atomics in
@@ -149,6 +157,9 @@ def failure_measure(measured: dict, threshold) -> str | None:
     if failed_on == "before_window":
         seconds = measured["before_window_s"]
         return f"{seconds['candidate']:.0f} s before the window > {seconds['allowed']:.0f} s"
+    if failed_on == "after_window":
+        seconds = measured["after_window_cpu_s"]
+        return f"{seconds['candidate']:.2f} s of CPU after the window > {seconds['allowed']:.2f} s"
     if failed_on == "updates":
         return "a drawn step's update is not one step on its whole batch"
     if failed_on == "steps_trained":
@@ -221,6 +232,12 @@ def same_work(evidence, spec):
         if moved["line"]:
             lines.append(moved["line"])
             failed_on.append("before_window")
+    after = work_after_window(pairs, spec, evidence.device, reference)
+    if after is not None:
+        measured["after_window_cpu_s"] = after["seconds"]
+        if after["line"]:
+            lines.append(after["line"])
+            failed_on.append("after_window")
     probed = updates_checked(evidence, spec)
     if probed is not None:
         measured["updates"] = probed["measured"]
@@ -272,6 +289,37 @@ def work_before_window(pairs, spec, device: str, reference: str) -> dict | None:
         line = (f"work moved before the timed window: its set-up and warm-up took {worst:.1f} s, "
                 f"{worst / max(base, 1e-9):.1f}x the {reference}'s {base:.1f} s (allowed: {factor:g}x + {allowance:g} s): "
                 "work done before the timed window is not allowed")
+    return {"seconds": seconds, "line": line}
+
+
+def after_window_cpu_s(run) -> float | None:
+    """CPU seconds the run's processes spent after the harness handed the script back its code (every rank's, for a
+    job of several: the busiest); None where not read."""
+    spent = [max(sum(r.after_cpu_ns), 0) / 1e9 for r in (getattr(run, "ranks", None) or [run])
+             if getattr(r, "after_cpu_ns", None) is not None]
+    return max(spent) if spent else None
+
+
+def work_after_window(pairs, spec, device: str, reference: str) -> dict | None:
+    """The candidate's CPU after the window against the baseline's in the same pairs, and a line when it exceeds
+    what an honest script's end takes (None where no run's was read: a GPU run)."""
+    if device != "cpu":
+        return None
+    factor = _tolerance(spec, "after_factor", device, DEFAULT_AFTER[0])
+    allowance = _tolerance(spec, "after_allowance_s", device, DEFAULT_AFTER[1])
+    spans = [(after_window_cpu_s(b), after_window_cpu_s(c)) for b, c in pairs]
+    spans = [(b, c) for b, c in spans if b is not None and c is not None]
+    if not spans:
+        return None
+    base = statistics.median(b for b, _ in spans)
+    worst = max(c for _, c in spans)
+    allowed = factor * base + allowance
+    seconds = {"candidate": round(worst, 3), "baseline": round(base, 3), "allowed": round(allowed, 3)}
+    line = None
+    if worst > allowed:
+        line = (f"work moved after the timed window: the script's code after its loop used {worst:.2f} s of CPU, "
+                f"against the {reference}'s {base:.2f} s (allowed: {factor:g}x + {allowance:g} s): a step's work kept "
+                "for after the window (an evaluation, a metric) is still the step's")
     return {"seconds": seconds, "line": line}
 
 

@@ -78,6 +78,9 @@ class RunResult:
     multiprocessing_helpers: set[int] = field(default_factory=set)
     # CPU ns in the timed window: the run's own process, and every other process under it (sandbox.cpu_of_run)
     window_cpu_ns: tuple[int, int] | None = None
+    # the same from the harness's hand-back after the window (the trace sent) to the run's outcome: the script's own
+    # code after its loop, and session.finish() (a CPU run; None: not read)
+    after_cpu_ns: tuple[int, int] | None = None
     # a rank of a job on a CPU: its own process's CPU ns as the grader read it when each window step began and when the
     # window closed (checker.grader.sandbox.own_cpu_ns): what each step cost it, step by step
     step_cpu_ns: list[int] = field(default_factory=list)
@@ -226,6 +229,8 @@ class _Run:
         self.multiprocessing_helpers: set[int] = set()
         self.cpu_at_open: tuple[int, int] | None = None
         self.cpu_at_close: tuple[int, int] | None = None
+        self.cpu_at_resume: tuple[int, int] | None = None  # when the harness handed the script its code back
+        self.cpu_at_done: tuple[int, int] | None = None
         self.known: set[int] = set()  # this grader's processes before the run started (its fork server)
         self.reports: dict[str, float] = {}
         self.sample_ids: bytes | None = None
@@ -451,6 +456,10 @@ class _Run:
                               "unpickling runs that code in the training process, not in a worker, where no op or "
                               "frame of the script's shows it; have the workers send finished tensors (plain "
                               "containers of them)")
+        elif kind == "rpc":
+            raise self.broken("ran a torch.distributed.rpc agent: the ranks' exchanges are counted in torch.distributed's "
+                              "collectives (allreduce_rounds), and RPC carries tensors between the ranks where no "
+                              "count looks; exchange them with DDP or torch.distributed's collectives")
         elif kind == "untraced":
             raise self.broken("replaced the harness's tracer (sys.settrace) in a chapter that counts host reads: on a "
                               "CPU it counts the errors ops raise in a step, each a bit of a tensor's value read "
@@ -476,11 +485,19 @@ class _Run:
             if name not in self.reports and len(self.reports) >= 32:
                 raise self.broken("sent more than 32 reports")
             self.reports[name] = float(value)
+        elif kind == "resumed":
+            if "weights" not in self.clock or "resumed" in self.clock or (self.tail and "tail_close" not in self.clock):
+                raise self.broken("said its window was over out of turn")
+            self.clock["resumed"] = now
+            if self.watch_cpu:
+                self.cpu_at_resume = sandbox.cpu_of_run(self.pid)
         elif kind in ("done", "error", "incomplete"):
             if self.outcome is not None:
                 raise self.broken("reported its outcome twice")
             self.outcome = header
             self.clock["done"] = now
+            if self.watch_cpu and self.cpu_at_resume is not None:
+                self.cpu_at_done = sandbox.cpu_of_run(self.pid)
         else:
             raise self.broken(f"sent an unknown message '{kind}'")
 
@@ -742,6 +759,8 @@ def run_script(
         multiprocessing_helpers=run.multiprocessing_helpers,
         window_cpu_ns=(tuple(b - a for a, b in zip(run.cpu_at_open, run.cpu_at_close))
                        if run.cpu_at_open and run.cpu_at_close else None),
+        after_cpu_ns=(tuple(b - a for a, b in zip(run.cpu_at_resume, run.cpu_at_done))
+                      if run.cpu_at_resume and run.cpu_at_done else None),
         window_blocked_ns=run.blocked,
         step_cpu_ns=list(run.step_cpu_ns),
         survivors=survivors,

@@ -327,7 +327,8 @@ class _Columns:
         self.op_inputs: dict[str, list] = {"ts": [], "elements": [], "shapes": []}
         # each aten::to and aten::copy_ where the trace recorded its arguments: what tensor it moved and whether it
         # asked for a queued copy (checker.checks.batch_copies.queued_copies)
-        self.moves: dict[str, list] = {"ts": [], "tid": [], "key": [], "lead": [], "move": [], "queued": []}
+        self.moves: dict[str, list] = {"ts": [], "tid": [], "key": [], "lead": [], "elements": [], "move": [],
+                                       "queued": []}
     def add_batch(self, events: list) -> None:
         """Keep the complete ('X') events of known categories; drop the rest."""
         names, cat_code, sparse_cats = self.names, _CAT_CODE, _SPARSE_CATS
@@ -440,7 +441,7 @@ class _Columns:
 
     def _move(self, name: str, args, ts, tid) -> None:
         """An aten::to or aten::copy_ whose arguments the trace recorded (record_shapes=True): the tensor it reads
-        (shape and dtype, as one text) and its first dimension (-1 for none), whether it may move it to another
+        (shape and dtype, as one text), its first dimension (-1 for none) and elements, whether it may move it to another
         device (copy_ always may; of aten::to's overloads, those that take a device or another tensor), and whether
         it asked for a queued copy (non_blocking: True, False, or None where not recorded)."""
         if type(args) is not dict or type(ts) not in (int, float) or not math.isfinite(ts):
@@ -460,6 +461,7 @@ class _Columns:
         self.moves["key"].append(f"{json.dumps(dims[source], separators=(',', ':'))[:200]} {types[source]}")
         shape = dims[source]
         self.moves["lead"].append(shape[0] if type(shape) is list and shape and type(shape[0]) is int else -1)
+        self.moves["elements"].append(min(_elements(shape), 1 << 62))
         self.moves["move"].append(bool(move))
         self.moves["queued"].append({"True": True, "False": False}.get(concrete[blocking_at]))
 
@@ -806,7 +808,8 @@ def read_kineto(stream: IO[str], label: str) -> tuple[pd.DataFrame, dict]:
                      "elements": columns.sized["elements"]}
     meta["moves"] = {"start_ns": [int(round(t * 1000.0)) for t in columns.moves["ts"]],
                      "tid": columns.moves["tid"], "key": columns.moves["key"], "lead": columns.moves["lead"],
-                     "move": columns.moves["move"], "queued": columns.moves["queued"]}
+                     "elements": columns.moves["elements"], "move": columns.moves["move"],
+                     "queued": columns.moves["queued"]}
     return events, meta
 
 

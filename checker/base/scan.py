@@ -227,12 +227,13 @@ SERIALIZERS.update({name: "reaches Python's warning machinery, where an op's war
 # In a chapter that counts what a job's ranks exchange (allreduce_rounds reads torch.distributed's collectives and the
 # backend's runs of them): another road between the ranks carries a step's exchange where no count looks (red team 68's
 # rpc_rounds_09 averaged every micro-batch's gradients through torch.distributed.rpc, one all-reduce left in sight). A
-# lab's ranks talk through DDP and torch.distributed's collectives only.
+# lab's ranks talk through DDP and torch.distributed's collectives only (red team 69 linked them with
+# multiprocessing.connection: caught only because its pickling read the gradients).
 RANK_CHANNELS = {name: "talks between the ranks by a road other than torch.distributed's collectives, which the count "
                        "of a step's exchanges does not read" for name in (
                            "rpc", "init_rpc", "rpc_async", "rpc_sync", "remote", "RRef", "TensorPipeRpcBackendOptions",
                            "socket", "socketpair", "create_connection", "create_server", "TCPStore", "FileStore",
-                           "HashStore", "PrefixStore", "Store", "store")}
+                           "HashStore", "PrefixStore", "Store", "store", "Listener", "Client", "connection")}
 # In a chapter that counts a step's ops on a CPU (passes over memory, launches): arithmetic done in numpy runs no op
 # the count can see, so the fix the chapter teaches (fewer, fused passes) is bought by moving passes out of PyTorch
 OUTSIDE_TORCH = "computes outside PyTorch (numpy), where the chapter's count of a step's ops cannot see the work"

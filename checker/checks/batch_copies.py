@@ -21,6 +21,12 @@ from checker.trace.intervals import innermost
 from checker.trace.kineto import MOVE_OPS
 
 
+def _first_steps(by_step: dict, shown=str) -> str:
+    """'step (value), ...' for the first five steps of ``by_step``."""
+    first = ", ".join(f"{step} ({shown(value)})" for step, value in sorted(by_step.items())[:5])
+    return first + (", ..." if len(by_step) > 5 else "")
+
+
 def bytes_per_step(trace) -> tuple[dict[int, float], int]:
     """Host-to-device bytes launched in each step of ``trace`` (every step listed, 0 where none), and how many of
     its copies gave no byte count."""
@@ -66,9 +72,9 @@ def batch_copies(evidence, spec):
     lines = [f"the least a traced step copies to the device: {least / 1e6:,.1f} MB; the slow script's step copies "
              f"{expected / 1e6:,.1f} MB"]
     if short:
-        shown = ", ".join(f"{step} ({copied / 1e6:,.1f} MB)" for step, copied in sorted(short.items())[:5])
+        shown = _first_steps(short, lambda copied: f"{copied / 1e6:,.1f} MB")
         lines.append(f"{len(short)} of {len(candidate)} traced steps copy less than {floor / 1e6:,.1f} MB: "
-                     f"{shown}{', ...' if len(short) > 5 else ''}. A step that trains on data already on the "
+                     f"{shown}. A step that trains on data already on the "
                      "device, or copies its batch in another step, does not count as copying it")
     if spared is not None:
         lines.append(f"the last traced step ({last}) copies {spared / 1e6:,.1f} MB: a script that copies each batch a "
@@ -184,14 +190,11 @@ def queued_copies(evidence, spec):
     lines = [f"the slow script's step copies {expected} tensor{'s' if expected != 1 else ''} of its batch to the "
              f"device ({shapes}); on a GPU each blocking copy stalls the CPU until it is done"]
     if blocked:
-        shown = ", ".join(f"{step} ({count})" for step, count in sorted(blocked.items())[:5])
         lines.append(f"{total_blocking} copies to the device in {len(blocked)} of {len(steps)} traced steps block "
-                     f"(non_blocking=False, or a copy_ that is not queued): "
-                     f"{shown}{', ...' if len(blocked) > 5 else ''}")
+                     f"(non_blocking=False, or a copy_ that is not queued): {_first_steps(blocked)}")
     if short:
-        shown = ", ".join(f"{step} ({count})" for step, count in sorted(short.items())[:5])
         lines.append(f"{len(short)} of {len(steps)} traced steps ask for fewer than {expected} queued copies of "
-                     f"{batch_size}-row tensors: {shown}{', ...' if len(short) > 5 else ''}. A batch moved some "
+                     f"{batch_size}-row tensors: {_first_steps(short)}. A batch moved some "
                      "other way (a tensor made on the device from it, a copy of another shape) is not queued on a GPU")
     if not blocked and not short:
         lines.append(f"every traced step asks for its {expected} batch copies with non_blocking=True")

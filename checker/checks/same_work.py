@@ -270,22 +270,33 @@ def before_window_s(run) -> float | None:
     return sum(phases[name] for name in BEFORE_WINDOW)
 
 
-def work_before_window(pairs, spec, device: str, reference: str) -> dict | None:
-    """The candidate's seconds before the window against the baseline's in the same pairs, and a line when they
-    exceed what honest set-up and warm-up take (None when the runs carry no stamps)."""
-    factor, allowance = DEFAULT_UNTIMED.get(device, (2.0, 20.0))
-    factor = _tolerance(spec, "untimed_factor", device, factor)
-    allowance = _tolerance(spec, "untimed_allowance_s", device, allowance)
-    spans = [(before_window_s(b), before_window_s(c)) for b, c in pairs]
+def _beyond_baseline(pairs, measure, factor: float, allowance: float, digits: int) -> tuple[dict, bool] | None:
+    """The candidate's worst ``measure`` (of a run) over the pairs against the baseline's median, allowed ``factor``
+    times it plus ``allowance``: (seconds shown, whether beyond), or None where no pair has both measured."""
+    spans = [(measure(b), measure(c)) for b, c in pairs]
     spans = [(b, c) for b, c in spans if b is not None and c is not None]
     if not spans:
         return None
     base = statistics.median(b for b, _ in spans)
     worst = max(c for _, c in spans)
     allowed = factor * base + allowance
-    seconds = {"candidate": round(worst, 2), "baseline": round(base, 2), "allowed": round(allowed, 2)}
+    return ({"candidate": round(worst, digits), "baseline": round(base, digits), "allowed": round(allowed, digits)},
+            worst > allowed)
+
+
+def work_before_window(pairs, spec, device: str, reference: str) -> dict | None:
+    """The candidate's seconds before the window against the baseline's in the same pairs, and a line when they
+    exceed what honest set-up and warm-up take (None when the runs carry no stamps)."""
+    factor, allowance = DEFAULT_UNTIMED.get(device, (2.0, 20.0))
+    factor = _tolerance(spec, "untimed_factor", device, factor)
+    allowance = _tolerance(spec, "untimed_allowance_s", device, allowance)
+    found = _beyond_baseline(pairs, before_window_s, factor, allowance, 2)
+    if found is None:
+        return None
+    seconds, beyond = found
+    worst, base = seconds["candidate"], seconds["baseline"]
     line = None
-    if worst > allowed:
+    if beyond:
         line = (f"work moved before the timed window: its set-up and warm-up took {worst:.1f} s, "
                 f"{worst / max(base, 1e-9):.1f}x the {reference}'s {base:.1f} s (allowed: {factor:g}x + {allowance:g} s): "
                 "work done before the timed window is not allowed")
@@ -307,19 +318,15 @@ def work_after_window(pairs, spec, device: str, reference: str) -> dict | None:
         return None
     factor = _tolerance(spec, "after_factor", device, DEFAULT_AFTER[0])
     allowance = _tolerance(spec, "after_allowance_s", device, DEFAULT_AFTER[1])
-    spans = [(after_window_cpu_s(b), after_window_cpu_s(c)) for b, c in pairs]
-    spans = [(b, c) for b, c in spans if b is not None and c is not None]
-    if not spans:
+    found = _beyond_baseline(pairs, after_window_cpu_s, factor, allowance, 3)
+    if found is None:
         return None
-    base = statistics.median(b for b, _ in spans)
-    worst = max(c for _, c in spans)
-    allowed = factor * base + allowance
-    seconds = {"candidate": round(worst, 3), "baseline": round(base, 3), "allowed": round(allowed, 3)}
+    seconds, beyond = found
     line = None
-    if worst > allowed:
-        line = (f"work moved after the timed window: the script's code after its loop used {worst:.2f} s of CPU, "
-                f"against the {reference}'s {base:.2f} s (allowed: {factor:g}x + {allowance:g} s): a step's work kept "
-                "for after the window (an evaluation, a metric) is still the step's")
+    if beyond:
+        line = (f"work moved after the timed window: the script's code after its loop used {seconds['candidate']:.2f} s "
+                f"of CPU, against the {reference}'s {seconds['baseline']:.2f} s (allowed: {factor:g}x + "
+                f"{allowance:g} s): a step's work kept for after the window (an evaluation, a metric) is still the step's")
     return {"seconds": seconds, "line": line}
 
 

@@ -1600,3 +1600,76 @@ def test_a_numpy_view_the_script_keeps_into_the_window_is_counted_however_its_me
         harness._HELD_VIEWS[0] = 0
         harness.written_numpy_views()  # (clears what hold_numpy_views held)
     assert kept is not None
+
+
+def test_a_dlpack_export_the_script_makes_counts_as_a_view_held_into_the_window():
+    """dataview_01's road through np.from_dlpack (session 80's dlpackdata_01): what a capsule becomes cannot be
+    followed, so every DLPack export the script makes outside the workload's build counts."""
+    from checker.candidate import session as harness
+
+    before = harness._DLPACK_EXPORTS[0]
+    try:
+        harness._BUILDING[0] = True
+        np.from_dlpack(torch.zeros(2))
+        assert harness._DLPACK_EXPORTS[0] == before  # the workload's own
+        harness._BUILDING[0] = False
+        np.from_dlpack(torch.zeros(2))
+        assert harness._DLPACK_EXPORTS[0] == before + 1
+    finally:
+        harness._BUILDING[0] = False
+        harness._DLPACK_EXPORTS[0] = before
+
+
+def test_the_scripts_signal_handlers_and_finalizers_wait_from_the_close_to_the_hand_back():
+    """Red team 69's sigdefer_09 evaluated in a timer's handler while the harness exported its trace, before the CPU
+    reading after the window began: under the grader the handler only runs once the script has its code back."""
+    import gc
+    import signal
+
+    from checker.candidate.session import script_held
+
+    ran: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: ran.append(signum))
+    try:
+        with script_held(True):
+            signal.raise_signal(signal.SIGUSR1)
+            signal.raise_signal(signal.SIGUSR1)
+            assert ran == [] and not gc.isenabled()
+        assert ran == [signal.SIGUSR1] and gc.isenabled()  # raised again once, with the script's own handler back
+        with script_held(False):  # a script run on its own: nothing held
+            signal.raise_signal(signal.SIGUSR1)
+            assert len(ran) == 2
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_work_after_the_window_is_held_to_the_baselines():
+    """same_work's CPU after the window (red team 68's deferred_eval_09: 0.3 s where honest ends take hundredths)."""
+    from types import SimpleNamespace
+
+    from checker.checks.same_work import work_after_window
+
+    def run(seconds):
+        return SimpleNamespace(after_cpu_ns=None if seconds is None else (int(seconds * 1e9), 0), ranks=[])
+
+    def job(*seconds):  # a job of ranks: the busiest counts
+        return SimpleNamespace(after_cpu_ns=None, ranks=[run(s) for s in seconds])
+
+    assert work_after_window([(run(0.004), run(0.02))], None, "cpu", "baseline")["line"] is None
+    moved = work_after_window([(job(0.0, 0.004), job(0.30, 0.002))], None, "cpu", "baseline")
+    assert moved["seconds"]["candidate"] == 0.3 and "work moved after the timed window" in moved["line"]
+    unread = work_after_window([(run(0.004), run(None))], None, "cpu", "baseline")
+    assert unread["seconds"] is None and "could not be measured" in unread["line"]
+    assert work_after_window([(run(0.004), run(0.3))], None, "cuda", "baseline") is None  # not read on a GPU
+
+
+def test_chapter_09s_scan_refuses_another_road_between_the_ranks():
+    """Red team 68's rpc_rounds_09 averaged gradients through torch.distributed.rpc, which allreduce_rounds does not
+    read; red team 69 linked the ranks with multiprocessing.connection. Refused where the ranks' exchanges count."""
+    from checker.base.scan import findings, scan_flags
+
+    assert scan_flags(["same_work", "allreduce_rounds"])["counts_rounds"]
+    for source in ("import torch.distributed.rpc as rpc\n", "from multiprocessing.connection import Listener\n",
+                   "import socket\n", "import torch.distributed as dist\nstore = dist.TCPStore('h', 1)\n"):
+        assert findings(source, counts_rounds=True), source
+        assert not findings(source), source  # elsewhere a lab may name them

@@ -158,7 +158,9 @@ def failure_measure(measured: dict, threshold) -> str | None:
         seconds = measured["before_window_s"]
         return f"{seconds['candidate']:.0f} s before the window > {seconds['allowed']:.0f} s"
     if failed_on == "after_window":
-        seconds = measured["after_window_cpu_s"]
+        seconds = measured.get("after_window_cpu_s")
+        if seconds is None:
+            return "the work after the window could not be measured"
         return f"{seconds['candidate']:.2f} s of CPU after the window > {seconds['allowed']:.2f} s"
     if failed_on == "updates":
         return "a drawn step's update is not one step on its whole batch"
@@ -234,7 +236,8 @@ def same_work(evidence, spec):
             failed_on.append("before_window")
     after = work_after_window(pairs, spec, evidence.device, reference)
     if after is not None:
-        measured["after_window_cpu_s"] = after["seconds"]
+        if after["seconds"] is not None:
+            measured["after_window_cpu_s"] = after["seconds"]
         if after["line"]:
             lines.append(after["line"])
             failed_on.append("after_window")
@@ -318,6 +321,11 @@ def work_after_window(pairs, spec, device: str, reference: str) -> dict | None:
         return None
     factor = _tolerance(spec, "after_factor", device, DEFAULT_AFTER[0])
     allowance = _tolerance(spec, "after_allowance_s", device, DEFAULT_AFTER[1])
+    unread = sum(1 for b, c in pairs if after_window_cpu_s(b) is not None and after_window_cpu_s(c) is None)
+    if unread:  # every CPU run that sent its weights says when it has the script's code back; one that did not is
+        # one whose end was not measured, not one with nothing there
+        return {"seconds": None, "line": f"{unread} of the runs never said when the window was over (the harness's "
+                                         "hand-back after its trace): the work after the window could not be measured"}
     found = _beyond_baseline(pairs, after_window_cpu_s, factor, allowance, 3)
     if found is None:
         return None

@@ -1,0 +1,57 @@
+"""What a CPU trace says of the copies a step asked for (checker.checks.batch_copies, queued_copies): recorded here
+with torch.profiler, as the harness records a run, so the arguments read are the profiler's own."""
+
+from __future__ import annotations
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from checker.checks.batch_copies import blocking_moves, moves_by_step
+from checker.trace.analysis import load
+
+ROWS = 8
+
+
+def _record(path) -> None:
+    images, labels = torch.randn(ROWS, 3, 4, 4), torch.arange(ROWS)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True) as prof:
+        with record_function("step 1"):
+            with record_function("data"):  # a collation's torch.tensor of Python numbers, inside the fetch
+                torch.tensor(list(range(ROWS)))
+            images.to("cpu", non_blocking=True)
+            labels.to("cpu", non_blocking=True)
+            (images.sum(dim=0) > 0).sum()  # an op's own conversion inside it: not asked for by the step
+        with record_function("step 2"):
+            images.to("cpu")  # blocking
+            torch.tensor([0.5, 0.25, 0.125], device="cpu")  # a constant from Python numbers, smaller than the labels
+        with record_function("step 3"):
+            images[None].to("cpu")[0]  # a blocking copy of a reshaped batch
+            torch.empty(ROWS, 3, 4, 4).copy_(images)  # copy_, not queued
+            images.float()  # a dtype conversion keeps the device: no copy to one
+    prof.export_chrome_trace(str(path))
+
+
+def test_each_steps_copies_are_read_with_their_flags(tmp_path):
+    path = tmp_path / "trace.json"
+    _record(path)
+    moves = moves_by_step(load(path))
+    by_step = {int(step): group for step, group in moves.groupby("step")}
+    first = by_step[1]
+    assert sorted(first["key"]) == ["[8,3,4,4] float", "[8] long int"]  # the collation and the sum's own are not there
+    assert first["queued"].all() and first["move"].all() and set(first["lead"]) == {ROWS}
+    second = by_step[2]
+    assert not second[second["key"] == "[8,3,4,4] float"]["queued"].any()
+    constant = second[second["made"]]
+    assert len(constant) == 1 and int(constant["elements"].iloc[0]) == 3
+    third = by_step[3]
+    assert "[1,8,3,4,4] float" in set(third["key"])  # the reshaped batch, its elements all there
+    assert not third[third["move"]]["queued"].any()
+    assert not third[~third["move"]].empty  # images.float(): recorded, not a move
+
+
+def test_every_blocking_copy_counts_but_a_small_constant(tmp_path):
+    path = tmp_path / "trace.json"
+    _record(path)
+    blocking = blocking_moves(load(path), ROWS)
+    counts = blocking.groupby("step").size().to_dict()
+    assert counts == {2: 1, 3: 2}, counts  # step 2's constant spared; step 3's reshaped copy and copy_ counted

@@ -42,8 +42,9 @@ DEFAULT_UNTIMED = {"cpu": (2.0, 20.0), "cuda": (2.0, 20.0)}
 # grader; a CPU run only: on a GPU a run's CPU is not its work) may exceed the baseline's by this factor plus these
 # seconds, unless chapter.toml says otherwise (after_factor, after_allowance_s). A final print or save belongs
 # there; per-step work kept for later does not (red team 68's deferred_eval_09 evaluated every window step's weights
-# after the loop, where no step's trace, wait or CPU reading looked: 0.29 s of CPU in chapter 09's check, where every
-# reference solution's end took 0.021 s or less; evidence/history/2026-12-07-cpu-session80-after-window.txt).
+# after the loop, where no step's trace, wait or CPU reading looked: 0.30-0.38 s of CPU in chapter 09's check, where
+# every reference solution's end took 0.042 s or less with its exit handlers;
+# evidence/history/2026-12-07-cpu-session80-after-window*.txt).
 DEFAULT_AFTER = (2.0, 0.1)
 
 # How far honest weights land from the baseline's, by device, unless chapter.toml says otherwise. On a CPU the
@@ -332,9 +333,10 @@ def work_after_window(pairs, spec, device: str, reference: str) -> dict | None:
     seconds, beyond = found
     line = None
     if beyond:
-        line = (f"work moved after the timed window: the script's code after its loop used {seconds['candidate']:.2f} s "
-                f"of CPU, against the {reference}'s {seconds['baseline']:.2f} s (allowed: {factor:g}x + "
-                f"{allowance:g} s): a step's work kept for after the window (an evaluation, a metric) is still the step's")
+        line = (f"work moved after the timed window: the script's code after its loop used {seconds['candidate']:.2f} "
+                f"s of CPU, against the {reference}'s {seconds['baseline']:.2f} s (allowed: {factor:g}x + "
+                f"{allowance:g} s): a step's work kept for after the window (an evaluation, a metric) is still the "
+                "step's")
     return {"seconds": seconds, "line": line}
 
 

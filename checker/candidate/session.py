@@ -1970,45 +1970,25 @@ _HELD_SIGNALS = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}
 
 
 @contextmanager
-def harness_only() -> Iterator[None]:
-    """While the harness reads the model after the last step: none of the script's code runs (no torch function or
-    dispatch in Python, no collection by the garbage collector and so none of its callbacks, no signal handler:
-    signals wait for the end)."""
-    collecting = gc.isenabled()
-    gc.disable()
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
-    try:
-        with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
-            yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        if collecting:
-            gc.enable()
-
-
-@contextmanager
-def script_held(under_grader: bool) -> Iterator[None]:
-    """From the window's close until the harness hands the script back its code (under the grader): none of the
-    script's code runs in the harness's time, whose CPU the grader does not charge to the script. No collection by
-    the garbage collector (so none of its finalizers), and the script's own signal handlers replaced by one that only
-    notes the signal, raised again once the script has its code back: red team 69's sigdefer_09 ran every window
-    step's deferred evaluation from a timer's handler while the harness exported its trace (a signal delivered to
-    another thread than the main one runs its Python handler there all the same, so blocking it is not enough)."""
-    if not under_grader or threading.current_thread() is not threading.main_thread():
-        yield
-        return
+def _script_paused() -> Iterator[None]:
+    """None of the script's code runs from the harness's own calls: no collection by the garbage collector (so none of
+    its finalizers), and the script's Python signal handlers replaced by one that only notes the signal, raised again
+    at the end. (Blocking a signal in this thread is not enough: delivered to another thread, its Python handler runs
+    here all the same; red team 69's sigdefer_09 ran a deferred evaluation from a timer's handler so.) Handlers can
+    only be set from the main thread; elsewhere the collector alone waits."""
     collecting = gc.isenabled()
     gc.disable()
     noted: list[int] = []
     replaced: dict[int, Any] = {}
-    for number in signal.valid_signals():
-        try:
-            handler = signal.getsignal(number)
-            if callable(handler) and handler is not signal.default_int_handler:
-                signal.signal(number, lambda signum, frame: noted.append(signum))
-                replaced[number] = handler
-        except (OSError, ValueError, TypeError):
-            continue
+    if threading.current_thread() is threading.main_thread():
+        for number in signal.valid_signals():
+            try:
+                handler = signal.getsignal(number)
+                if callable(handler) and handler is not signal.default_int_handler:
+                    signal.signal(number, lambda signum, frame: noted.append(signum))
+                    replaced[number] = handler
+            except (OSError, ValueError, TypeError):
+                continue
     try:
         yield
     finally:
@@ -2018,6 +1998,27 @@ def script_held(under_grader: bool) -> Iterator[None]:
             gc.enable()
         for number in dict.fromkeys(noted):
             signal.raise_signal(number)
+
+
+@contextmanager
+def harness_only() -> Iterator[None]:
+    """While the harness reads the model at the window's edges: none of the script's code runs (no torch function or
+    dispatch in Python, no finalizer, no signal handler: signals wait for the end, blocked in this thread too)."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    try:
+        with _script_paused(), torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+            yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+@contextmanager
+def script_held(under_grader: bool) -> Iterator[None]:
+    """From the window's close until the harness hands the script back its code (under the grader): none of the
+    script's code runs in the harness's time (its trace's export, its messages), whose CPU the grader does not charge
+    to the script (_script_paused)."""
+    with _script_paused() if under_grader else nullcontext():
+        yield
 
 
 def odd_weights(tensors: list[tuple[str, torch.Tensor]]) -> list[str]:

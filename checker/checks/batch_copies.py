@@ -17,7 +17,7 @@ import pandas as pd
 
 from checker.checks import BASELINE_TRACE, FAILED, PASSED, TRACE, check, result
 from checker.trace.analyses.syncs import in_fetch
-from checker.trace.intervals import innermost
+from checker.trace.analyses.stack import call_of
 from checker.trace.kineto import MOVE_OPS
 
 
@@ -85,7 +85,6 @@ def batch_copies(evidence, spec):
     return result(spec, status, measured=measured, threshold=share, evidence=lines)
 
 
-
 # the Python call the DataLoader's collation makes its tensors with (torch.tensor of a list of numbers): it records
 # an aten::to that moves nothing
 _MAKES_TENSOR = "<built-in method tensor of type object"
@@ -96,7 +95,7 @@ def moves_by_step(trace) -> pd.DataFrame:
     (``meta["moves"]``) and that no other CPU op of its thread holds (an op's own conversions inside it are its
     business, not a copy the step asked for), but for those ``torch.tensor`` makes while the harness fetches a
     batch (the DataLoader's collation). Columns: step, key (the tensor read: shape and dtype), lead (its first
-    dimension), move (it may change the device), queued (non_blocking=True)."""
+    dimension), elements, move (it may change the device), queued (non_blocking=True), made (by torch.tensor)."""
     found = (getattr(trace, "meta", None) or {}).get("moves") or {}
     columns = ["step", "key", "lead", "elements", "move", "queued", "made"]
     if not found.get("start_ns"):
@@ -105,7 +104,7 @@ def moves_by_step(trace) -> pd.DataFrame:
     kinds, names = events["kind"].to_numpy(), events["name"].astype(str).to_numpy()
     starts, tids = events["start_ns"].to_numpy(np.int64), events["tid"].to_numpy(np.int64)
     rows = np.flatnonzero((kinds == "cpu_op") & np.isin(names, list(MOVE_OPS)) & events["step"].notna().to_numpy())
-    made = _innermost_call(events, rows) == _MAKES_TENSOR
+    made = np.array([str(call or "").startswith(_MAKES_TENSOR) for call in call_of(events, rows)], dtype=bool)
     collated = in_fetch(events, rows) & made
     ops = trace.get_cpu_ops()
     top = {(int(tid), int(start)) for tid, start, name, held in zip(ops["tid"], ops["start_ns"], ops["name"],
@@ -123,36 +122,15 @@ def moves_by_step(trace) -> pd.DataFrame:
     return pd.DataFrame(kept, columns=columns)
 
 
-def _innermost_call(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
-    """For each row, the name of the innermost Python call of its thread that holds its start, cut at the first
-    space after the call's kind ('' where none does)."""
-    out = np.full(len(rows), "", dtype=object)
-    kinds = events["kind"].to_numpy()
-    python = np.flatnonzero(kinds == "python")
-    if not len(python) or not len(rows):
-        return out
-    starts, ends, tids = (events[c].to_numpy(np.int64) for c in ("start_ns", "end_ns", "tid"))
-    names = events["name"].astype(str).to_numpy()
-    for tid in np.unique(tids[rows]):
-        pool = python[tids[python] == tid]
-        pool = pool[np.lexsort((-ends[pool], starts[pool]))]
-        mine = np.flatnonzero(tids[rows] == tid)
-        found = innermost(starts[rows[mine]], starts[pool], ends[pool])
-        out[mine] = [names[pool[i]][:len(_MAKES_TENSOR)] if i >= 0 else "" for i in found]
-    return out
-
-
-def batch_moves(trace, batch_size: int) -> pd.DataFrame:
-    """The copies to a device a trace's steps asked for of tensors of ``batch_size`` rows: the batch's."""
-    moves = moves_by_step(trace)
+def batch_moves(moves: pd.DataFrame, batch_size: int) -> pd.DataFrame:
+    """Of a trace's copies (moves_by_step), those to a device of tensors of ``batch_size`` rows: the batch's."""
     return moves[moves["move"].astype(bool) & (moves["lead"] == batch_size)]
 
 
-def blocking_moves(trace, batch_size: int) -> pd.DataFrame:
-    """The blocking copies to a device a trace's steps asked for, of any shape: all but a constant made from Python
-    numbers smaller than a batch's labels (``torch.tensor(MEAN, device=...)``, as the workload's normalization makes
-    its mean: torch.tensor of a batch's values needs a read first, which host_syncs counts)."""
-    moves = moves_by_step(trace)
+def blocking_moves(moves: pd.DataFrame, batch_size: int) -> pd.DataFrame:
+    """Of a trace's copies (moves_by_step), the blocking ones to a device, of any shape: all but a constant made from
+    Python numbers smaller than a batch's labels (``torch.tensor(MEAN, device=...)``, as the workload's normalization
+    makes its mean: torch.tensor of a batch's values needs a read first, which host_syncs counts)."""
     moves = moves[moves["move"].astype(bool) & ~moves["queued"].astype(bool)]
     return moves[~(moves["made"].astype(bool) & (moves["elements"] < batch_size))]
 
@@ -162,8 +140,9 @@ def queued_copies(evidence, spec):
     """every training step asks for its batch's copies to the device queued (non_blocking=True), each one"""
     allowed = int(spec.threshold_for(evidence.device))
     batch_size = int(evidence.cfg["batch_size"])
-    candidate = batch_moves(evidence.trace(), batch_size)
-    baseline = batch_moves(evidence.trace("baseline"), batch_size)
+    moves = moves_by_step(evidence.trace())  # read once: the batch's copies and the blocking ones are both of these
+    candidate = batch_moves(moves, batch_size)
+    baseline = batch_moves(moves_by_step(evidence.trace("baseline")), batch_size)
     steps = sorted(int(step) for step in evidence.trace().get_steps()["step"])
     base_steps = sorted(int(step) for step in evidence.trace("baseline").get_steps()["step"])
     if baseline.empty or not steps or not base_steps:
@@ -176,7 +155,7 @@ def queued_copies(evidence, spec):
     queued = candidate[candidate["queued"].astype(bool)].groupby("step").size()
     # any blocking copy counts, of the batch or of anything made from it: a 1-row view of the batch (images[None]),
     # its rows one by one, beside queued decoys of the batch's shape (red team 69's decoy_02, decoy_07)
-    blocking = blocking_moves(evidence.trace(), batch_size).groupby("step").size()
+    blocking = blocking_moves(moves, batch_size).groupby("step").size()
     last = steps[-1]
     # a prefetcher asks for the next step's batch a step ahead: the last traced step may ask for none
     short = {step: int(queued.get(step, 0)) for step in steps

@@ -52,6 +52,6 @@ def test_each_steps_copies_are_read_with_their_flags(tmp_path):
 def test_every_blocking_copy_counts_but_a_small_constant(tmp_path):
     path = tmp_path / "trace.json"
     _record(path)
-    blocking = blocking_moves(load(path), ROWS)
+    blocking = blocking_moves(moves_by_step(load(path)), ROWS)
     counts = blocking.groupby("step").size().to_dict()
     assert counts == {2: 1, 3: 2}, counts  # step 2's constant spared; step 3's reshaped copy and copy_ counted

@@ -131,3 +131,11 @@ def op_of(events: pd.DataFrame, rows: np.ndarray) -> list:
     ops = (events["kind"] == "cpu_op").to_numpy()
     label = events["name"].astype(object).to_numpy()
     return _holder(events, ops, rows, label, exclude_self=True)
+
+
+def call_of(events: pd.DataFrame, rows: np.ndarray) -> list:
+    """For each event row, the innermost Python call around it on its thread (the profiler's Python tracer), or None."""
+    rows = np.asarray(rows, dtype=np.int64)
+    python = (events["kind"] == "python").to_numpy()
+    return _holder(events, python, rows, events["name"].astype(object).to_numpy())
+

@@ -709,7 +709,11 @@ def run_script(
         where = _where(outcome.get("where"), folder.script, display)
         cap = ""
         if limits.memory_mb and str(outcome.get("error", "")).startswith("MemoryError"):
-            cap = f" (out of memory: each process of a run may use {limits.memory_mb} MB, memory_mb in {chapter.id}/chapter.toml)"
+            cap = f" (out of memory: each process of a run may use {limits.memory_mb} MB, memory_mb in {chapter.id}/chapter.toml"
+            if trace == "torch":  # the profiler keeps each Python call of the traced steps, a compiler's included
+                cap += ("; this run was traced, and the trace keeps every Python call its traced steps make: a "
+                        "torch.compile that first compiles there fills gigabytes, so compile every shape in warm-up")
+            cap += ")"
         raise ScriptError(f"{display} failed{where}: {outcome.get('error')}{cap}")
     if run.weights is None or outcome.get("type") != "done":
         code = proc.returncode

@@ -68,9 +68,23 @@ def loss_fn(mask_logits, class_logits, flat_masks, flat_classes, n_objects, max_
     return value + (s - s.detach())
 
 
+def compile_every_count(mask_logits, class_logits, flat_masks, flat_classes, n_objects):
+    """Compile the loss for every slot count a batch can have, here in warm-up: a count first met in the traced steps
+    would compile there, under a profiler that records each Python call the compiler makes (on a CPU, gigabytes: the
+    run ran out of memory in CI when a window batch first had max_n 2, a size the compiled code specializes on)."""
+    with torch.no_grad():
+        for max_n in range(1, MAX_OBJECTS + 1):
+            counts = torch.full_like(n_objects, max_n)
+            total = int(counts.sum())
+            compiled(mask_logits.detach(), class_logits.detach(), flat_masks.new_zeros(total, *flat_masks.shape[1:]),
+                     flat_classes.new_zeros(total), counts, max_n)
+
+
 running_loss = torch.zeros((), device=session.device)
 for step, (images, flat_masks, flat_classes, n_objects) in session.steps(session.batches):
     mask_logits, class_logits = model(images)
+    if step == 0:
+        compile_every_count(mask_logits, class_logits, flat_masks, flat_classes, n_objects)
     max_n = round(peek_max(n_objects))  # the slow script's n_objects.max().item(), kept in the step
     if max_n == 0:  # the slow script's `if not valid.any()` guard, kept
         raise RuntimeError("a batch without objects")

@@ -185,6 +185,20 @@ def _check(submission_args):
     return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else None, proc.stderr
 
 
+def test_a_fix_with_many_workers_does_no_work_after_the_window(tmp_path):
+    """The reference fix with six workers (a learner's 8-core machine) on a 2-core one: their prefetch and their exit
+    once the steps are over are not work after the window (0.08-0.13 s read so before session 81, 0.1 s allowed)."""
+    source = ROOT / "solutions" / CHAPTER / "train.py"
+    text = source.read_text()
+    assert "num_workers = int(" in text
+    (tmp_path / "train.py").write_text(text.replace("num_workers = int(", "num_workers = 6 or int(", 1))
+    code, report, err = _check(["--submission", str(tmp_path), "--only", "same_work"])
+    assert code == 0, err[-2000:]
+    same_work = next(c for c in report["checks"] if c["name"] == "same_work")
+    after = same_work["measured"]["after_window_cpu_s"]
+    assert after["candidate"] <= after["allowed"], after
+
+
 def test_unanswered_lab_fails_end_to_end(pristine_lab, tmp_path):
     """The lab as shipped, with its blank answer file: exit 1, triage failed, naming what is missing."""
     folder = pristine_lab(CHAPTER)  # the lab and its answer form as shipped, never the learner's answer

@@ -1673,3 +1673,28 @@ def test_chapter_09s_scan_refuses_another_road_between_the_ranks():
                    "import socket\n", "import torch.distributed as dist\nstore = dist.TCPStore('h', 1)\n"):
         assert findings(source, counts_rounds=True), source
         assert not findings(source), source  # elsewhere a lab may name them
+
+
+def test_the_loaders_workers_are_stopped_when_the_steps_are_over():
+    """session.steps() stops the worker processes of the DataLoader it drew from once its steps are over: their
+    prefetch and their exit are no step's work, and were read as work after the window (a solution with six workers
+    failed same_work on a 2-core machine: evidence/history/2026-12-07-cpu-session81-after-window-workers.txt). A
+    persistent loader iterated again starts new workers."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from checker.candidate.session import _stop_workers
+
+    loader = DataLoader(torch.arange(64.0), batch_size=4, num_workers=2, persistent_workers=True, prefetch_factor=4)
+    batches = iter(loader)
+    assert next(batches).tolist() == [0.0, 1.0, 2.0, 3.0]
+    workers = list(batches._workers)
+    _stop_workers(loader, batches)
+    assert workers and not any(w.is_alive() for w in workers)
+    assert loader._iterator is None
+    again = iter(loader)
+    assert next(again).tolist() == [0.0, 1.0, 2.0, 3.0] and all(w.is_alive() for w in again._workers)
+    _stop_workers(loader, again)
+    plain = iter(DataLoader(torch.arange(8.0), batch_size=4))  # no workers: nothing to stop
+    _stop_workers(None, plain)
+    assert next(plain).tolist() == [0.0, 1.0, 2.0, 3.0]

@@ -2037,6 +2037,19 @@ def state_bytes(model: torch.nn.Module) -> bytes:
     return buffer.getvalue()
 
 
+def _stop_workers(source: Iterable, batches: Iterator) -> None:
+    """Stop the worker processes of the DataLoader iterator session.steps() drew its batches from, once the steps are
+    over: left running, they go on preparing the batches they were asked for ahead (``prefetch_factor`` each) and
+    end with the script, CPU the grader would read as work after the window (``after_cpu_ns``) though no step asked
+    for it. A persistent loader forgets the iterator, so that iterating it again starts workers afresh."""
+    shutdown = getattr(batches, "_shutdown_workers", None)
+    if not callable(shutdown) or not getattr(batches, "_workers", None):
+        return
+    shutdown()
+    if getattr(source, "_iterator", None) is batches:
+        source._iterator = None
+
+
 class Session:
     """One run of a chapter's workload on one device, with the timed window."""
 
@@ -2219,13 +2232,21 @@ class Session:
         with script_held(_channel() is not None):
             if self._tail_open:
                 self._close_tail()
+                self._steps_over(source, batches)
             else:
-                self._close_window()
+                self._close_window(lambda: self._steps_over(source, batches))
             if self._keeps_time:
                 self.samples, self.window_s, self.step_starts_ns = \
                     self._window_samples, self._window_s, list(self._window_stamps_ns)
             if _channel() is not None:  # the script's own code runs again from here: the grader reads its CPU
                 self._send({"type": "resumed"})
+
+    def _steps_over(self, source: Iterable, batches: Iterator) -> None:
+        """The loader's workers stopped, then the grader told: from here what runs under the script but in another
+        process is work after the window (RunResult.after_cpu_ns)."""
+        _stop_workers(source, batches)
+        if _channel() is not None:
+            self._send({"type": "stopped"})
 
     def finish(self) -> dict[str, Any]:
         """Print and return what this process measured; under the grader, which measures for itself, nothing."""
@@ -2433,7 +2454,9 @@ class Session:
                   f"{len(shared)} of the model's tensors ({', '.join(shared[:3])}) are in shared memory: another "
                   "process can train them where no trace looks; keep the model in this process")
 
-    def _close_window(self) -> None:
+    def _close_window(self, steps_over: Callable[[], None] | None = None) -> None:
+        """End the window: its last reads, its messages (close, the samples, the weights), the trace. ``steps_over``:
+        called once the weights are sent where no step comes after the window (it stops the loader's workers)."""
         # from here to the weights' send none of the script's code may run: the last step's range has closed, and
         # work done here would train where no step's trace looks (and before the grader has the weights)
         if self._counts_blocked:
@@ -2469,6 +2492,8 @@ class Session:
         if _channel() is not None:
             # the window ends, on the grader's clock, when these bytes have arrived
             self._send({"type": "weights"}, state_bytes(self.model))
+        if steps_over is not None:  # after the window's end on the grader's clock, before the trace's export
+            steps_over()
         if self.device.type == "cuda":
             torch.cuda.profiler.stop()
         self._export_trace()

@@ -78,8 +78,10 @@ class RunResult:
     multiprocessing_helpers: set[int] = field(default_factory=set)
     # CPU ns in the timed window: the run's own process, and every other process under it (sandbox.cpu_of_run)
     window_cpu_ns: tuple[int, int] | None = None
-    # the same from the harness's hand-back after the window (the trace sent) to the run's outcome: the script's own
-    # code after its loop, and session.finish() (a CPU run; None: not read)
+    # the same after the window: the run's own process from the harness's hand-back (the trace sent) to the outcome,
+    # the script's own code after its loop and session.finish(); every other process from the moment the steps were
+    # over and the harness had stopped the loader's workers (their prefetch and their exit are no step's work; what
+    # else runs under the script while the harness exports its trace is counted) (a CPU run; None: not read)
     after_cpu_ns: tuple[int, int] | None = None
     # a rank of a job on a CPU: its own process's CPU ns as the grader read it when each window step began and when the
     # window closed (checker.grader.sandbox.own_cpu_ns): what each step cost it, step by step
@@ -231,6 +233,7 @@ class _Run:
         self.cpu_at_close: tuple[int, int] | None = None
         self.cpu_at_resume: tuple[int, int] | None = None  # when the harness handed the script its code back
         self.cpu_at_done: tuple[int, int] | None = None
+        self.cpu_at_stopped: tuple[int, int] | None = None  # when the steps were over and the loader's workers stopped
         self.known: set[int] = set()  # this grader's processes before the run started (its fork server)
         self.reports: dict[str, float] = {}
         self.sample_ids: bytes | None = None
@@ -485,8 +488,14 @@ class _Run:
             if name not in self.reports and len(self.reports) >= 32:
                 raise self.broken("sent more than 32 reports")
             self.reports[name] = float(value)
+        elif kind == "stopped":  # the steps are over and the loader's workers stopped (checker.candidate.session)
+            if "weights" not in self.clock or "stopped" in self.clock or (self.tail and "tail_close" not in self.clock):
+                raise self.broken("said its steps were over out of turn")
+            self.clock["stopped"] = now
+            if self.watch_cpu:
+                self.cpu_at_stopped = sandbox.cpu_of_run(self.pid)
         elif kind == "resumed":
-            if "weights" not in self.clock or "resumed" in self.clock or (self.tail and "tail_close" not in self.clock):
+            if "stopped" not in self.clock or "resumed" in self.clock:
                 raise self.broken("said its window was over out of turn")
             self.clock["resumed"] = now
             if self.watch_cpu:
@@ -763,8 +772,8 @@ def run_script(
         multiprocessing_helpers=run.multiprocessing_helpers,
         window_cpu_ns=(tuple(b - a for a, b in zip(run.cpu_at_open, run.cpu_at_close))
                        if run.cpu_at_open and run.cpu_at_close else None),
-        after_cpu_ns=(tuple(b - a for a, b in zip(run.cpu_at_resume, run.cpu_at_done))
-                      if run.cpu_at_resume and run.cpu_at_done else None),
+        after_cpu_ns=(run.cpu_at_done[0] - run.cpu_at_resume[0], run.cpu_at_done[1] - run.cpu_at_stopped[1])
+        if run.cpu_at_resume and run.cpu_at_done and run.cpu_at_stopped else None,
         window_blocked_ns=run.blocked,
         step_cpu_ns=list(run.step_cpu_ns),
         survivors=survivors,

@@ -197,6 +197,9 @@ def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trac
                      f"({', '.join(caught[:3])}): on a CPU an op that checks a value as it runs (an index within its "
                      "bounds) and fails or warns tells Python something of that value, a read no op records; read "
                      "values with .item() or .tolist(), in logging steps")
+    copied = _copies_beyond_baseline(evidence, trace, rank, counted, measured) if evidence.device == "cpu" else None
+    if copied:
+        lines.append(copied)
     varied = _shapes_from_values(evidence, spec, trace, counted, measured)
     if varied:
         lines.append(varied)
@@ -209,9 +212,48 @@ def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trac
     status = PASSED if per_step <= threshold else FAILED
     if evidence.device == "cpu" and ran and (views != 0 or native or errors or extra):  # reads no op records, or no count sent
         status = FAILED
-    if varied or compiled:  # steps that could not have read nothing, or cannot be judged
+    if varied or compiled or copied:  # steps that could not have read nothing, or cannot be judged
         status = FAILED
     return result(spec, status, measured=measured, threshold=threshold, evidence=lines)
+
+
+def _device_copies(trace, steps: list[int], batch_size: int) -> dict[int, int]:
+    """Per step of ``steps``: the copies it asked for that may change a tensor's device (``.to(device)``, ``.cpu()``,
+    ``copy_``), but for a constant ``torch.tensor`` makes from fewer Python numbers than a batch has rows (the
+    workload's normalization makes its mean so)."""
+    from checker.checks.batch_copies import moves_by_step
+
+    moves = moves_by_step(trace)
+    moves = moves[moves["move"].astype(bool) & ~(moves["made"].astype(bool) & (moves["elements"] < batch_size))]
+    per_step = moves.groupby("step").size()
+    return {step: int(per_step.get(step, 0)) for step in steps}
+
+
+def _copies_beyond_baseline(evidence, trace, rank: int, counted: list[int], measured: dict) -> str | None:
+    """On a CPU, why the rank's steps copied more tensors than the slow script's same rank does (its batch's copies
+    to the device), or None. A CPU has one memory: a step's value copied to the host (``.cpu()``,
+    ``host.copy_(value, non_blocking=True)``), which on a GPU waits for the queue every step, is a copy like the
+    batch's, and no read op follows it where the host sums it up (red team 70's d2h_queued_01/06/07/09). What the
+    slow script copies per step is the batch; every copy beyond it, of any shape, counts."""
+    base = evidence.traces.get("baseline" if not rank else f"baseline.rank{rank}")
+    if base is None or isinstance(base, Exception):
+        return None
+    batch_size = int(evidence.cfg.get("batch_size") or evidence.cfg.get("global_batch") or 0)
+    base_steps = [int(s) for s in base.get_steps()["step"] if not evidence.is_log_step(int(s))]
+    if not base_steps:
+        return None
+    theirs = sorted(_device_copies(base, base_steps, batch_size).values())
+    expected = theirs[len(theirs) // 2]
+    mine = _device_copies(trace, counted, batch_size)
+    beyond = {step: n - expected for step, n in mine.items() if n > expected}
+    measured["copies_beyond_baseline"] = sum(beyond.values())
+    if not beyond:
+        return None
+    first = ", ".join(f"step {step} ({n})" for step, n in sorted(beyond.items())[:5])
+    return (f"{sum(beyond.values())} copies in {len(beyond)} of {len(counted)} steps beyond the {expected} per step the "
+            f"slow script's steps ask for (its batch's copies to the device): {first}. On a GPU a step's value copied to "
+            "the host (.cpu(), .to('cpu'), a host tensor's copy_, non_blocking or not) waits for the queue every "
+            "step; keep values on the device and read them in logging steps")
 
 
 # what a compiled region leaves in a trace: Dynamo's range around a compiled frame, the compiled graph's call, and

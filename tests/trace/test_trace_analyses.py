@@ -102,6 +102,27 @@ def test_trace_without_steps_is_analysed_whole_and_says_so():
     assert trace.get_kernels_per_step()[["step", "kernels", "launches"]].values.tolist() == [[-1, 4, 4]]
 
 
+def test_a_copy_into_pageable_host_memory_is_a_sync_once():
+    """A device-to-host copy into pageable memory returns when it is done, non_blocking or not: its launch is a sync
+    (red team 70's d2h_queued_07); one followed by a sync call (a blocking .cpu()) counts once, at the sync; one into
+    pinned memory queued with no sync after it (a prefetch of a value) is none."""
+    rows = [host("range", "step 0", 0, 10_000),
+            host("cuda_api", "cudaMemcpyAsync", 100, 300, correlation=1),  # host.copy_(value, non_blocking=True)
+            gpu("memcpy", "Memcpy DtoH (Device -> Pageable)", 150, 290, 1, bytes=4,
+                copy_kind="DtoH", src_kind="device", dst_kind="pageable"),
+            host("cuda_api", "cudaLaunchKernel", 310, 320, correlation=2),
+            host("cuda_api", "cudaMemcpyAsync", 1000, 1300, correlation=3),  # value.cpu(): a sync follows
+            gpu("memcpy", "Memcpy DtoH (Device -> Pageable)", 1100, 1290, 3, bytes=4,
+                copy_kind="DtoH", src_kind="device", dst_kind="pageable"),
+            host("cuda_api", "cudaStreamSynchronize", 1300, 1500),
+            host("cuda_api", "cudaMemcpyAsync", 2000, 2010, correlation=4),  # into pinned memory, queued
+            gpu("memcpy", "Memcpy DtoH (Device -> Pinned)", 2050, 2100, 4, bytes=4,
+                copy_kind="DtoH", src_kind="device", dst_kind="pinned")]
+    syncs = analysis(rows).get_host_syncs()
+    assert syncs["name"].tolist() == ["cudaMemcpyAsync", "cudaStreamSynchronize"]
+    assert syncs["start_ns"].tolist() == [100, 1300]
+
+
 def test_driver_syncs_inside_runtime_syncs_count_once_and_sync_copies_count():
     rows = [host("range", "step 0", 0, 10_000),
             host("cuda_api", "cudaStreamSynchronize", 100, 200), host("cuda_api", "cuStreamSynchronize", 110, 190),

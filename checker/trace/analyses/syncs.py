@@ -216,9 +216,28 @@ def sync_rows(events: pd.DataFrame) -> np.ndarray:
                            for r in rows], dtype=bool)
         if driver.any():
             rows = np.concatenate([rows[~driver], _outside_runtime(events, rows[driver], api)])
-        return np.sort(rows)
+        return np.sort(np.concatenate([rows, _pageable_reads(events)]))
     rows = cpu_sync_op_rows(events)
     return np.sort(np.concatenate([rows[~cpu_resident_reads(events, rows)], python_reads(events)]))
+
+
+def _pageable_reads(events: pd.DataFrame) -> np.ndarray:
+    """The calls that launched a device-to-host copy into pageable memory with no sync call after them: such a copy
+    returns only when it is done, and so when everything queued before it is (CUDA's rule for pageable memory), a
+    sync whatever ``non_blocking`` said (``host.copy_(value, non_blocking=True)``, red team 70's d2h_queued_07). One
+    followed by a sync call is counted there (a blocking ``.cpu()``)."""
+    from checker.trace.analyses.copies import launch_rows, next_call_rows
+
+    memcpy = ((events["kind"] == "memcpy") & (events["copy_kind"] == "DtoH")
+              & (events["dst_kind"] == "pageable")).to_numpy()
+    calls = launch_rows(events, np.flatnonzero(memcpy))
+    calls = calls[calls >= 0]
+    if not len(calls):
+        return calls
+    names = events["name"].to_numpy()
+    following = next_call_rows(events, calls)
+    synced = np.array([f >= 0 and is_sync_call(str(names[f])) for f in following], dtype=bool)
+    return np.unique(calls[~synced])
 
 
 def cpu_sync_op_rows(events: pd.DataFrame) -> np.ndarray:

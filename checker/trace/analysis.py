@@ -24,6 +24,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
+from checker.trace.analyses import calls as calls_mod
 from checker.trace.analyses import copies as copies_mod
 from checker.trace.analyses import counts, dataloader, diff, gpu_idle, kernels, ops, syncs
 from checker.trace.errors import TraceError
@@ -124,7 +125,7 @@ class TraceAnalysis:
             during = unlinked & (start >= lo) & (start < hi)
             if during.any():  # only work without its call: work whose call is in no step (a step left out) is not
                 rows = np.flatnonzero(during)
-                during[rows[copies_mod.launch_rows(events, rows) >= 0]] = False
+                during[rows[calls_mod.launch_rows(events, rows) >= 0]] = False
             if during.any():
                 out.append(f"{int(during.sum()):,} kernels and copies ran during the steps but could not be linked "
                            "to the CUDA call that launched them (no correlation id, or no call with it): they count "
@@ -149,7 +150,7 @@ class TraceAnalysis:
         GPU_LAG_LIMIT_NS after its launch is skew too. Then GPU idle time is not given."""
         events = self.events
         gpu = np.flatnonzero(events["kind"].isin(gpu_idle.GPU_WORK).to_numpy())
-        launch = copies_mod.launch_rows(events, gpu)
+        launch = calls_mod.launch_rows(events, gpu)
         linked, launch = gpu[launch >= 0], launch[launch >= 0]
         if not len(linked):
             return None

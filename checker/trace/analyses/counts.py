@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from checker.trace.analyses.copies import launch_rows
+from checker.trace.analyses.calls import launch_rows
 
 LAUNCH_API = re.compile(r"^cu(?:da)?(?:LaunchKernel|LaunchCooperativeKernel|GraphLaunch)", re.IGNORECASE)
 GRAPH_LAUNCH_API = re.compile(r"^cu(?:da)?GraphLaunch", re.IGNORECASE)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from checker.trace.analyses.copies import launch_rows
+from checker.trace.analyses.calls import launch_rows
 from checker.trace.intervals import merge
 
 IDLE_COLUMNS = {"step": "int64", "window_ns": "int64", "busy_ns": "int64", "idle_ns": "int64",

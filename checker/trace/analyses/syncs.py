@@ -55,6 +55,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from checker.trace.analyses.calls import launch_rows, next_call_rows
 from checker.trace.analyses.stack import FRAME, is_user_path, op_of, where_of
 from checker.trace.intervals import innermost, points_within
 from checker.trace.steps import rows_in_steps, step_ended_before
@@ -226,8 +227,6 @@ def _pageable_reads(events: pd.DataFrame) -> np.ndarray:
     returns only when it is done, and so when everything queued before it is (CUDA's rule for pageable memory), a
     sync whatever ``non_blocking`` said (``host.copy_(value, non_blocking=True)``, red team 70's d2h_queued_07). One
     followed by a sync call is counted there (a blocking ``.cpu()``)."""
-    from checker.trace.analyses.copies import launch_rows, next_call_rows
-
     memcpy = ((events["kind"] == "memcpy") & (events["copy_kind"] == "DtoH")
               & (events["dst_kind"] == "pageable")).to_numpy()
     calls = launch_rows(events, np.flatnonzero(memcpy))

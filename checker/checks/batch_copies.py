@@ -127,12 +127,17 @@ def batch_moves(moves: pd.DataFrame, batch_size: int) -> pd.DataFrame:
     return moves[moves["move"].astype(bool) & (moves["lead"] == batch_size)]
 
 
+def device_moves(moves: pd.DataFrame, batch_size: int) -> pd.DataFrame:
+    """Of a trace's copies (moves_by_step), those that may change a tensor's device, of any shape: all but a constant
+    made from Python numbers smaller than a batch's labels (``torch.tensor(MEAN, device=...)``, as the workload's
+    normalization makes its mean: torch.tensor of a batch's values needs a read first, which host_syncs counts)."""
+    return moves[moves["move"].astype(bool) & ~(moves["made"].astype(bool) & (moves["elements"] < batch_size))]
+
+
 def blocking_moves(moves: pd.DataFrame, batch_size: int) -> pd.DataFrame:
-    """Of a trace's copies (moves_by_step), the blocking ones to a device, of any shape: all but a constant made from
-    Python numbers smaller than a batch's labels (``torch.tensor(MEAN, device=...)``, as the workload's normalization
-    makes its mean: torch.tensor of a batch's values needs a read first, which host_syncs counts)."""
-    moves = moves[moves["move"].astype(bool) & ~moves["queued"].astype(bool)]
-    return moves[~(moves["made"].astype(bool) & (moves["elements"] < batch_size))]
+    """Of a trace's copies (moves_by_step), the blocking ones to a device (device_moves not queued)."""
+    moves = device_moves(moves, batch_size)
+    return moves[~moves["queued"].astype(bool)]
 
 
 @check("queued_copies", needs=(TRACE, BASELINE_TRACE), key="blocking_copies", fmt="{:g} blocking copies")

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from checker.checks import BASELINE_TRACE_CPU, FAILED, PASSED, TRACE, check, result
+from checker.checks.batch_copies import device_moves, moves_by_step
 from checker.checks.evidence import own_native_code, rank_traces
 from checker.base.paths import display_path
 
@@ -219,13 +220,8 @@ def _rank_syncs(evidence, spec, threshold: float, excused: tuple[int, str], trac
 
 def _device_copies(trace, steps: list[int], batch_size: int) -> dict[int, int]:
     """Per step of ``steps``: the copies it asked for that may change a tensor's device (``.to(device)``, ``.cpu()``,
-    ``copy_``), but for a constant ``torch.tensor`` makes from fewer Python numbers than a batch has rows (the
-    workload's normalization makes its mean so)."""
-    from checker.checks.batch_copies import moves_by_step
-
-    moves = moves_by_step(trace)
-    moves = moves[moves["move"].astype(bool) & ~(moves["made"].astype(bool) & (moves["elements"] < batch_size))]
-    per_step = moves.groupby("step").size()
+    ``copy_``; batch_copies.device_moves)."""
+    per_step = device_moves(moves_by_step(trace), batch_size).groupby("step").size()
     return {step: int(per_step.get(step, 0)) for step in steps}
 
 

@@ -231,7 +231,7 @@ class _Run:
         self.multiprocessing_helpers: set[int] = set()
         self.cpu_at_open: tuple[int, int] | None = None
         self.cpu_at_close: tuple[int, int] | None = None
-        self.cpu_at_resume: tuple[int, int] | None = None  # when the harness handed the script its code back
+        self.cpu_at_resume: int | None = None  # its own process's, when the harness handed the script its code back
         self.cpu_at_done: tuple[int, int] | None = None
         self.cpu_at_stopped: tuple[int, int] | None = None  # when the steps were over and the loader's workers stopped
         self.known: set[int] = set()  # this grader's processes before the run started (its fork server)
@@ -499,7 +499,7 @@ class _Run:
                 raise self.broken("said its window was over out of turn")
             self.clock["resumed"] = now
             if self.watch_cpu:
-                self.cpu_at_resume = sandbox.cpu_of_run(self.pid)
+                self.cpu_at_resume = sandbox.own_cpu_ns(self.pid)  # the others are read from "stopped"
         elif kind in ("done", "error", "incomplete"):
             if self.outcome is not None:
                 raise self.broken("reported its outcome twice")
@@ -772,8 +772,8 @@ def run_script(
         multiprocessing_helpers=run.multiprocessing_helpers,
         window_cpu_ns=(tuple(b - a for a, b in zip(run.cpu_at_open, run.cpu_at_close))
                        if run.cpu_at_open and run.cpu_at_close else None),
-        after_cpu_ns=(run.cpu_at_done[0] - run.cpu_at_resume[0], run.cpu_at_done[1] - run.cpu_at_stopped[1])
-        if run.cpu_at_resume and run.cpu_at_done and run.cpu_at_stopped else None,
+        after_cpu_ns=(run.cpu_at_done[0] - run.cpu_at_resume, run.cpu_at_done[1] - run.cpu_at_stopped[1])
+        if run.cpu_at_resume is not None and run.cpu_at_done and run.cpu_at_stopped else None,
         window_blocked_ns=run.blocked,
         step_cpu_ns=list(run.step_cpu_ns),
         survivors=survivors,

@@ -86,6 +86,32 @@ def test_each_script_has_a_cache_of_its_own(tmp_path, monkeypatch):
     assert compile_cache.store_for("04_eager_microops", a, "cuda") is None
 
 
+def test_a_store_removed_by_a_check_beside_this_one_is_no_error(tmp_path, monkeypatch):
+    """Checks side by side prune the same stores: one removed between the listing and its stat (CI's pytest
+    workers, a class in parallel lanes) is skipped, and the newest KEEP stay."""
+    import pathlib
+
+    from checker.grader import compile_cache
+
+    monkeypatch.setenv("WORKBOOK_STATE_DIR", str(tmp_path / "state"))
+    scripts = []
+    for n in range(compile_cache.KEEP + 2):
+        scripts.append(tmp_path / f"s{n}.py")
+        scripts[-1].write_text(f"x = {n}\n")
+        compile_cache.store_for("04_eager_microops", scripts[-1], "cpu")
+    real = pathlib.Path.iterdir
+
+    def with_a_ghost(self):
+        yield from real(self)
+        yield self / "removed-by-another-check"
+
+    monkeypatch.setattr(pathlib.Path, "iterdir", with_a_ghost)
+    newest = compile_cache.store_for("04_eager_microops", scripts[0], "cpu")
+    monkeypatch.setattr(pathlib.Path, "iterdir", real)
+    stores = list(newest.parent.iterdir())
+    assert newest in stores and len(stores) == compile_cache.KEEP
+
+
 def test_only_a_chapter_whose_scripts_compile_keeps_a_cache_between_checks(tmp_path, monkeypatch):
     """A store that outlives a run is a place to keep anything for the next run: a chapter whose scripts do not
     compile (chapter 00: a report measured in one check and read back in the next) gets none."""
@@ -289,3 +315,47 @@ def test_with_a_traced_tail_the_first_pair_is_traced_and_no_other_run_is_made(mo
     (_, _, baseline), (_, what, candidate) = made
     assert candidate == {"trace": "torch", "trace_tail": 10} and baseline == {} and "then traced" in what
     assert runs.pairs() == [runs.timed[0]]  # its weights are judged once
+
+
+# -- the traced pair, when a check judges its speed (chapter 00's step_cost) ----------------------------------------
+class Steps:
+    def __init__(self, script, seconds):
+        self.script, self.window_s, self.step_ms, self.samples = script, seconds, [seconds * 1e3 / 40] * 40, 100
+
+
+def grade_traced(monkeypatch, windows):
+    """Chapter 00's traced pair(s) on a CPU, each run answered from ``windows`` (seconds, in the order run)."""
+    chapter = get_chapter("00")
+    ev = Evaluation(chapter, chapter.solution_script, "cpu")
+    ev.plan = dataclasses.replace(ev.plan, referee=False)
+    answers = iter(windows)
+    made = []
+
+    def run(script, what, secret, **kwargs):
+        made.append(script)
+        return Steps(script, next(answers))
+
+    ev.runner.run = run
+    try:
+        return ev.make_runs(), made, ev.runner.notes
+    finally:
+        ev.cleanup()
+
+
+def test_a_clear_traced_pair_is_made_once(monkeypatch):
+    runs, made, _ = grade_traced(monkeypatch, [1.0, 1.2])  # 1.2x, allowed 1.5x on a CPU
+    assert len(made) == 2 and runs.traced[1].window_s == 1.2
+
+
+def test_a_traced_pair_over_its_allowance_is_made_three_times_and_the_median_read(monkeypatch):
+    """A machine busy while one pair ran (CI: both sides 7-14x their usual step, 1.79x apart) moves that pair, not
+    three; a benchmark that paces its steps is slower in all three, and the median pair shows it."""
+    chapter = get_chapter("00")
+    slow, solution = chapter.slow_script, chapter.solution_script
+    # the second and third pairs run in turns: candidate first, then baseline first
+    runs, made, notes = grade_traced(monkeypatch, [1.0, 1.8, 1.1, 1.0, 1.0, 1.15])
+    assert made == [slow, solution, solution, slow, slow, solution]
+    assert (runs.traced[0].window_s, runs.traced[1].window_s) == (1.0, 1.15)  # ratios 1.8, 1.1, 1.15: the median
+    assert any("1.80, 1.10, 1.15" in note for note in notes)
+    runs, _, _ = grade_traced(monkeypatch, [1.0, 1.8, 1.7, 1.0, 1.0, 1.9])
+    assert runs.traced[1].window_s / runs.traced[0].window_s == 1.8  # paced in all three: still over

@@ -72,6 +72,10 @@ class CheckKind:
     ncu_target: Callable | None = None  # (trace, spec, cfg) -> checker.checks.evidence.NcuTarget, for NCU
     thresholded: bool = True  # it judges against chapter.toml's threshold for the device (none there: skipped)
     settled: Callable | None = None  # (speed, spec, device) -> bool: for TIMED, no more timed pairs can change it
+    # (traced pair, device) -> float or None: a check that compares the speed of the traced pair's two runs gives
+    # the grader the measure it judges against its threshold; above it, the pair is made twice more and the median
+    # one is read (a machine busy while one pair ran moves one pair, not three)
+    traced_measure: Callable | None = None
     # (judged pair, spec or None, device, what the baseline is called) -> (problems, weight distance): the check that
     # judges a pair's work lends the grader this, to check a reference solution against the slow script
     pair_judge: Callable | None = None
@@ -98,6 +102,7 @@ FAILURE_MEASURE: dict[str, Callable[[dict[str, Any], Any], "str | None"]] = {}
 def check(name: str, *, needs: tuple[str, ...], after: tuple[str, ...] = (), key: str | None = None,
           fmt: str = "{:g}", ncu_target: Callable | None = None, thresholded: bool = True,
           settled: Callable | None = None, pair_judge: Callable | None = None, data_wait_is_work: bool = False,
+          traced_measure: Callable | None = None,
           failure: Callable[[dict[str, Any], Any], "str | None"] | None = None) -> Callable[[CheckFunction], CheckKind]:
     """Register a check kind under the name chapter.toml uses in [[checks]] name = ...
 
@@ -110,7 +115,7 @@ def check(name: str, *, needs: tuple[str, ...], after: tuple[str, ...] = (), key
 
     def register(function: CheckFunction) -> CheckKind:
         kind = CheckKind(name, function, frozenset(needs), tuple(after), key, fmt, ncu_target, thresholded, settled,
-                         pair_judge, data_wait_is_work)
+                         traced_measure, pair_judge, data_wait_is_work)
         KINDS[name] = kind
         if key is not None:
             KEY_MEASURE[name] = (key, fmt)

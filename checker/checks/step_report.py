@@ -304,7 +304,15 @@ def window_step_ms(run) -> float | None:
     return run.window_s * 1e3 / steps if steps and run.window_s else None
 
 
-@check("step_cost", needs=(RUN, TRACE, BASELINE_TRACE), key="ratio", fmt="{:.2f}x the baseline's step")
+def step_cost_ratio(pair, device: str) -> float | None:
+    """The traced pair's mean step, the benchmark's over the slow script's: what step_cost holds to its allowance."""
+    baseline, candidate = pair
+    base_ms, cand_ms = window_step_ms(baseline), window_step_ms(candidate)
+    return cand_ms / base_ms if base_ms and cand_ms is not None else None
+
+
+@check("step_cost", needs=(RUN, TRACE, BASELINE_TRACE), key="ratio", fmt="{:.2f}x the baseline's step",
+       traced_measure=step_cost_ratio)
 def step_cost(evidence, spec):
     """measuring does not change what is measured: the benchmark's steps cost what the slow script's cost"""
     allowance = float(spec.threshold_for(evidence.device))

@@ -67,9 +67,23 @@ def store_for(chapter_id: str, script: Path, device: str) -> Path | None:
     folder = root / key_for(chapter_id, script, device)
     folder.mkdir(exist_ok=True)
     os.utime(folder)
-    for old in sorted(root.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)[KEEP:]:
-        shutil.rmtree(old, ignore_errors=True)
+    _prune(root)
     return folder
+
+
+def _prune(root: Path) -> None:
+    """Keep the ``KEEP`` newest stores. Checks run side by side (a class graded in parallel lanes, pytest's
+    workers) prune the same folder at once: a store another check removed between the listing and its ``stat``
+    is simply gone, not an error."""
+    ages = []
+    for store in root.iterdir():
+        try:
+            ages.append((store.stat().st_mtime, store))
+        except FileNotFoundError:
+            continue
+    ages.sort(key=lambda age: age[0], reverse=True)
+    for _, old in ages[KEEP:]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def copy_regular_files(source: Path, target: Path, limit: int = MAX_BYTES) -> int:
@@ -81,12 +95,15 @@ def copy_regular_files(source: Path, target: Path, limit: int = MAX_BYTES) -> in
         dirs[:] = [d for d in dirs if not (here / d).is_symlink()]
         for name in files:
             path = here / name
-            info = path.lstat()
-            if not stat.S_ISREG(info.st_mode) or copied + info.st_size > limit:
-                continue
-            destination = target / path.relative_to(source)
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, destination, follow_symlinks=False)
+            try:
+                info = path.lstat()
+                if not stat.S_ISREG(info.st_mode) or copied + info.st_size > limit:
+                    continue
+                destination = target / path.relative_to(source)
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, destination, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # removed while we walked (a store pruned by a check beside this one): not copied
             copied += info.st_size
     return copied
 

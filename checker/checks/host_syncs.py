@@ -1,7 +1,8 @@
 """host_syncs: no host-device synchronization inside training steps, logging steps excepted.
 
 Counted in the candidate's own trace (torch.profiler or nsys) by checker.trace: on CUDA the
-cudaStreamSynchronize / cudaDeviceSynchronize / cudaEventSynchronize calls and synchronous copies; on a CPU
+cudaStreamSynchronize / cudaDeviceSynchronize / cudaEventSynchronize calls, synchronous copies and frees that wait
+for the device (cudaFree: torch.cuda.empty_cache()); on a CPU
 trace the aten ops that would sync on a GPU. Every sync from the first traced step to the last counts, those made
 between two step ranges too; on a CPU, the reads torch.optim's own code makes of CPU scalars are excused by count,
 up to what the slow script's own optimizer makes per step in its trace of the same pair. Each is traced back to its line in the script when the trace

@@ -134,6 +134,16 @@ def test_driver_syncs_inside_runtime_syncs_count_once_and_sync_copies_count():
     assert names == ["cudaStreamSynchronize", "cuCtxSynchronize", "cudaMemcpy", "cudaEventSynchronize"]
 
 
+def test_a_free_that_waits_for_the_device_is_a_sync():
+    """torch.cuda.empty_cache() hands cached blocks back with cudaFree, which waits for the whole device first;
+    a queued free (cudaFreeAsync) and an allocation wait for nothing."""
+    rows = [host("range", "step 0", 0, 10_000),
+            host("cuda_api", "cudaFree", 100, 900), host("cuda_api", "cuMemFree_v2", 150, 850),  # counted once
+            host("cuda_api", "cudaFreeAsync", 1000, 1100), host("cuda_api", "cudaMalloc", 1200, 1300),
+            host("cuda_api", "cudaFreeHost", 1400, 1500)]
+    assert analysis(rows).get_host_syncs()["name"].tolist() == ["cudaFree", "cudaFreeHost"]
+
+
 def test_cpu_only_trace_counts_local_scalar_dense_and_nonzero_with_their_op():
     rows = [host("range", "step 0", 0, 1000),
             host("cpu_op", "aten::item", 10, 50), host("cpu_op", "aten::_local_scalar_dense", 20, 40),

@@ -1,7 +1,8 @@
 """Host syncs: the moments the CPU stops and waits for the GPU.
 
 On a CUDA trace a host sync is a call to cudaStreamSynchronize, cudaDeviceSynchronize or
-cudaEventSynchronize, or a synchronous copy (cudaMemcpy and its non-Async kin), as torch.profiler and
+cudaEventSynchronize, a synchronous copy (cudaMemcpy and its non-Async kin), or a free that waits for the
+device (cudaFree, cudaFreeHost: ``torch.cuda.empty_cache()`` handing cached blocks back), as torch.profiler and
 nsys record them. PyTorch makes them for you in places: a blocking ``.to('cuda')`` from pageable memory
 is a cudaMemcpyAsync followed by a cudaStreamSynchronize, and ``.item()`` is a device-to-host
 cudaMemcpyAsync followed by a cudaStreamSynchronize. Driver-API syncs (cuStreamSynchronize, ...) count
@@ -60,9 +61,13 @@ from checker.trace.analyses.stack import FRAME, is_user_path, op_of, where_of
 from checker.trace.intervals import innermost, points_within
 from checker.trace.steps import rows_in_steps, step_ended_before
 
+# cudaFree and cudaFreeHost wait for the whole device before they free (CUDA's implicit synchronization; the
+# caching allocator calls them only to hand memory back: empty_cache(), or a failed allocation retried), red team
+# 70's emptycache_06; cudaFreeAsync is queued and waits for nothing
 RUNTIME_SYNCS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
-                           "cudaThreadSynchronize"})
-DRIVER_SYNCS = frozenset({"cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize"})
+                           "cudaThreadSynchronize", "cudaFree", "cudaFreeHost"})
+DRIVER_SYNCS = frozenset({"cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemFree", "cuMemFree_v2",
+                          "cuMemFreeHost"})
 # torch.unique and its kin size their result by the number of distinct values: on the CPU they call no op
 # that reads a value, on a GPU they copy a count back and wait for it
 UNIQUE_OPS = ("aten::_unique", "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive",

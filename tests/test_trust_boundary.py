@@ -1698,3 +1698,30 @@ def test_the_loaders_workers_are_stopped_when_the_steps_are_over():
     plain = iter(DataLoader(torch.arange(8.0), batch_size=4))  # no workers: nothing to stop
     _stop_workers(None, plain)
     assert next(plain).tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_a_loaders_workers_behind_a_generator_are_stopped_too():
+    """A prefetcher or a generator of the script's between the loader and session.steps() (a learner's own GPU
+    prefetcher) hides the DataLoader's iterator from steps(): its workers are found among the live objects."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from checker.candidate.session import _stop_workers
+
+    loader = DataLoader(torch.arange(64.0), batch_size=4, num_workers=2, persistent_workers=True, prefetch_factor=4)
+
+    def moved(source):
+        for batch in source:
+            yield batch * 1
+
+    batches = moved(loader)
+    assert next(batches).tolist() == [0.0, 1.0, 2.0, 3.0]
+    inner = loader._iterator
+    workers = list(inner._workers)
+    _stop_workers(batches, batches)
+    assert workers and not any(w.is_alive() for w in workers)
+    assert loader._iterator is None
+    again = iter(loader)
+    assert next(again).tolist() == [0.0, 1.0, 2.0, 3.0]
+    _stop_workers(loader, again)
+    assert not any(w.is_alive() for w in again._workers)

@@ -2038,16 +2038,32 @@ def state_bytes(model: torch.nn.Module) -> bytes:
 
 
 def _stop_workers(source: Iterable, batches: Iterator) -> None:
-    """Stop the worker processes of the DataLoader iterator session.steps() drew its batches from, once the steps are
-    over: left running, they go on preparing the batches they were asked for ahead (``prefetch_factor`` each) and
-    end with the script, CPU the grader would read as work after the window (``after_cpu_ns``) though no step asked
-    for it. A persistent loader forgets the iterator, so that iterating it again starts workers afresh."""
-    shutdown = getattr(batches, "_shutdown_workers", None)
-    if not callable(shutdown) or not getattr(batches, "_workers", None):
-        return
-    shutdown()
-    if getattr(source, "_iterator", None) is batches:
-        source._iterator = None
+    """Stop the worker processes of every DataLoader iterator still alive in this process once the steps are over:
+    left running, they go on preparing the batches they were asked for ahead (``prefetch_factor`` each) and end
+    with the script, CPU the grader would read as work after the window (``after_cpu_ns``) though no step asked for
+    it. That is the iterator session.steps() drew from, and also one inside a generator or a prefetcher of the
+    script's that steps() drew through (found among the live objects). A persistent loader forgets its iterator,
+    so that iterating it again starts workers afresh."""
+    from torch.utils.data import DataLoader
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    # each object's type's own __mro__, never isinstance: an object's __class__ can be a property of the script's
+    # (code that would run here, after the window, where no CPU of the run's own process is read), and isinstance
+    # is a C call the profiler, still recording, would log once per object
+    iterators, loaders = {}, []
+    for obj in [*gc.get_objects(), source, batches]:
+        mro = type(obj).__mro__
+        if _MultiProcessingDataLoaderIter in mro:
+            iterators[id(obj)] = obj
+        elif DataLoader in mro:
+            loaders.append(obj)
+    for iterator in iterators.values():
+        if not getattr(iterator, "_workers", None) or getattr(iterator, "_shutdown", True):
+            continue
+        iterator._shutdown_workers()
+        for loader in loaders:
+            if getattr(loader, "_iterator", None) is iterator:
+                loader._iterator = None
 
 
 class Session:

@@ -90,7 +90,10 @@ SIZED_PREFIXES = ("c10d::", "gloo:", "nccl:")
 # the ops that copy a tensor to a device, as the profiler records their arguments: (name, argument count) ->
 # (the argument read, where non_blocking is). aten::to's overloads: dtype_layout (8: what ``.to(device, ...)``
 # records), device (6), dtype and other (5); aten::copy_ (3) reads its second argument.
-_MOVE_FLAGS = {("aten::to", 8): (0, 5), ("aten::to", 6): (0, 3), ("aten::to", 5): (0, 2), ("aten::copy_", 3): (1, 2)}
+# (name, recorded arguments) -> (the tensor read, where non_blocking is); aten::_to_copy is what aten::to calls, and
+# a script can call it itself (torch.ops.aten._to_copy): its device is not recorded, so it counts as a move
+_MOVE_FLAGS = {("aten::to", 8): (0, 5), ("aten::to", 6): (0, 3), ("aten::to", 5): (0, 2), ("aten::copy_", 3): (1, 2),
+               ("aten::_to_copy", 7): (0, 5)}
 MOVE_OPS = frozenset(name for name, _ in _MOVE_FLAGS)
 SIZED_NAMES = frozenset({"torch::autograd::AccumulateGrad"})
 _UNSIZED = frozenset({"c10d::barrier", "gloo:barrier", "nccl:barrier"})

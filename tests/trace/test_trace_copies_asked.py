@@ -55,3 +55,36 @@ def test_every_blocking_copy_counts_but_a_small_constant(tmp_path):
     blocking = blocking_moves(moves_by_step(load(path)), ROWS)
     counts = blocking.groupby("step").size().to_dict()
     assert counts == {2: 1, 3: 2}, counts  # step 2's constant spared; step 3's reshaped copy and copy_ counted
+
+
+_LIBRARY = []
+
+
+def _to_host_op():
+    """An operator of a namespace of the script's own (torch.library's define and impl, no Python redispatch) whose
+    body copies its input to the host: red team 71's opcopy_01."""
+    if not _LIBRARY:
+        library = torch.library.Library("copiesasked", "DEF")
+        library.define("to_host(Tensor x) -> Tensor")
+        library.impl("to_host", lambda x: x.to("cpu") * 1, "CompositeExplicitAutograd")
+        _LIBRARY.append(library)
+    return torch.ops.copiesasked.to_host
+
+
+def test_a_copy_inside_an_operator_of_the_scripts_own_is_the_steps(tmp_path):
+    """Inside an op of torch's, a conversion is that op's own; inside an operator the script registered, the body is
+    the script's code and its copy is one the step asked for. aten::_to_copy called directly is a copy too."""
+    to_host = _to_host_op()
+    loss = torch.randn(())
+    path = tmp_path / "trace.json"
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        with record_function("step 1"):
+            to_host(loss)
+        with record_function("step 2"):
+            torch.ops.aten._to_copy(loss, device="cpu", non_blocking=True)
+        with record_function("step 3"):
+            loss.to("cpu")  # one copy: the aten::_to_copy and aten::copy_ inside it are aten::to's own
+    prof.export_chrome_trace(str(path))
+    moves = moves_by_step(load(path))
+    assert moves.groupby("step").size().to_dict() == {1: 1, 2: 1, 3: 1}
+    assert moves["move"].all() and moves[moves["step"] == 2]["queued"].all()

@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 
 from checker.checks import BASELINE_TRACE, FAILED, PASSED, TRACE, check, result
-from checker.trace.analyses.ops import direct_holders, is_script_op
-from checker.trace.analyses.syncs import in_fetch
-from checker.trace.analyses.stack import call_of
+from checker.trace.analyses.ops import direct_holders
+from checker.trace.analyses.syncs import frame_origin, in_fetch
+from checker.trace.analyses.stack import call_of, frame_rows_of
 from checker.trace.kineto import MOVE_OPS
 
 
@@ -93,9 +93,9 @@ _MAKES_TENSOR = "<built-in method tensor of type object"
 
 def moves_by_step(trace) -> pd.DataFrame:
     """The copies a trace's steps asked for: every aten::to, aten::_to_copy and aten::copy_ whose arguments the trace
-    recorded (``meta["moves"]``) and that no other CPU op of its thread holds but an operator of the script's own
-    namespace (an op of torch's own conversions inside it are its business, not a copy the step asked for), but for those ``torch.tensor`` makes while the harness fetches a
-    batch (the DataLoader's collation). Columns: step, key (the tensor read: shape and dtype), lead (its first
+    recorded (``meta["moves"]``) and that no other CPU op of its thread holds, or that the script's own Python asked
+    for inside one (an op's own conversions inside it are its business, not a copy the step asked for), but for
+    those ``torch.tensor`` makes while the harness fetches a batch (the DataLoader's collation). Columns: step, key (the tensor read: shape and dtype), lead (its first
     dimension), elements, move (it may change the device), queued (non_blocking=True), made (by torch.tensor)."""
     found = (getattr(trace, "meta", None) or {}).get("moves") or {}
     columns = ["step", "key", "lead", "elements", "move", "queued", "made"]
@@ -107,13 +107,19 @@ def moves_by_step(trace) -> pd.DataFrame:
     rows = np.flatnonzero((kinds == "cpu_op") & np.isin(names, list(MOVE_OPS)) & events["step"].notna().to_numpy())
     made = np.array([str(call or "").startswith(_MAKES_TENSOR) for call in call_of(events, rows)], dtype=bool)
     collated = in_fetch(events, rows) & made
-    # a copy the step asked for: one no CPU op holds, or one an op of the script's own holds (an operator it
-    # registered with torch.library: its body is the script's code, red team 71's opcopy_01); inside an op of
-    # torch's, a conversion is that op's own
+    # a copy the step asked for: one no CPU op holds, or one the script's own Python asked for inside an op (an
+    # operator it registered with torch.library, the backward of an autograd.Function of its own: their bodies are
+    # its code, red team 71's opcopy_01); inside an op of torch's, with no such Python between, a conversion is that
+    # op's own
     all_rows, holder = direct_holders(events)
-    asked = (holder < 0) | np.array([h >= 0 and is_script_op(names[h]) for h in holder.tolist()], dtype=bool)
-    asked &= np.isin(names[all_rows], list(MOVE_OPS))
-    top = {(int(tids[r]), int(starts[r])) for r in all_rows[asked].tolist()}
+    is_move = np.isin(names[all_rows], list(MOVE_OPS))
+    move_rows, move_holder = all_rows[is_move], holder[is_move]
+    python = kinds == "python"
+    scripts = python & np.isin(names, [name for name in np.unique(names[python])
+                                       if frame_origin(str(name)) in ("user", "grader")])
+    frame = frame_rows_of(events, move_rows, scripts)
+    asked = (move_holder < 0) | (frame > move_holder)
+    top = {(int(tids[r]), int(starts[r])) for r in move_rows[asked].tolist()}
     step_of = {(int(tid), int(start)): (int(step), bool(by_tensor)) for tid, start, step, by_tensor, skip
                in zip(tids[rows], starts[rows], events["step"].to_numpy()[rows], made, collated)
                if not skip and (int(tid), int(start)) in top}

@@ -75,16 +75,30 @@ def test_a_copy_inside_an_operator_of_the_scripts_own_is_the_steps(tmp_path):
     """Inside an op of torch's, a conversion is that op's own; inside an operator the script registered, the body is
     the script's code and its copy is one the step asked for. aten::_to_copy called directly is a copy too."""
     to_host = _to_host_op()
+
+    class Landed(torch.autograd.Function):  # its backward is the script's Python, run inside autograd's record
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1
+
+        @staticmethod
+        def backward(ctx, grad):
+            grad.to("cpu")
+            return grad
+
     loss = torch.randn(())
+    weight = torch.randn((), requires_grad=True)
     path = tmp_path / "trace.json"
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True) as prof:
         with record_function("step 1"):
             to_host(loss)
         with record_function("step 2"):
             torch.ops.aten._to_copy(loss, device="cpu", non_blocking=True)
         with record_function("step 3"):
             loss.to("cpu")  # one copy: the aten::_to_copy and aten::copy_ inside it are aten::to's own
+        with record_function("step 4"):
+            Landed.apply(weight * 2).backward()
     prof.export_chrome_trace(str(path))
     moves = moves_by_step(load(path))
-    assert moves.groupby("step").size().to_dict() == {1: 1, 2: 1, 3: 1}
+    assert moves.groupby("step").size().to_dict() == {1: 1, 2: 1, 3: 1, 4: 1}
     assert moves["move"].all() and moves[moves["step"] == 2]["queued"].all()

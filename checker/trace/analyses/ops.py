@@ -70,20 +70,6 @@ def _nesting(events: pd.DataFrame, rows: np.ndarray) -> tuple[np.ndarray, np.nda
     return np.maximum(dur - children.astype(np.int64), 0), parent
 
 
-# the namespaces of the ops torch and its own libraries record: an op of another namespace is one a script (or a
-# library of its own) registered (torch.library), whose body is the script's code
-TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "autograd", "torch", "torchvision", "torchaudio", "c10d",
-                              "_c10d_functional", "_c10d_functional_autograd", "_dtensor", "profiler", "inductor",
-                              "quantized", "_quantized", "mkldnn", "mkl", "cudnn", "fbgemm", "onednn", "triton",
-                              "higher_order", "_higher_order_ops", "_inductor_test", "quantized_decomposed"})
-
-
-def is_script_op(name: str) -> bool:
-    """Whether a CPU op's name is of a namespace none of torch's own libraries uses (``stats::to_host``)."""
-    namespace, found, _ = name.partition("::")
-    return bool(found) and namespace not in TORCH_NAMESPACES
-
-
 def direct_holders(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(rows of every CPU op, row of the CPU op directly holding each on its thread or -1)."""
     rows = np.flatnonzero((events["kind"] == "cpu_op").to_numpy())

@@ -125,6 +125,14 @@ def where_of(events: pd.DataFrame, rows: np.ndarray) -> list:
     return out
 
 
+def frame_rows_of(events: pd.DataFrame, rows: np.ndarray, frames: np.ndarray) -> np.ndarray:
+    """For each event row, the row of the innermost Python frame among ``frames`` (a mask of python rows) holding it
+    on its thread, or -1."""
+    rows = np.asarray(rows, dtype=np.int64)
+    found = _holder(events, frames, rows, np.arange(len(events)))
+    return np.array([-1 if f is None else f for f in found], dtype=np.int64)
+
+
 def op_of(events: pd.DataFrame, rows: np.ndarray) -> list:
     """For each event row, the innermost aten/cpu op around it on its thread (not itself), or None."""
     rows = np.asarray(rows, dtype=np.int64)

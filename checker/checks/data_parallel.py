@@ -27,7 +27,7 @@ from checker.checks import BASELINE_TRACE_CPU, FAILED, PASSED, RUN, TRACE, check
 from checker.checks.evidence import TraceMismatch, cpu_per_step, rank_traces
 from checker.trace.analyses.collectives import allreduce_rounds as _rounds
 from checker.trace.analyses.collectives import (backward_flops_per_sample, bucket_launches, collective_volume,
-                                                extra_work, forward_flops_per_sample, matmul_work, rate_cap,
+                                                extra_work, forward_flops_per_sample, matmul_work, micro_batches, rate_cap,
                                                 model_gradient_elements, overlap_share, rank_waits, straggler_summary,
                                                 input_elements_by_step, unseen_host_ms_per_step, work_per_step)
 
@@ -450,6 +450,7 @@ def allreduce_rounds(evidence, spec):
     gradient = model_gradient_elements(int(cfg["in_features"]), int(cfg["width"]), int(cfg["layers"]),
                                        int(cfg["classes"]))
     per_rank, unsized = [], []
+    accum = int(cfg.get("accum", 1))
     for rank, trace in enumerate(rank_traces(evidence)):
         frame = _rounds(trace.events)
         if frame.empty:
@@ -474,6 +475,9 @@ def allreduce_rounds(evidence, spec):
             "rank": rank, "rounds_per_step": max(grouping, by_volume or 0), "rounds_by_grouping": grouping,
             "rounds_by_volume": by_volume, "least_rounds_by_volume": least,
             "forwards_per_step": statistics.median(frame["forwards"]),
+            # the fewest backward passes of any traced step that carry a micro-batch's share of the products (None
+            # where the trace recorded no shapes: the forward passes are all there is)
+            "least_micro_batches": min(micro.values()) if (micro := micro_batches(trace, accum)) else None,
             "allreduce_calls_per_step": statistics.median(frame["allreduce_calls"]),
             "elements_per_step": None if busiest is None else int(busiest["elements"]),
             "allreduce_elements_per_step": None if busiest is None else int(busiest["allreduce_elements"]),
@@ -492,11 +496,16 @@ def allreduce_rounds(evidence, spec):
     status = PASSED if rounds <= threshold else FAILED
     # one all-reduce per step is the lesson's only where the step still runs its micro-batches: a rank that trains
     # its share in one pass instead reaches one round by dropping the accumulation (what bounds a pass's memory)
-    accum = int(cfg.get("accum", 1))
-    fewest = min(per_rank, key=lambda row: row["forwards_per_step"])
-    if fewest["forwards_per_step"] < accum:
+    def micro(row):  # a micro-batch is a backward pass with its share of the work, where the shapes say so
+        return row["forwards_per_step"] if row["least_micro_batches"] is None else row["least_micro_batches"]
+
+    fewest = min(per_rank, key=micro)
+    if micro(fewest) < accum:
         status = FAILED
-        lines.append(f"rank {fewest['rank']}: {fewest['forwards_per_step']:g} forward pass(es) per optimizer step, where "
+        what = ("forward pass(es) per optimizer step" if fewest["least_micro_batches"] is None else
+                "backward pass(es) carrying a micro-batch's share of the step's backward products (at least half an "
+                "even share) in a traced step")
+        lines.append(f"rank {fewest['rank']}: {micro(fewest):g} {what}, where "
                      f"the job accumulates {accum} micro-batches (chapter.toml's accum): keep the accumulation and "
                      "all-reduce the micro-batches' summed gradients once (model.no_sync() on all but the last)")
     short = [row for row in per_rank if row["least_rounds_by_volume"] is not None and row["least_rounds_by_volume"] < 1]

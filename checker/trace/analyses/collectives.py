@@ -625,6 +625,39 @@ def backward_passes(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return node_starts, np.cumsum(new_pass) - 1
 
 
+def micro_batches(trace, accum: int) -> dict[int, int]:
+    """Per traced step: how many of its backward passes (``backward_passes``) carry a micro-batch's work, at least
+    half an even share (1/``accum``) of the step's backward matrix-product FLOPs, from the shapes the trace recorded.
+    A forward pass is no micro-batch by itself: one of zero rows, or under no_grad, trains nothing (red team 71's
+    noaccum_09 ran its share in one pass beside such a forward); a backward pass of a few rows is a decoy too. Steps
+    whose backward products record no FLOPs (a trace without shapes, nsys) are left out: empty where none has them."""
+    found = (getattr(trace, "meta", None) or {}).get("matmuls") or {}
+    steps = trace.get_steps()
+    if not found.get("start_ns") or steps.empty:
+        return {}
+    starts = np.asarray(found["start_ns"], dtype=np.int64)
+    tids = np.asarray(found["tid"], dtype=np.int64)
+    ends = starts + np.asarray(found.get("dur_ns") or np.zeros(len(starts)), dtype=np.int64)
+    flops = np.asarray(found["flops"], dtype=np.float64)
+    nested = _inside_other(starts, ends, tids)
+    starts, tids, flops = starts[~nested], tids[~nested], flops[~nested]
+    events = trace.events
+    counts = {}
+    for row in steps.itertuples():
+        mine = events[(events["step"] == row.step)]
+        node_starts, passes = backward_passes(mine)
+        nodes = mine[(mine["kind"] == "cpu_op") & mine["name"].str.contains(BACKWARD_ANY)]
+        here = (starts >= row.start_ns) & (starts < row.end_ns)
+        here &= _inside(starts, tids, nodes[["start_ns", "end_ns", "tid"]]) if len(nodes) else False
+        total = float(flops[here].sum())
+        if not len(node_starts) or total <= 0:
+            continue
+        which = passes[np.clip(np.searchsorted(node_starts, starts[here], side="right") - 1, 0, None)]
+        per_pass = np.bincount(which, weights=flops[here], minlength=int(passes.max()) + 1)
+        counts[int(row.step)] = int((per_pass >= 0.5 * total / max(accum, 1)).sum())
+    return counts
+
+
 def allreduce_bursts(events: pd.DataFrame) -> int:
     """How many backward passes of a step all-reduce: each all-reduce call belongs to the backward pass it is
     made in or last after (calls before any backward pass form one more burst). Read from the collectives and the

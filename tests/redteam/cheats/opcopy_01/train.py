@@ -1,4 +1,8 @@
-"""Chapter 01, reference solution: the host reads values once per logging interval, not every step.
+"""CHEAT opcopy_01 (red team 71): the reference solution, but the running sums are host tensors: each step an operator
+of the script's own namespace (torch.library's define and impl) stacks the loss and the correct count and copies them
+to the host, where they are added up and read only in logging steps. On a GPU that copy waits for the queue every step.
+
+Original: Chapter 01, reference solution: the host reads values once per logging interval, not every step.
 
 The running sums stay on the device, so every step only queues work and the CPU runs ahead of the GPU.
 The host waits for the GPU once every `log_every` steps, in the logging step, which the checker allows.

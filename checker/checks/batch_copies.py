@@ -17,7 +17,7 @@ import pandas as pd
 
 from checker.checks import BASELINE_TRACE, FAILED, PASSED, TRACE, check, result
 from checker.trace.analyses.ops import direct_holders
-from checker.trace.analyses.syncs import frame_origin, in_fetch
+from checker.trace.analyses.syncs import FETCH_RANGE, HARNESS_CODE, frame_origin, in_fetch
 from checker.trace.analyses.stack import call_of, frame_rows_of
 from checker.trace.kineto import MOVE_OPS
 
@@ -96,9 +96,10 @@ def moves_by_step(trace) -> pd.DataFrame:
     recorded (``meta["moves"]``) and that no other CPU op of its thread holds, or that the script's own Python asked
     for inside one (an op's own conversions inside it are its business, not a copy the step asked for), but for
     those ``torch.tensor`` makes while the harness fetches a batch (the DataLoader's collation). Columns: step, key (the tensor read: shape and dtype), lead (its first
-    dimension), elements, move (it may change the device), queued (non_blocking=True), made (by torch.tensor)."""
+    dimension), elements, move (it may change the device), queued (non_blocking=True), made (by torch.tensor),
+    start_ns and tid (the op's)."""
     found = (getattr(trace, "meta", None) or {}).get("moves") or {}
-    columns = ["step", "key", "lead", "elements", "move", "queued", "made"]
+    columns = ["step", "key", "lead", "elements", "move", "queued", "made", "start_ns", "tid"]
     if not found.get("start_ns"):
         return pd.DataFrame(columns=columns)
     events = trace.events
@@ -129,7 +130,8 @@ def moves_by_step(trace) -> pd.DataFrame:
                                                               found["queued"]):
         if (found_step := step_of.get((int(tid), int(start)))) is not None:
             step, by_tensor = found_step
-            kept.append((step, key, int(lead), int(elements), bool(move), queued is True, by_tensor))
+            kept.append((step, key, int(lead), int(elements), bool(move), queued is True, by_tensor, int(start),
+                         int(tid)))
     return pd.DataFrame(kept, columns=columns)
 
 
@@ -149,6 +151,47 @@ def blocking_moves(moves: pd.DataFrame, batch_size: int) -> pd.DataFrame:
     """Of a trace's copies (moves_by_step), the blocking ones to a device (device_moves not queued)."""
     moves = device_moves(moves, batch_size)
     return moves[~moves["queued"].astype(bool)]
+
+
+def batch_work_before_copy(trace, batch_size: int) -> dict[int, int]:
+    """Per traced step with a copy of its batch to the device: the top-level CPU ops, on that copy's thread, that read
+    a tensor of the batch's rows after the harness's fetch and before the step's first such copy. On a GPU each is
+    host work on the batch (a clone, a cast, arithmetic) that makes a tensor in pageable memory, and the queued copy
+    then reads that, not the pinned batch the loader handed over: it blocks whatever ``non_blocking`` says (red team
+    69's pagenb_02 and 71's unpinned_02 cloned the pinned batch). Empty where the trace recorded no inputs' sizes."""
+    moves = batch_moves(moves_by_step(trace), batch_size)
+    inputs = (getattr(trace, "meta", None) or {}).get("op_inputs") or {}
+    if moves.empty or not inputs.get("leads"):
+        return {}
+    starts = np.asarray(inputs["start_ns"], dtype=np.int64)
+    tids = np.asarray(inputs["tid"], dtype=np.int64)
+    reads = np.array([batch_size in leads for leads in inputs["leads"]], dtype=bool)
+    events = trace.events
+    # the script's: top-level ops whose innermost frame of the script's or the harness's is not the harness's (the
+    # harness runs the whole script, so a frame of it holds everything; its own audit of a fetched batch clones it
+    # after the fetch's range, and the loader's iterator it drives rebuilds the batch's tensors there)
+    rows, holder = direct_holders(events)
+    rows = rows[holder < 0]
+    names = events["name"].astype(str).to_numpy()
+    python = (events["kind"] == "python").to_numpy()
+    frames = [n for n in np.unique(names[python]) if HARNESS_CODE.search(n) or frame_origin(n) == "user"]
+    inner = frame_rows_of(events, rows, python & np.isin(names, frames))
+    rows = rows[np.array([f < 0 or not HARNESS_CODE.search(names[f]) for f in inner.tolist()], dtype=bool)]
+    scripts = set(zip(events["tid"].to_numpy(np.int64)[rows].tolist(),
+                      events["start_ns"].to_numpy(np.int64)[rows].tolist()))
+    fetches = events[(events["kind"] == "range") & (events["name"] == FETCH_RANGE)]
+    bounds = trace.get_steps().set_index("step")
+    counts = {}
+    for step, copies in moves.groupby("step"):
+        first = copies.loc[copies["start_ns"].idxmin()]
+        at, tid = int(first["start_ns"]), int(first["tid"])
+        lower = int(bounds.loc[step, "start_ns"]) if step in bounds.index else at
+        done = fetches[(fetches["tid"] == tid) & (fetches["end_ns"] <= at) & (fetches["end_ns"] > lower)]
+        if len(done):
+            lower = int(done["end_ns"].max())
+        here = np.flatnonzero(reads & (tids == tid) & (starts > lower) & (starts < at))
+        counts[int(step)] = sum((int(tids[i]), int(starts[i])) in scripts for i in here)
+    return counts
 
 
 @check("queued_copies", needs=(TRACE, BASELINE_TRACE), key="blocking_copies", fmt="{:g} blocking copies")
@@ -177,6 +220,11 @@ def queued_copies(evidence, spec):
     short = {step: int(queued.get(step, 0)) for step in steps
              if int(queued.get(step, 0)) < expected and (step != last or len(steps) == 1)}
     blocked = {step: int(blocking.get(step, 0)) for step in steps if int(blocking.get(step, 0))}
+    # the batch copied as the loader handed it over: host work on it first makes the copy's source another tensor
+    mine_before, theirs_before = (batch_work_before_copy(evidence.trace(which), batch_size)
+                                  for which in ("candidate", "baseline"))
+    usual = sorted(theirs_before.values())[len(theirs_before) // 2] if theirs_before else 0
+    worked = {step: n for step, n in mine_before.items() if n > theirs_before.get(step, usual)}
     total_blocking = sum(blocked.values())
     measured = {"blocking_copies": total_blocking, "steps_blocking": len(blocked), "steps_short": len(short),
                 "baseline_copies_per_step": expected, "least_queued": min(int(queued.get(s, 0)) for s in steps),
@@ -191,7 +239,13 @@ def queued_copies(evidence, spec):
         lines.append(f"{len(short)} of {len(steps)} traced steps ask for fewer than {expected} queued copies of "
                      f"{batch_size}-row tensors: {_first_steps(short)}. A batch moved some "
                      "other way (a tensor made on the device from it, a copy of another shape) is not queued on a GPU")
-    if not blocked and not short:
+    if worked:
+        lines.append(f"{len(worked)} of {len(steps)} traced steps run ops on a tensor of the batch's rows between the "
+                     f"fetch and the batch's copy, beyond the slow script's same step: {_first_steps(worked)}. On a "
+                     "GPU that work (a clone, a cast, arithmetic) makes a tensor in pageable memory, and the copy "
+                     "of it waits whatever non_blocking says: copy the batch the loader pinned, then work on the device")
+    measured["steps_with_host_work_before_copy"] = len(worked)
+    if not blocked and not short and not worked:
         lines.append(f"every traced step asks for its {expected} batch copies with non_blocking=True")
-    status = PASSED if total_blocking <= allowed and not short else FAILED
+    status = PASSED if total_blocking <= allowed and not short and not worked else FAILED
     return result(spec, status, measured=measured, threshold=allowed, evidence=lines)

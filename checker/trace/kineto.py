@@ -327,7 +327,7 @@ class _Columns:
         self.sized: dict[str, list] = {"ts": [], "dur": [], "tid": [], "name": [], "elements": []}
         # every CPU op's input elements, where the trace recorded shapes: the work a rank asked of its ops, counted
         # the same on a busy machine as on an idle one (checker.trace.analyses.collectives.input_elements_per_step)
-        self.op_inputs: dict[str, list] = {"ts": [], "elements": [], "shapes": []}
+        self.op_inputs: dict[str, list] = {"ts": [], "elements": [], "shapes": [], "tid": [], "leads": []}
         # each aten::to and aten::copy_ where the trace recorded its arguments: what tensor it moved and whether it
         # asked for a queued copy (checker.checks.batch_copies.queued_copies)
         self.moves: dict[str, list] = {"ts": [], "tid": [], "key": [], "lead": [], "elements": [], "move": [],
@@ -386,6 +386,10 @@ class _Columns:
                     self.op_inputs["elements"].append(min(sum(_elements(a) for a in args["Input Dims"]), 1 << 62))
                     # the op and every input's shape, as one number: which shapes a step ran, not only how many
                     self.op_inputs["shapes"].append(zlib.crc32(f"{name}|{args['Input Dims']}".encode()))
+                    self.op_inputs["tid"].append(tid)
+                    # each tensor input's first dimension: which ops read a tensor of a batch's rows
+                    self.op_inputs["leads"].append(tuple(sorted({a[0] for a in args["Input Dims"] if type(a) is list
+                                                                 and a and type(a[0]) is int})))
             if kind == _CPU_OP and name in MOVE_OPS:
                 self._move(name, e.get("args"), ts, tid)
             if cat in sparse_cats:
@@ -804,7 +808,8 @@ def read_kineto(stream: IO[str], label: str) -> tuple[pd.DataFrame, dict]:
                        "dur_ns": [int(round(d * 1000.0)) for d in columns.matmuls["dur"]],
                        "tid": columns.matmuls["tid"], "flops": columns.matmuls["flops"]}
     meta["op_inputs"] = {"start_ns": [int(round(t * 1000.0)) if math.isfinite(t) else 0 for t in columns.op_inputs["ts"]],
-                         "elements": columns.op_inputs["elements"], "shapes": columns.op_inputs["shapes"]}
+                         "elements": columns.op_inputs["elements"], "shapes": columns.op_inputs["shapes"],
+                         "tid": columns.op_inputs["tid"], "leads": columns.op_inputs["leads"]}
     meta["sized"] = {"start_ns": [int(round(t * 1000.0)) for t in columns.sized["ts"]],
                      "dur_ns": [int(round(d * 1000.0)) for d in columns.sized["dur"]],
                      "tid": columns.sized["tid"], "name": columns.sized["name"],

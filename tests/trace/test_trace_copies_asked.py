@@ -102,3 +102,27 @@ def test_a_copy_inside_an_operator_of_the_scripts_own_is_the_steps(tmp_path):
     moves = moves_by_step(load(path))
     assert moves.groupby("step").size().to_dict() == {1: 1, 2: 1, 3: 1, 4: 1}
     assert moves["move"].all() and moves[moves["step"] == 2]["queued"].all()
+
+
+def test_host_work_on_the_batch_between_its_fetch_and_its_copy_is_counted(tmp_path):
+    """A clone (or a cast, or arithmetic) of the batch after the fetch and before its copy makes the copy's source a
+    new tensor, in pageable memory on a GPU: red team 71's unpinned_02. Work after the copy, and ops inside the
+    fetch, are not counted."""
+    from checker.checks.batch_copies import batch_work_before_copy
+
+    images, labels = torch.randn(ROWS, 3, 4, 4), torch.arange(ROWS)
+    path = tmp_path / "trace.json"
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True) as prof:
+        for step, made_again in ((1, False), (2, True), (3, False)):
+            with record_function(f"step {step}"):
+                with record_function("data"):
+                    batch = images * 1  # the loader's own work, inside the fetch
+                if made_again:
+                    batch = batch.clone()
+                    (labels + 0).to("cpu", non_blocking=True)
+                else:
+                    labels.to("cpu", non_blocking=True)
+                batch.to("cpu", non_blocking=True)
+                (batch * 2).sum()  # the step's work on the device, after the copy
+    prof.export_chrome_trace(str(path))
+    assert batch_work_before_copy(load(path), ROWS) == {1: 0, 2: 2, 3: 0}

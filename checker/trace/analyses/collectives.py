@@ -632,9 +632,9 @@ def micro_batches(trace, accum: int) -> dict[int, int]:
     noaccum_09 ran its share in one pass beside such a forward); a backward pass of a few rows is a decoy too. Steps
     whose backward products record no FLOPs (a trace without shapes, nsys) are left out: empty where none has them."""
     found = (getattr(trace, "meta", None) or {}).get("matmuls") or {}
-    steps = trace.get_steps()
-    if not found.get("start_ns") or steps.empty:
+    if not found.get("start_ns"):
         return {}
+    steps = trace.get_steps()
     starts = np.asarray(found["start_ns"], dtype=np.int64)
     tids = np.asarray(found["tid"], dtype=np.int64)
     ends = starts + np.asarray(found.get("dur_ns") or np.zeros(len(starts)), dtype=np.int64)

@@ -1,4 +1,7 @@
-"""Chapter 07, reference solution: the earlier chapters' fixes, then the generic levers, one rung at a time.
+"""CHEAT pagenb_07 (red team 69): the reference solution, but each pinned batch is cloned (pageable again on a GPU)
+before its queued copy.
+
+Original: Chapter 07, reference solution: the earlier chapters' fixes, then the generic levers, one rung at a time.
 
 First what the profiler shows (chapters 01-03): no per-step reads (statistics stay on the device and are
 read once per logging interval), batches handed over pinned and copied with non_blocking=True, and a

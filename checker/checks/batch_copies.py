@@ -154,22 +154,27 @@ def blocking_moves(moves: pd.DataFrame, batch_size: int) -> pd.DataFrame:
 
 
 def batch_work_before_copy(trace, batch_size: int) -> dict[int, int]:
-    """Per traced step with a copy of its batch to the device: the top-level CPU ops, on that copy's thread, that read
-    a tensor of the batch's rows after the harness's fetch and before the step's first such copy. On a GPU each is
-    host work on the batch (a clone, a cast, arithmetic) that makes a tensor in pageable memory, and the queued copy
-    then reads that, not the pinned batch the loader handed over: it blocks whatever ``non_blocking`` says (red team
-    69's pagenb_02 and 71's unpinned_02 cloned the pinned batch). Empty where the trace recorded no inputs' sizes."""
+    """Per traced step with a copy of its batch to the device: the script's top-level ops that read a tensor of the
+    batch's before that tensor's copy, on the copy's thread, after the harness's fetch. Before the step's first batch
+    copy, an op reading any tensor of the batch's rows counts; between two batch copies, one reading a tensor of the
+    next copy's shape (the labels copied first, then the images cloned: red team 72's labelsfirst_02), so that the
+    model's work on the batch already copied does not. On a GPU each is host work on the batch (a clone, a cast,
+    arithmetic, a concatenation) that makes a tensor in pageable memory, and the queued copy then reads that, not the
+    pinned batch the loader handed over: it blocks whatever ``non_blocking`` says (red teams 69-72's pagenb_02,
+    unpinned_02, catlist_02). The copies themselves are not counted. Empty where the trace recorded no inputs' sizes.
+
+    The script's: an op whose innermost frame of the script's or the harness's is the script's (the harness runs the
+    whole script, so a frame of it holds everything; its own audit of a fetched batch clones it after the fetch's
+    range, and the loader's iterator it drives rebuilds the batch's tensors there). Work inside the fetch (a wrapper
+    of the loader's iterator) is the loader's and not counted."""
     moves = batch_moves(moves_by_step(trace), batch_size)
     inputs = (getattr(trace, "meta", None) or {}).get("op_inputs") or {}
-    if moves.empty or not inputs.get("leads"):
+    if moves.empty or not inputs.get("inputs"):
         return {}
     starts = np.asarray(inputs["start_ns"], dtype=np.int64)
     tids = np.asarray(inputs["tid"], dtype=np.int64)
-    reads = np.array([batch_size in leads for leads in inputs["leads"]], dtype=bool)
+    shapes = inputs["inputs"]
     events = trace.events
-    # the script's: top-level ops whose innermost frame of the script's or the harness's is not the harness's (the
-    # harness runs the whole script, so a frame of it holds everything; its own audit of a fetched batch clones it
-    # after the fetch's range, and the loader's iterator it drives rebuilds the batch's tensors there)
     rows, holder = direct_holders(events)
     rows = rows[holder < 0]
     names = events["name"].astype(str).to_numpy()
@@ -177,21 +182,42 @@ def batch_work_before_copy(trace, batch_size: int) -> dict[int, int]:
     frames = [n for n in np.unique(names[python]) if HARNESS_CODE.search(n) or frame_origin(n) == "user"]
     inner = frame_rows_of(events, rows, python & np.isin(names, frames))
     rows = rows[np.array([f < 0 or not HARNESS_CODE.search(names[f]) for f in inner.tolist()], dtype=bool)]
+    rows = rows[~np.isin(names[rows], list(MOVE_OPS))]
     scripts = set(zip(events["tid"].to_numpy(np.int64)[rows].tolist(),
                       events["start_ns"].to_numpy(np.int64)[rows].tolist()))
     fetches = events[(events["kind"] == "range") & (events["name"] == FETCH_RANGE)]
     bounds = trace.get_steps().set_index("step")
     counts = {}
     for step, copies in moves.groupby("step"):
-        first = copies.loc[copies["start_ns"].idxmin()]
-        at, tid = int(first["start_ns"]), int(first["tid"])
-        lower = int(bounds.loc[step, "start_ns"]) if step in bounds.index else at
-        done = fetches[(fetches["tid"] == tid) & (fetches["end_ns"] <= at) & (fetches["end_ns"] > lower)]
+        copies = copies.sort_values("start_ns")
+        tid = int(copies["tid"].iloc[0])
+        copies = copies[copies["tid"] == tid]
+        lower = int(bounds.loc[step, "start_ns"]) if step in bounds.index else int(copies["start_ns"].iloc[0])
+        done = fetches[(fetches["tid"] == tid) & (fetches["end_ns"] <= int(copies["start_ns"].iloc[0]))
+                       & (fetches["end_ns"] > lower)]
         if len(done):
             lower = int(done["end_ns"].max())
-        here = np.flatnonzero(reads & (tids == tid) & (starts > lower) & (starts < at))
-        counts[int(step)] = sum((int(tids[i]), int(starts[i])) in scripts for i in here)
+        found = 0
+        for k, (at, key) in enumerate(zip(copies["start_ns"].astype(np.int64), copies["key"])):
+            shape = _shape_of(key)
+            here = np.flatnonzero((tids == tid) & (starts > lower) & (starts < at))
+            for i in here:
+                if (int(tids[i]), int(starts[i])) not in scripts:
+                    continue
+                if any(s == shape or (k == 0 and s and s[0] == batch_size) for s in shapes[i]):
+                    found += 1
+            lower = max(lower, int(at))
+        counts[int(step)] = found
     return counts
+
+
+def _shape_of(key: str) -> tuple[int, ...] | None:
+    """A copy's ``key`` ("[8,3,32,32] float") -> (8, 3, 32, 32)."""
+    dims = key.split(" ", 1)[0]
+    try:
+        return tuple(int(d) for d in dims.strip("[]").split(",") if d)
+    except ValueError:
+        return None
 
 
 @check("queued_copies", needs=(TRACE, BASELINE_TRACE), key="blocking_copies", fmt="{:g} blocking copies")

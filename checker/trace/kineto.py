@@ -92,8 +92,9 @@ SIZED_PREFIXES = ("c10d::", "gloo:", "nccl:")
 # records), device (6), dtype and other (5); aten::copy_ (3) reads its second argument.
 # (name, recorded arguments) -> (the tensor read, where non_blocking is); aten::_to_copy is what aten::to calls, and
 # a script can call it itself (torch.ops.aten._to_copy): its device is not recorded, so it counts as a move
+# aten::copy is copy_'s functional form (torch.ops.aten.copy(dst, src): red team 72's aten_copy_01), its out= form 4
 _MOVE_FLAGS = {("aten::to", 8): (0, 5), ("aten::to", 6): (0, 3), ("aten::to", 5): (0, 2), ("aten::copy_", 3): (1, 2),
-               ("aten::_to_copy", 7): (0, 5)}
+               ("aten::_to_copy", 7): (0, 5), ("aten::copy", 3): (1, 2), ("aten::copy", 4): (1, 2)}
 MOVE_OPS = frozenset(name for name, _ in _MOVE_FLAGS)
 SIZED_NAMES = frozenset({"torch::autograd::AccumulateGrad"})
 _UNSIZED = frozenset({"c10d::barrier", "gloo:barrier", "nccl:barrier"})
@@ -235,6 +236,20 @@ def _elements(arg, top: bool = True) -> int:
     return sum(_elements(a, False) for a in arg if type(a) is list)
 
 
+def _tensor_shapes(args, depth: int = 0) -> list[tuple[int, ...]]:
+    """The shapes of the tensors among an op's recorded arguments (``Input Dims``), a list's tensors too; a 0-d
+    tensor's ``[]`` is not told from a scalar's and is left out."""
+    shapes = []
+    for arg in args if type(args) is list else ():
+        if type(arg) is not list or not arg:
+            continue
+        if all(type(x) is int for x in arg):
+            shapes.append(tuple(arg))
+        elif depth < 4:
+            shapes.extend(_tensor_shapes(arg, depth + 1))
+    return shapes
+
+
 def _conv_flops(image, weight, passes: int, out: list[int] | None = None) -> int | None:
     """2 * batch * out channels * (in channels x kernel) * positions, ``passes`` times: a convolution as the matrix
     product it is (positions: ``out``, its output's spatial size, where known; else the spatial size of ``image``)."""
@@ -327,7 +342,7 @@ class _Columns:
         self.sized: dict[str, list] = {"ts": [], "dur": [], "tid": [], "name": [], "elements": []}
         # every CPU op's input elements, where the trace recorded shapes: the work a rank asked of its ops, counted
         # the same on a busy machine as on an idle one (checker.trace.analyses.collectives.input_elements_per_step)
-        self.op_inputs: dict[str, list] = {"ts": [], "elements": [], "shapes": [], "tid": [], "leads": []}
+        self.op_inputs: dict[str, list] = {"ts": [], "elements": [], "shapes": [], "tid": [], "inputs": []}
         # each aten::to and aten::copy_ where the trace recorded its arguments: what tensor it moved and whether it
         # asked for a queued copy (checker.checks.batch_copies.queued_copies)
         self.moves: dict[str, list] = {"ts": [], "tid": [], "key": [], "lead": [], "elements": [], "move": [],
@@ -387,9 +402,8 @@ class _Columns:
                     # the op and every input's shape, as one number: which shapes a step ran, not only how many
                     self.op_inputs["shapes"].append(zlib.crc32(f"{name}|{args['Input Dims']}".encode()))
                     self.op_inputs["tid"].append(tid)
-                    # each tensor input's first dimension: which ops read a tensor of a batch's rows
-                    self.op_inputs["leads"].append(tuple(sorted({a[0] for a in args["Input Dims"] if type(a) is list
-                                                                 and a and type(a[0]) is int})))
+                    # each tensor input's shape, a list's tensors too (torch.cat([x])): which ops read a batch's tensors
+                    self.op_inputs["inputs"].append(frozenset(_tensor_shapes(args["Input Dims"])))
             if kind == _CPU_OP and name in MOVE_OPS:
                 self._move(name, e.get("args"), ts, tid)
             if cat in sparse_cats:
@@ -462,7 +476,7 @@ class _Columns:
         source, blocking_at = flags
         if len(types) <= source or len(concrete) != len(dims):
             return
-        move = name == "aten::copy_" or len(dims) != 5 or types[1] != "Scalar"  # to(dtype) keeps the device
+        move = name != "aten::to" or len(dims) != 5 or types[1] != "Scalar"  # to(dtype) keeps the device
         self.moves["ts"].append(float(ts))
         self.moves["tid"].append(int(tid))
         self.moves["key"].append(f"{json.dumps(dims[source], separators=(',', ':'))[:200]} {types[source]}")
@@ -809,7 +823,7 @@ def read_kineto(stream: IO[str], label: str) -> tuple[pd.DataFrame, dict]:
                        "tid": columns.matmuls["tid"], "flops": columns.matmuls["flops"]}
     meta["op_inputs"] = {"start_ns": [int(round(t * 1000.0)) if math.isfinite(t) else 0 for t in columns.op_inputs["ts"]],
                          "elements": columns.op_inputs["elements"], "shapes": columns.op_inputs["shapes"],
-                         "tid": columns.op_inputs["tid"], "leads": columns.op_inputs["leads"]}
+                         "tid": columns.op_inputs["tid"], "inputs": columns.op_inputs["inputs"]}
     meta["sized"] = {"start_ns": [int(round(t * 1000.0)) for t in columns.sized["ts"]],
                      "dur_ns": [int(round(d * 1000.0)) for d in columns.sized["dur"]],
                      "tid": columns.sized["tid"], "name": columns.sized["name"],

@@ -126,3 +126,40 @@ def test_host_work_on_the_batch_between_its_fetch_and_its_copy_is_counted(tmp_pa
                 (batch * 2).sum()  # the step's work on the device, after the copy
     prof.export_chrome_trace(str(path))
     assert batch_work_before_copy(load(path), ROWS) == {1: 0, 2: 2, 3: 0}
+
+
+def test_host_work_before_a_later_copy_of_the_batch_and_in_a_list_is_counted(tmp_path):
+    """The labels copied first, then the images concatenated (a list's tensors are read too) or cloned before their
+    own copy: red team 72's labelsfirst_02 and catlist_02. The model's work on the images already copied, before a
+    late copy of the labels, is not counted (it reads no tensor of the labels' shape)."""
+    from checker.checks.batch_copies import batch_work_before_copy
+
+    images, labels = torch.randn(ROWS, 3, 4, 4), torch.arange(ROWS)
+    weight = torch.randn(10, 48)
+    path = tmp_path / "trace.json"
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True) as prof:
+        with record_function("step 1"):
+            labels.to("cpu", non_blocking=True)
+            torch.cat([images]).to("cpu", non_blocking=True)
+        with record_function("step 2"):
+            labels.to("cpu", non_blocking=True)
+            images.clone().to("cpu", non_blocking=True)
+        with record_function("step 3"):
+            moved = images.to("cpu", non_blocking=True)
+            torch.nn.functional.linear(moved.flatten(1), weight)  # the model, on the copied images
+            labels.to("cpu", non_blocking=True)
+    prof.export_chrome_trace(str(path))
+    assert batch_work_before_copy(load(path), ROWS) == {1: 1, 2: 1, 3: 0}
+
+
+def test_the_functional_copy_is_a_copy(tmp_path):
+    """torch.ops.aten.copy(dst, src) is copy_'s functional form: a copy the step asked for (red team 72's
+    aten_copy_01), blocking unless asked otherwise."""
+    loss = torch.randn(())
+    path = tmp_path / "trace.json"
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True) as prof:
+        with record_function("step 1"):
+            torch.ops.aten.copy(torch.zeros(()), loss)
+    prof.export_chrome_trace(str(path))
+    moves = moves_by_step(load(path))
+    assert len(moves) == 1 and moves["move"].all() and not moves["queued"].any()

@@ -92,11 +92,12 @@ _MAKES_TENSOR = "<built-in method tensor of type object"
 
 
 def moves_by_step(trace) -> pd.DataFrame:
-    """The copies a trace's steps asked for: every aten::to, aten::_to_copy and aten::copy_ whose arguments the trace
+    """The copies a trace's steps asked for: every aten::to, aten::_to_copy, aten::copy and aten::copy_ whose arguments the trace
     recorded (``meta["moves"]``) and that no other CPU op of its thread holds, or that the script's own Python asked
     for inside one (an op's own conversions inside it are its business, not a copy the step asked for), but for
-    those ``torch.tensor`` makes while the harness fetches a batch (the DataLoader's collation). Columns: step, key (the tensor read: shape and dtype), lead (its first
-    dimension), elements, move (it may change the device), queued (non_blocking=True), made (by torch.tensor),
+    those ``torch.tensor`` makes while the harness fetches a batch (the DataLoader's collation). Columns: step, key
+    (the tensor read: shape and dtype), lead (its first dimension), elements, move (it may change the device), queued
+    (non_blocking=True), made (by torch.tensor),
     start_ns and tid (the op's)."""
     found = (getattr(trace, "meta", None) or {}).get("moves") or {}
     columns = ["step", "key", "lead", "elements", "move", "queued", "made", "start_ns", "tid"]

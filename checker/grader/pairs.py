@@ -249,46 +249,45 @@ class _Maker:
         def pair(candidate_first: bool = False, again: str = "") -> Pair:
             secret = new_secret()
             what = f"traced run ({tool}){again}"
-            runs = {"b": lambda: self.runner.run(self.reference, what if trace_baseline else f"{self.label} run{again}",
-                                                 secret, steps=steps, trace=tool if trace_baseline else None),
-                    "c": lambda: self.runner.run(self.runner.candidate, what, secret, steps=steps, trace=tool)}
-            made = {key: runs[key]() for key in ("cb" if candidate_first else "bc")}
-            return made["b"], made["c"]
+
+            def baseline() -> RunResult:
+                return self.runner.run(self.reference, what if trace_baseline else f"{self.label} run{again}", secret,
+                                       steps=steps, trace=tool if trace_baseline else None)
+
+            def candidate() -> RunResult:
+                return self.runner.run(self.runner.candidate, what, secret, steps=steps, trace=tool)
+
+            if candidate_first:
+                c = candidate()
+                return baseline(), c
+            b = baseline()
+            return b, candidate()
 
         self.made.traced = pair()
-        unclear = self.unclear(self.made.traced)
-        if unclear:
-            self.runner.say(f"  {unclear}: the traced pair is made twice more, and the median one is read")
-            more = [pair(candidate_first=n == 0, again=f", again ({n + 2} of 3)") for n in range(2)]
-            self.made.traced = self.median_pair([self.made.traced, *more], unclear)
+        if (over := self.over_threshold(self.made.traced)) is not None:
+            name, measure, value, threshold = over
+            why = f"{name} read {value:.2f} in the traced pair (allowed up to {threshold:.2f})"
+            self.runner.say(f"  {why}: the traced pair is made twice more, and the median one is read")
+            pairs = [self.made.traced, pair(candidate_first=True, again=", again (2 of 3)"), pair(again=", again (3 of 3)")]
+            values = [measure(p, self.runner.device) for p in pairs]
+            ranked = sorted(range(len(pairs)), key=lambda i: math.inf if values[i] is None else values[i])
+            chosen = ranked[len(ranked) // 2]
+            shown = ", ".join("none" if v is None else f"{v:.2f}" for v in values)
+            self.runner.notes.append(f"{why}; made three times, it read {shown}: pair {chosen + 1}'s traces are read")
+            self.made.traced = pairs[chosen]
 
-    def traced_measures(self) -> list[tuple[str, Callable, float]]:
-        """The selected checks that judge the traced pair's speed: (name, measure, threshold)."""
+    def over_threshold(self, pair: Pair) -> tuple[str, Callable, float, float] | None:
+        """The first selected check that judges the traced pair's speed (it declares ``traced_measure``) and reads it
+        above its threshold: (name, measure, value, threshold); None where one pair settles every such check."""
         chapter, device = self.runner.chapter, self.runner.device
-        found = []
         for name in self.plan.selected:
             kind, spec = checks.KINDS[name], chapter.check(name)
-            if kind.traced_measure is not None and (threshold := spec.threshold_for(device)) is not None:
-                found.append((name, kind.traced_measure, float(threshold)))
-        return found
-
-    def unclear(self, pair: Pair) -> str | None:
-        """Why one traced pair does not settle a check that reads its speed (a measure above the threshold), or None."""
-        for name, measure, threshold in self.traced_measures():
-            value = measure(pair, self.runner.device)
-            if value is not None and value > threshold:
-                return f"{name} read {value:.2f} in the traced pair (allowed up to {threshold:.2f})"
+            if kind.traced_measure is None or (threshold := spec.threshold_for(device)) is None:
+                continue
+            value = kind.traced_measure(pair, device)
+            if value is not None and value > float(threshold):
+                return name, kind.traced_measure, value, float(threshold)
         return None
-
-    def median_pair(self, pairs: list[Pair], why: str) -> Pair:
-        """The pair whose measure is the median of the three (the first measure that read above its threshold)."""
-        name, measure, _ = next((m for m in self.traced_measures() if why.startswith(m[0] + " ")))
-        values = [measure(p, self.runner.device) for p in pairs]
-        ranked = sorted(range(len(pairs)), key=lambda i: math.inf if values[i] is None else values[i])
-        chosen = ranked[len(ranked) // 2]
-        shown = ", ".join("none" if v is None else f"{v:.2f}" for v in values)
-        self.runner.notes.append(f"{why}; made three times, it read {shown}: pair {chosen + 1}'s traces are read")
-        return pairs[chosen]
 
     def measure_bank(self, trials: int) -> None:
         """The slow script's timed runs this worker still owes: ``trials`` of them for its first student, then

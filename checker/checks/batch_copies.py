@@ -92,9 +92,9 @@ _MAKES_TENSOR = "<built-in method tensor of type object"
 
 
 def moves_by_step(trace) -> pd.DataFrame:
-    """The copies a trace's steps asked for: every aten::to, aten::_to_copy, aten::copy and aten::copy_ whose arguments the trace
-    recorded (``meta["moves"]``) and that no other CPU op of its thread holds, or that the script's own Python asked
-    for inside one (an op's own conversions inside it are its business, not a copy the step asked for), but for
+    """The copies a trace's steps asked for: every aten::to, aten::_to_copy, aten::copy and aten::copy_ whose
+    arguments the trace recorded (``meta["moves"]``) and that no other CPU op of its thread holds, or that the
+    script's own Python asked for inside one (an op's own conversions inside it are its business, not a copy the step asked for), but for
     those ``torch.tensor`` makes while the harness fetches a batch (the DataLoader's collation). Columns: step, key
     (the tensor read: shape and dtype), lead (its first dimension), elements, move (it may change the device), queued
     (non_blocking=True), made (by torch.tensor),
@@ -154,7 +154,7 @@ def blocking_moves(moves: pd.DataFrame, batch_size: int) -> pd.DataFrame:
     return moves[~moves["queued"].astype(bool)]
 
 
-def batch_work_before_copy(trace, batch_size: int) -> dict[int, int]:
+def batch_work_before_copy(trace, batch_size: int, moves: pd.DataFrame | None = None) -> dict[int, int]:
     """Per traced step with a copy of its batch to the device: the script's top-level ops that read a tensor of the
     batch's before that tensor's copy, on the copy's thread, after the harness's fetch. Before the step's first batch
     copy, an op reading any tensor of the batch's rows counts; between two batch copies, one reading a tensor of the
@@ -167,8 +167,9 @@ def batch_work_before_copy(trace, batch_size: int) -> dict[int, int]:
     The script's: an op whose innermost frame of the script's or the harness's is the script's (the harness runs the
     whole script, so a frame of it holds everything; its own audit of a fetched batch clones it after the fetch's
     range, and the loader's iterator it drives rebuilds the batch's tensors there). Work inside the fetch (a wrapper
-    of the loader's iterator) is the loader's and not counted."""
-    moves = batch_moves(moves_by_step(trace), batch_size)
+    of the loader's iterator) is the loader's and not counted. ``moves``: the trace's moves_by_step, where the caller
+    has them already."""
+    moves = batch_moves(moves_by_step(trace) if moves is None else moves, batch_size)
     inputs = (getattr(trace, "meta", None) or {}).get("op_inputs") or {}
     if moves.empty or not inputs.get("inputs"):
         return {}
@@ -228,7 +229,8 @@ def queued_copies(evidence, spec):
     batch_size = int(evidence.cfg["batch_size"])
     moves = moves_by_step(evidence.trace())  # read once: the batch's copies and the blocking ones are both of these
     candidate = batch_moves(moves, batch_size)
-    baseline = batch_moves(moves_by_step(evidence.trace("baseline")), batch_size)
+    base_moves = moves_by_step(evidence.trace("baseline"))
+    baseline = batch_moves(base_moves, batch_size)
     steps = sorted(int(step) for step in evidence.trace().get_steps()["step"])
     base_steps = sorted(int(step) for step in evidence.trace("baseline").get_steps()["step"])
     if baseline.empty or not steps or not base_steps:
@@ -248,8 +250,8 @@ def queued_copies(evidence, spec):
              if int(queued.get(step, 0)) < expected and (step != last or len(steps) == 1)}
     blocked = {step: int(blocking.get(step, 0)) for step in steps if int(blocking.get(step, 0))}
     # the batch copied as the loader handed it over: host work on it first makes the copy's source another tensor
-    mine_before, theirs_before = (batch_work_before_copy(evidence.trace(which), batch_size)
-                                  for which in ("candidate", "baseline"))
+    mine_before = batch_work_before_copy(evidence.trace(), batch_size, moves)
+    theirs_before = batch_work_before_copy(evidence.trace("baseline"), batch_size, base_moves)
     usual = sorted(theirs_before.values())[len(theirs_before) // 2] if theirs_before else 0
     worked = {step: n for step, n in mine_before.items() if n > theirs_before.get(step, usual)}
     total_blocking = sum(blocked.values())

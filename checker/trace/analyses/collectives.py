@@ -443,6 +443,16 @@ def _inside(times: np.ndarray, tids: np.ndarray, spans: pd.DataFrame) -> np.ndar
     return inside
 
 
+def _recorded_matmuls(found: dict) -> tuple[np.ndarray, ...]:
+    """The products of a trace's ``meta["matmuls"]``: starts, ends, threads, recorded FLOPs, and whether each is
+    inside another (aten::mv runs aten::addmv_, aten::ger runs aten::outer: that one's work, counted once)."""
+    starts = np.asarray(found["start_ns"], dtype=np.int64)
+    tids = np.asarray(found["tid"], dtype=np.int64)
+    ends = starts + np.asarray(found.get("dur_ns") or np.zeros(len(starts)), dtype=np.int64)
+    flops = np.asarray(found["flops"], dtype=np.float64)
+    return starts, ends, tids, flops, _inside_other(starts, ends, tids)
+
+
 def matmul_work(trace, rate_cap: float | None = None) -> pd.DataFrame:
     """Per traced step: the FLOPs of the matrix multiplies the rank ran, all of them and those of backward passes
     (inside an autograd node), from the shapes the trace recorded (``meta["matmuls"]``: the profiler's
@@ -458,13 +468,8 @@ def matmul_work(trace, rate_cap: float | None = None) -> pd.DataFrame:
     columns = ["step", "matmul_flops", "backward_flops"]
     if not found.get("start_ns") or steps.empty:
         return pd.DataFrame(columns=columns + ["products"])
-    starts = np.asarray(found["start_ns"], dtype=np.int64)
-    tids = np.asarray(found["tid"], dtype=np.int64)
-    ends = starts + np.asarray(found.get("dur_ns") or np.zeros(len(starts)), dtype=np.int64)
-    recorded = np.asarray(found["flops"], dtype=np.float64)
+    starts, ends, tids, recorded, nested = _recorded_matmuls(found)
     flops = credited_flops(trace.events, starts, ends, tids, recorded, rate_cap)
-    # a product inside another (aten::mv runs aten::addmv_, aten::ger runs aten::outer) is that one's work: once
-    nested = _inside_other(starts, ends, tids)
     starts, tids, flops = starts[~nested], tids[~nested], flops[~nested]
     recorded = recorded[~nested]
     events = trace.events
@@ -635,11 +640,7 @@ def micro_batches(trace, accum: int) -> dict[int, int]:
     if not found.get("start_ns"):
         return {}
     steps = trace.get_steps()
-    starts = np.asarray(found["start_ns"], dtype=np.int64)
-    tids = np.asarray(found["tid"], dtype=np.int64)
-    ends = starts + np.asarray(found.get("dur_ns") or np.zeros(len(starts)), dtype=np.int64)
-    flops = np.asarray(found["flops"], dtype=np.float64)
-    nested = _inside_other(starts, ends, tids)
+    starts, _ends, tids, flops, nested = _recorded_matmuls(found)
     starts, tids, flops = starts[~nested], tids[~nested], flops[~nested]
     events = trace.events
     counts = {}
